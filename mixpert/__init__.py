@@ -1,0 +1,7 @@
+"""mixpert: float32 matrix products on INT8/FP16 tensor cores at float32 accuracy (MixPert)."""
+
+from .api import matmul
+from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, Level, get_level
+
+__all__ = ["DEFAULT_LEVEL", "LADDER", "LEVELS", "Level", "get_level", "matmul"]
+__version__ = "0.1.0"

@@ -1,0 +1,34 @@
+"""The public one-shot product."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .runtime import dispatch
+from .runtime.levels import DEFAULT_LEVEL, Level
+
+
+def matmul(
+    a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: dispatch.Backend = "auto"
+) -> Any:
+    """Emulated float32 ``a @ b`` on INT8 (or FP16) products at ``level``.
+
+    ``a`` (m, k) and ``b`` (k, n) are 2-D NumPy or CuPy arrays of any strides and order. Levels are
+    named ("I".."V", "fp16", "tf32", "fp32", "fp64"; see ``mixpert.runtime.LADDER``); the default
+    "IV" is float32-grade (at or below cuBLAS SGEMM's error). The result is a float32 array of
+    shape (m, n) of the operands' kind: CuPy arrays stay on their GPU with no host copy; NumPy
+    arrays run on the exact CPU backend, or on the GPU (copied there and back) when one is usable
+    and the product is large enough to win (``backend="auto"``; force with "cpu" or "cuda").
+
+    float16 and float64 inputs are rounded to float32 first: mixpert emulates float32 products,
+    so a float64 input is treated as the float32 matrix nearest to it and the result is float32.
+
+    NaN and Inf come out where float32 matmul puts them (their rows and columns bypass
+    emulation); zeros, subnormals, wide exponent ranges and empty dimensions are handled. Results
+    are deterministic: the same inputs give the same bits on every run and every backend (the
+    FP16 level excepted: GPUs accumulate its products in FP32).
+
+    Raises TypeError for non-float dtypes or non-array operands, ValueError for ndim != 2, for
+    mismatched inner dimensions and for unknown level names.
+    """
+    return dispatch.matmul(a, b, level=level, backend=backend)

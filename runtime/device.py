@@ -1,0 +1,40 @@
+"""Whether a CUDA GPU is usable here (CuPy importable and at least one device that answers)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.cache
+def cupy_module() -> Any | None:
+    """The cupy module when a GPU is usable, else None (never raises)."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+        cupy.cuda.Device(0).compute_capability  # noqa: B018  (touches the driver)
+        return cupy
+    except Exception:  # no CuPy, no driver, no device: all mean "no GPU"
+        return None
+
+
+def gpu_available() -> bool:
+    return cupy_module() is not None
+
+
+def unavailable_reason() -> str:
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install 'mixpert[cuda]')"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # driver missing or broken
+        return f"CUDA driver unavailable: {error}"
+    return "no CUDA device found" if count < 1 else "GPU available"
+
+
+def is_cupy_array(x: Any) -> bool:
+    return type(x).__module__.startswith("cupy")

@@ -1,0 +1,59 @@
+"""``matmul``: validates, normalises and routes one product to a backend."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from . import cpu, device
+from .levels import DEFAULT_LEVEL, Level, get_level
+from .nonfinite import nonfinite_lines, patch_nonfinite
+from .validation import check_pair
+
+Backend = Literal["auto", "cpu", "cuda"]
+
+# NumPy operands go to the GPU only when the product is large enough to repay the copies.
+OFFLOAD_MIN_FLOPS = 2 * 512**3
+
+
+def matmul(a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: Backend = "auto") -> Any:
+    """a @ b for 2-D float matrices at ``level`` (see ``mixpert.matmul`` for the contract)."""
+    spec = get_level(level)
+    check_pair(a, b)
+    if backend not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"backend={backend!r} is not one of 'auto', 'cpu', 'cuda'")
+    chosen = choose_backend(a, b, backend)
+    if chosen == "cuda":
+        from . import cuda
+
+        return cuda.matmul(a, b, spec)
+    if device.is_cupy_array(a) or device.is_cupy_array(b):
+        raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
+    return cpu_matmul(np.asarray(a), np.asarray(b), spec)
+
+
+def choose_backend(a: Any, b: Any, backend: Backend) -> str:
+    on_gpu = device.is_cupy_array(a) or device.is_cupy_array(b)
+    if backend != "auto":
+        if backend == "cuda" and not device.gpu_available():
+            raise RuntimeError(f"backend='cuda' asked for, but {device.unavailable_reason()}")
+        return backend
+    if on_gpu:
+        return "cuda"
+    m, k = a.shape
+    large = 2 * m * k * b.shape[1] >= OFFLOAD_MIN_FLOPS
+    return "cuda" if large and device.gpu_available() else "cpu"
+
+
+def cpu_matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+    a = a.astype(np.float32, copy=False)
+    b = b.astype(np.float32, copy=False)
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        return np.zeros((m, n), dtype=np.float32)
+    if level.kind == "native":
+        return cpu.product(a, b, level)
+    rows, cols = nonfinite_lines(np, a, b)
+    return patch_nonfinite(np, cpu.product(a, b, level), a, b, rows, cols)

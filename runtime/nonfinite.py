@@ -1,0 +1,27 @@
+"""NaN and Inf: the rows of A and columns of B that hold them bypass emulation.
+
+The packers treat non-finite entries as 0; afterwards every output row (column) whose A row
+(B column) holds a NaN or Inf is recomputed as a float64 product of the original values. Such an
+output entry always contains an Inf or NaN term, so its value (NaN, +Inf or -Inf) is the one
+float32 arithmetic gives in any summation order: the same on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def nonfinite_lines(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """Indices of the rows of ``a`` and the columns of ``b`` holding a NaN or Inf."""
+    rows = xp.flatnonzero(~xp.isfinite(a).all(axis=1))
+    cols = xp.flatnonzero(~xp.isfinite(b).all(axis=0))
+    return rows, cols
+
+
+def patch_nonfinite(xp: Any, c: Any, a: Any, b: Any, rows: Any, cols: Any) -> Any:
+    """Overwrite ``c`` where the inputs' non-finite rows and columns reach it."""
+    if rows.size:
+        c[rows, :] = (a[rows, :].astype(xp.float64) @ b.astype(xp.float64)).astype(xp.float32)
+    if cols.size:
+        c[:, cols] = (a.astype(xp.float64) @ b[:, cols].astype(xp.float64)).astype(xp.float32)
+    return c
