@@ -1,4 +1,4 @@
-"""The combine formula and the accumulation bounds: the part every backend must reproduce bit for bit.
+"""The combine formula and the accumulation bounds: what every backend reproduces bit for bit.
 
 For an INT8 level, S_g is the exact integer sum over k of the digit products of weight class g
 (all pairs (i, j) with i + j = g). The float32 result is

@@ -52,7 +52,7 @@ def digit_bound(slice_index: int) -> int:
 
 
 def finite_abs_max(x: np.ndarray, axis: int) -> np.ndarray:
-    """Largest finite |x| along ``axis`` as float64 (0 for an all-zero, non-finite or empty line)."""
+    """Largest finite |x| along ``axis``, as float64 (0 where a line has none)."""
     magnitude = np.where(np.isfinite(x), np.abs(x), 0).astype(np.float64)
     if x.shape[axis] == 0:
         return np.zeros(x.shape[1 - axis], dtype=np.float64)
