@@ -1,0 +1,46 @@
+"""The ``mixpert`` command line: demo, bench, inspect, tune."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console()
+
+
+@click.group()
+def main() -> None:
+    """mixpert: float32 GEMMs of NumPy code on INT8/FP16 tensor cores at float32 accuracy."""
+
+
+@main.command()
+@click.option("--n", "size", default=1024, show_default=True, help="square product size")
+@click.option("--phi", default=0.5, show_default=True, help="exponent spread of the inputs")
+@click.option(
+    "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
+)
+@click.option("--seed", default=0, show_default=True)
+def demo(size: int, phi: float, backend: str, seed: int) -> None:
+    """One n x n x n product at every level: error against float64 and time."""
+    from .demo import run_demo
+    from .runtime import device
+
+    where = "GPU" if backend == "cuda" or (backend == "auto" and device.gpu_available()) else "CPU"
+    console.print(
+        f"[bold]mixpert.matmul[/bold], {size} x {size} x {size}, GEMMul8 inputs "
+        f"phi = {phi}, on the {where} ({escape(device.unavailable_reason())})"
+    )
+    table = Table("level", "products", "error vs float64", "time (ms)")
+    for row in run_demo(size, phi, seed, backend):
+        table.add_row(row.level, str(row.products), f"{row.error:.2e}", f"{row.seconds * 1e3:.1f}")
+    console.print(table)
+    console.print(
+        "error = ||C - C64||_F / ||C64||_F (MixPert Eq. 10); cuBLAS SGEMM measured "
+        "1.1e-6 at n = 4096 on an H200"
+    )
+
+
+if __name__ == "__main__":
+    main()
