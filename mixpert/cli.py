@@ -42,5 +42,34 @@ def demo(size: int, phi: float, backend: str, seed: int) -> None:
     )
 
 
+@main.command()
+@click.option("--quick", is_flag=True, help="square 1024, 4096, 8192 only")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(),
+    default=None,
+    help="results folder (default benchmarks/results/<gpu name>)",
+)
+@click.option(
+    "--breakdown-n", default=16384, show_default=True, help="size of the level IV time breakdown"
+)
+def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
+    """Time every level beside cuBLAS SGEMM and TF32 on the GPU; write JSON and a plot."""
+    from pathlib import Path
+
+    from . import bench_report, benchmark
+
+    rows = benchmark.run(quick=quick, progress=console.print)
+    stages = benchmark.breakdown(breakdown_n)
+    gpu = rows[0].gpu if rows else "gpu"
+    folder = Path(out_dir) if out_dir else Path("benchmarks/results") / gpu.replace(" ", "-")
+    path = benchmark.write_results(rows, {"breakdown_IV": {"n": breakdown_n, **stages}}, folder)
+    console.print(bench_report.table(rows))
+    console.print(bench_report.breakdown_table(stages, breakdown_n))
+    bench_report.plot(rows, folder / "gemm.png")
+    console.print(f"wrote {path} and {folder / 'gemm.png'}")
+
+
 if __name__ == "__main__":
     main()

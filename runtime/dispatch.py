@@ -15,15 +15,22 @@ Backend = Literal["auto", "cpu", "cuda"]
 
 # NumPy operands go to the GPU only when the product is large enough to repay the copies.
 OFFLOAD_MIN_FLOPS = 2 * 512**3
+# level="auto" on the GPU: float32-grade emulation (level IV) only where it beats cuBLAS SGEMM.
+# Calibrated from benchmarks/results/<gpu>/gemm.json: INT8 GEMMs with a small dimension run far
+# below peak, and packing reads every input once, so skinny and small shapes stay native.
+AUTO_EMULATED = "IV"
+AUTO_MIN_DIM = 2048
 
 
 def matmul(a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: Backend = "auto") -> Any:
     """a @ b for 2-D float matrices at ``level`` (see ``mixpert.matmul`` for the contract)."""
-    spec = get_level(level)
+    if level != "auto":
+        get_level(level)  # unknown names fail before anything else
     check_pair(a, b)
     if backend not in ("auto", "cpu", "cuda"):
         raise ValueError(f"backend={backend!r} is not one of 'auto', 'cpu', 'cuda'")
     chosen = choose_backend(a, b, backend)
+    spec = resolve_level(level, a, b, chosen)
     if chosen == "cuda":
         from . import cuda
 
@@ -31,6 +38,22 @@ def matmul(a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: Backend 
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
     return cpu_matmul(np.asarray(a), np.asarray(b), spec)
+
+
+def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
+    """The level a call runs: ``level`` itself, or for "auto" the fastest float32-grade one.
+
+    "auto" means float32-grade at the lowest time: native float32 on the CPU (where emulation
+    is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
+    tensor cores to win; level IV elsewhere on the GPU.
+    """
+    if level != "auto":
+        return get_level(level)
+    m, k = a.shape
+    n = b.shape[1]
+    if backend == "cuda" and min(m, k, n) >= AUTO_MIN_DIM:
+        return get_level(AUTO_EMULATED)
+    return get_level("fp32")
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> str:

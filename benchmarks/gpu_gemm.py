@@ -1,0 +1,9 @@
+"""GPU GEMM benchmark: every level beside cuBLAS SGEMM and TF32 (same as `mixpert bench`).
+
+python benchmarks/gpu_gemm.py [--quick] [--out DIR]
+"""
+
+from mixpert.cli import bench
+
+if __name__ == "__main__":
+    bench()

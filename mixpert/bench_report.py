@@ -1,0 +1,70 @@
+"""Tables and plots of GPU benchmark rows (``benchmark.Row``), for the terminal and for files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+
+def table(rows: Sequence[Any], dist: str = "phi0.5") -> Table:
+    """One line per shape: each method's ratio to SGEMM and error."""
+    methods = list(dict.fromkeys(r.level for r in rows))
+    out = Table(title=f"x cuBLAS SGEMM throughput / error vs float64 ({dist} inputs)")
+    out.add_column("m x k x n")
+    out.add_column("SGEMM ms")
+    for name in methods:
+        out.add_column(name)
+    shapes = dict.fromkeys((r.m, r.k, r.n) for r in rows if r.dist == dist)
+    for m, k, n in shapes:
+        cells = {r.level: r for r in rows if (r.m, r.k, r.n, r.dist) == (m, k, n, dist)}
+        sgemm_ms = cells["sgemm"].time_ms
+        out.add_row(
+            f"{m}x{k}x{n}",
+            f"{sgemm_ms:.3f}",
+            *(f"{cells[x].ratio_to_sgemm:.2f}x {cells[x].error:.1e}" for x in methods),
+        )
+    return out
+
+
+def breakdown_table(stages: dict[str, float], n: int) -> Table:
+    whole = stages["whole call"]
+    out = Table(title=f"level IV time breakdown, {n}^3")
+    out.add_column("stage")
+    out.add_column("ms")
+    out.add_column("share of the call")
+    for name, ms in stages.items():
+        out.add_row(name, f"{ms:.3f}", f"{100 * ms / whole:.1f}%")
+    return out
+
+
+def plot(rows: Sequence[Any], path: Path, dist: str = "phi0.5") -> None:
+    """Ratio to SGEMM and error against float64 over square n, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    square = [r for r in rows if r.shape == "square" and r.dist == dist]
+    fig, (speed, error) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in dict.fromkeys(r.level for r in square):
+        mine = sorted((r for r in square if r.level == name), key=lambda r: r.n)
+        sizes = [r.n for r in mine]
+        speed.plot(sizes, [r.ratio_to_sgemm for r in mine], marker="o", label=name)
+        error.plot(sizes, [r.error for r in mine], marker="o", label=name)
+    for ax in (speed, error):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("n (square n x n x n)")
+        ax.grid(True, which="both", alpha=0.3)
+    speed.axhline(1.0, color="black", lw=0.8)
+    speed.set_ylabel("throughput / cuBLAS SGEMM (same run)")
+    error.set_yscale("log")
+    error.set_ylabel("||C - C64||_F / ||C64||_F")
+    speed.legend(fontsize=8, ncol=2)
+    gpu = rows[0].gpu if rows else ""
+    fig.suptitle(f"mixpert levels vs cuBLAS on {gpu}, {dist} inputs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

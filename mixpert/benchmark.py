@@ -1,0 +1,167 @@
+"""The GPU benchmark: every level beside cuBLAS SGEMM and TF32, timed in one run.
+
+Absolute times drift between machines; ratios measured in one run do not, so every row carries
+its ratio to the SGEMM of the same shape and inputs. Inputs are fresh random matrices (never
+zeros); errors are MixPert's Equation 10 against a float64 product of the same float32 inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .runtime import LADDER, get_level
+
+SQUARE = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+DOUBLE_K = (4096, 8192)  # m = n, k = 2n
+SKINNY = ((65536, 4096, 16), (65536, 4096, 64), (65536, 4096, 128), (16384, 16384, 64))
+DISTRIBUTIONS = ("phi0.5", "normal")
+METHODS = (
+    ("sgemm", "tf32")
+    + tuple(level.name for level in LADDER if level.kind in ("int8", "fp16"))
+    + ("auto",)
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    gpu: str
+    m: int
+    k: int
+    n: int
+    shape: str
+    dist: str
+    level: str
+    time_ms: float
+    tflops: float
+    ratio_to_sgemm: float
+    error: float
+    sgemm_error: float
+    routed_to: str
+
+
+def median_seconds(fn: Callable[[], Any], flops: float) -> float:
+    """Median GPU time of ``fn`` (CUDA events, after warm-up); fewer repeats for long calls."""
+    from cupyx.profiler import benchmark
+
+    repeats = 5 if flops > 2 * 4096**3 else 20
+    result = benchmark(fn, n_repeat=repeats, n_warmup=2)
+    return float(sorted(result.gpu_times[0])[repeats // 2])
+
+
+def shapes(quick: bool) -> list[tuple[str, int, int, int]]:
+    square = (1024, 4096, 8192) if quick else SQUARE
+    out = [("square", n, n, n) for n in square]
+    if not quick:
+        out += [("n x n x 2n", n, 2 * n, n) for n in DOUBLE_K]
+        out += [("tall-skinny", m, k, n) for m, k, n in SKINNY]
+    return out
+
+
+def random_inputs(cp: Any, m: int, k: int, n: int, dist: str, seed: int) -> tuple[Any, Any]:
+    rng = cp.random.default_rng(seed)
+
+    def one(shape: tuple[int, int]) -> Any:
+        if dist == "normal":
+            return rng.standard_normal(shape, dtype=cp.float32)
+        phi = float(dist.removeprefix("phi"))
+        u = rng.random(shape, dtype=cp.float32) - 0.5
+        return (u * cp.exp(phi * rng.standard_normal(shape, dtype=cp.float32))).astype(cp.float32)
+
+    return one((m, k)), one((k, n))
+
+
+def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], str]:
+    from .runtime import cuda, dispatch
+
+    if name == "sgemm":
+        return (lambda: cp.matmul(a, b)), "sgemm"
+    if name == "tf32":
+        return (lambda: cuda.tf32_product(a, b)), "tf32"
+    if name == "auto":
+        chosen = dispatch.resolve_level("auto", a, b, "cuda")
+        return (lambda: dispatch.matmul(a, b, "auto", "cuda")), chosen.name
+    level = get_level(name)
+    return (lambda: cuda.product(a, b, level)), name
+
+
+def run(
+    quick: bool = False,
+    dists: Iterable[str] = DISTRIBUTIONS,
+    progress: Callable[[str], None] = print,
+) -> list[Row]:
+    from .runtime import device
+
+    cp = device.cupy_module()
+    if cp is None:
+        raise RuntimeError(f"the GPU benchmark needs a GPU: {device.unavailable_reason()}")
+    gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rows: list[Row] = []
+    for shape_name, m, k, n in shapes(quick):
+        for seed, dist in enumerate(dists):
+            a, b = random_inputs(cp, m, k, n, dist, seed)
+            reference = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
+            ref_norm = float(cp.linalg.norm(reference))
+            flops = 2.0 * m * n * k
+            timings: dict[str, tuple[float, float, str]] = {}
+            for name in METHODS:
+                fn, routed = method_fn(cp, name, a, b)
+                c = fn()
+                error = float(cp.linalg.norm(c.astype(cp.float64) - reference)) / ref_norm
+                del c
+                seconds = median_seconds(fn, flops)
+                timings[name] = (seconds, error, routed)
+            sgemm_s, sgemm_err, _ = timings["sgemm"]
+            for name, (seconds, error, routed) in timings.items():
+                rows.append(
+                    Row(
+                        gpu,
+                        m,
+                        k,
+                        n,
+                        shape_name,
+                        dist,
+                        name,
+                        seconds * 1e3,
+                        flops / seconds / 1e12,
+                        sgemm_s / seconds,
+                        error,
+                        sgemm_err,
+                        routed,
+                    )
+                )
+            progress(
+                f"{shape_name} {m}x{k}x{n} {dist}: "
+                + ", ".join(
+                    f"{name} {sgemm_s / t:.2f}x {e:.1e}" for name, (t, e, _) in timings.items()
+                )
+            )
+            del a, b, reference
+            cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
+    """Milliseconds of each stage of one ``level`` call at n x n x n (phi = 0.5 inputs)."""
+    from .runtime import cuda, device
+
+    cp = device.cupy_module()
+    spec = get_level(level)
+    a, b = random_inputs(cp, n, n, n, "phi0.5", 99)
+    flops = 2.0 * n**3
+    stages = cuda.staged_product(a, b, spec)
+    out = {name: median_seconds(fn, flops) * 1e3 for name, fn in stages.items()}
+    out["whole call"] = median_seconds(lambda: cuda.product(a, b, spec), flops) * 1e3
+    return out
+
+
+def write_results(rows: list[Row], extra: dict[str, Any], out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": platform.node(), "rows": [asdict(r) for r in rows], **extra}
+    path = out_dir / "gemm.json"
+    path.write_text(json.dumps(payload, indent=1))
+    return path

@@ -1,0 +1,333 @@
+"""The CUDA backend: INT8 (and FP16) slice products on tensor cores through CuPy and cuBLAS.
+
+One call of an INT8 level is four steps on the current stream, with no host synchronisation:
+
+1. ``pack_int8`` for A's rows and B's columns: scales, NaN/Inf flags and INT8 digits in the
+   (lines, slices, k_pad) layout of ``cuda_kernels`` (k contiguous: the TN layout IMMA wants);
+2. per weight class g, one cublasGemmEx INT8 x INT8 -> INT32 over K = count * k_pad whose two
+   operands are contiguous spans of the packed lines (no copies): the class's pairs are summed
+   by the GEMM itself, exactly, since ``int32_k_block`` bounds K;
+3. (only when k exceeds that bound) k is cut into blocks and each block's INT32 class sums are
+   added exactly into float64 ones;
+4. ``combine_*``: the formula of ``combine`` in one elementwise kernel, NaN/Inf lines included.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import cupy as cp
+import numpy as np
+from cupy.cuda import cublas
+from cupy.cuda import runtime as cuda_runtime
+
+from . import fp16split
+from .combine import int32_k_block
+from .cuda_kernels import COMBINE_SOURCE, PACK_SOURCE
+from .levels import Level
+from .packer import pair_exponent
+
+K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
+PACK_THREADS = 256
+COMBINE_THREADS = 256
+
+_ONE_I32 = np.array(1, dtype=np.int32)
+_ZERO_I32 = np.array(0, dtype=np.int32)
+_ONE_F32 = np.array(1.0, dtype=np.float32)
+_ZERO_F32 = np.array(0.0, dtype=np.float32)
+
+
+@functools.cache
+def _pack_module() -> cp.RawModule:
+    return cp.RawModule(code=PACK_SOURCE, options=("--std=c++17",))
+
+
+@functools.cache
+def _combine_module() -> cp.RawModule:
+    return cp.RawModule(code=COMBINE_SOURCE, options=("--std=c++17",))
+
+
+def _padded(k: int) -> int:
+    return max(K_ALIGN, -(-k // K_ALIGN) * K_ALIGN)
+
+
+def _unit_inner(x: cp.ndarray) -> cp.ndarray:
+    """``x`` itself when its rows are contiguous (any row stride), else a C-contiguous copy."""
+    if x.strides[1] == x.itemsize and x.strides[0] % x.itemsize == 0 and x.strides[0] > 0:
+        return x
+    return cp.ascontiguousarray(x)
+
+
+class PackedOperand:
+    """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags."""
+
+    def __init__(self, lines: cp.ndarray, slots: int, k_pad: int, dtype: Any) -> None:
+        count = lines.shape[0]
+        self.data = cp.empty((count, slots, k_pad), dtype=dtype)
+        self.exponents = cp.empty(count, dtype=cp.int32)
+        self.nonfinite = cp.empty(count, dtype=cp.int32)
+        self.k_pad = k_pad
+        self.slots = slots
+
+    def span(self, first_slot: int) -> int:
+        """Device pointer to slot ``first_slot`` of line 0."""
+        return self.data.data.ptr + first_slot * self.k_pad * self.data.itemsize
+
+    @property
+    def ld(self) -> int:
+        return self.slots * self.k_pad
+
+
+def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: Any) -> None:
+    count, k = lines.shape
+    if count == 0:
+        return
+    fn = _pack_module().get_function(kernel)
+    stride = np.int64(lines.strides[0] // lines.itemsize)
+    fn(
+        (count,),
+        (PACK_THREADS,),
+        (
+            lines,
+            stride,
+            np.int32(k),
+            np.int32(packed.k_pad),
+            *extra,
+            packed.data,
+            packed.exponents,
+            packed.nonfinite,
+        ),
+    )
+
+
+def pack_int8(lines: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOperand:
+    """``packer.slice_rows`` on the GPU: digits of each row of ``lines`` (rows contiguous)."""
+    packed = PackedOperand(lines, slices, _padded(lines.shape[1]), cp.int8)
+    _launch_pack("pack_int8", lines, packed, np.int32(slices), np.int32(reversed_slots))
+    return packed
+
+
+def pack_fp16(lines: cp.ndarray, reversed_slots: bool) -> PackedOperand:
+    packed = PackedOperand(lines, 2, _padded(lines.shape[1]), cp.float16)
+    _launch_pack("pack_fp16", lines, packed, np.int32(reversed_slots))
+    return packed
+
+
+def gemm_tn(
+    a: PackedOperand,
+    a_slot: int,
+    b: PackedOperand,
+    b_slot: int,
+    depth: int,
+    out: cp.ndarray,
+    k_offset: int = 0,
+    accumulate: bool = False,
+) -> None:
+    """out (m, n) = A_span @ B_span^T over ``depth`` packed columns, through cublasGemmEx.
+
+    cuBLAS is column-major: the row-major (m, n) output is its (n, m) matrix
+    B_span (n x depth, transposed) times A_span^T, both operands k-contiguous ("TN").
+    """
+    m, n = out.shape
+    integer = a.data.dtype == cp.int8
+    in_type = cuda_runtime.CUDA_R_8I if integer else cuda_runtime.CUDA_R_16F
+    out_type = cuda_runtime.CUDA_R_32I if integer else cuda_runtime.CUDA_R_32F
+    compute = cublas.CUBLAS_COMPUTE_32I if integer else cublas.CUBLAS_COMPUTE_32F
+    one, zero = (_ONE_I32, _ZERO_I32) if integer else (_ONE_F32, _ZERO_F32)
+    beta = one if accumulate else zero
+    offset = k_offset * a.data.itemsize
+    cublas.gemmEx(
+        cp.cuda.device.get_cublas_handle(),
+        cublas.CUBLAS_OP_T,
+        cublas.CUBLAS_OP_N,
+        n,
+        m,
+        depth,
+        one.ctypes.data,
+        b.span(b_slot) + offset,
+        in_type,
+        b.ld,
+        a.span(a_slot) + offset,
+        in_type,
+        a.ld,
+        beta.ctypes.data,
+        out.data.ptr,
+        out_type,
+        n,
+        compute,
+        cublas.CUBLAS_GEMM_DEFAULT,
+    )
+
+
+def class_spans(level: Level, g: int) -> tuple[int, int, int]:
+    """(first A slot, first B slot, pair count) of weight class g in the packed layouts."""
+    slots = [i for i, j in level.pairs if i + j == g]
+    first_i = min(slots)
+    # B is stored reversed: slice j sits in slot b_slices - 1 - j; j = g - i falls as i rises.
+    return first_i, level.b_slices - 1 - (g - first_i), len(slots)
+
+
+def _check_contiguous_classes(level: Level) -> None:
+    for g in level.groups:
+        members = sorted(i for i, j in level.pairs if i + j == g)
+        if members != list(range(members[0], members[0] + len(members))):
+            raise ValueError(f"level {level.name}: class {g} is not a contiguous span of slices")
+
+
+def int8_class_sums(
+    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, m: int, n: int, k: int
+) -> cp.ndarray:
+    """Exact class sums S_g, (groups, m, n): int32 when k fits one block, else float64."""
+    _check_contiguous_classes(level)
+    groups = len(level.groups)
+    block = int32_k_block(level)
+    k_pad = a_pack.k_pad
+    if k_pad <= block:
+        sums = cp.empty((groups, m, n), dtype=cp.int32)
+        for g in level.groups:
+            a_slot, b_slot, count = class_spans(level, g)
+            gemm_tn(a_pack, a_slot, b_pack, b_slot, count * k_pad, sums[g])
+        return sums
+    # Long k: per pair and per k-block into INT32 (each within the bound), then exactly into
+    # float64 (|S_g| < 2^53 by combine.float64_k_block).
+    sums = cp.zeros((groups, m, n), dtype=cp.float64)
+    scratch = cp.empty((m, n), dtype=cp.int32)
+    block -= block % K_ALIGN
+    for start in range(0, k_pad, block):
+        depth = min(block, k_pad - start)
+        for g in level.groups:
+            for index, (i, j) in enumerate(p for p in level.pairs if p[0] + p[1] == g):
+                b_slot = level.b_slices - 1 - j
+                gemm_tn(a_pack, i, b_pack, b_slot, depth, scratch, start, accumulate=index > 0)
+            sums[g] += scratch
+    return sums
+
+
+def _combine(
+    kernel: str,
+    sums: cp.ndarray,
+    w0: int,
+    step: int,
+    exp_offset: int,
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    a: cp.ndarray,
+    b: cp.ndarray,
+) -> cp.ndarray:
+    m, k = a.shape
+    n = b.shape[1]
+    c = cp.empty((m, n), dtype=cp.float32)
+    total = m * n
+    blocks = min(-(-total // COMBINE_THREADS), 65535 * 8)
+    item = a.itemsize
+    _combine_module().get_function(kernel)(
+        (blocks,),
+        (COMBINE_THREADS,),
+        (
+            sums,
+            np.int32(sums.shape[0]),
+            np.int64(m * n),
+            np.int32(w0),
+            np.int32(step),
+            np.int32(exp_offset),
+            a_pack.exponents,
+            b_pack.exponents,
+            a_pack.nonfinite,
+            b_pack.nonfinite,
+            a,
+            np.int64(a.strides[0] // item),
+            np.int64(a.strides[1] // item),
+            b,
+            np.int64(b.strides[0] // item),
+            np.int64(b.strides[1] // item),
+            np.int32(m),
+            np.int32(n),
+            np.int32(k),
+            c,
+        ),
+    )
+    return c
+
+
+def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
+    m, k = a.shape
+    n = b.shape[1]
+    a_pack = pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False)
+    b_pack = pack_int8(_unit_inner(b.T), level.b_slices, reversed_slots=True)
+    sums = int8_class_sums(a_pack, b_pack, level, m, n, k)
+    kernel = "combine_int32" if sums.dtype == cp.int32 else "combine_float64"
+    return _combine(
+        kernel, sums, pair_exponent(0), pair_exponent(1) - pair_exponent(0), 0, a_pack, b_pack, a, b
+    )
+
+
+def fp16_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """``fp16split``: hh and the two cross products (one GEMM over [hi|lo] x [lo|hi])."""
+    m, k = a.shape
+    n = b.shape[1]
+    a_pack = pack_fp16(_unit_inner(a), reversed_slots=False)  # slots (hi, lo)
+    b_pack = pack_fp16(_unit_inner(b.T), reversed_slots=True)  # slots (lo, hi)
+    sums = cp.empty((2, m, n), dtype=cp.float32)
+    gemm_tn(a_pack, 0, b_pack, 1, a_pack.k_pad, sums[0])  # hi_a hi_b
+    gemm_tn(a_pack, 0, b_pack, 0, 2 * a_pack.k_pad, sums[1])  # hi_a lo_b + lo_a hi_b
+    return _combine(
+        "combine_float32", sums, 0, fp16split.LO_SHIFT, -fp16split.SCALE_BACK, a_pack, b_pack, a, b
+    )
+
+
+def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Native float32 GEMM with TF32 tensor-core inputs (cublasGemmEx, COMPUTE_32F_FAST_TF32)."""
+    a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+    m, k = a.shape
+    n = b.shape[1]
+    c = cp.empty((m, n), dtype=cp.float32)
+    cublas.gemmEx(
+        cp.cuda.device.get_cublas_handle(),
+        cublas.CUBLAS_OP_N,
+        cublas.CUBLAS_OP_N,
+        n,
+        m,
+        k,
+        _ONE_F32.ctypes.data,
+        b.data.ptr,
+        cuda_runtime.CUDA_R_32F,
+        n,
+        a.data.ptr,
+        cuda_runtime.CUDA_R_32F,
+        k,
+        _ZERO_F32.ctypes.data,
+        c.data.ptr,
+        cuda_runtime.CUDA_R_32F,
+        n,
+        cublas.CUBLAS_COMPUTE_32F_FAST_TF32,
+        cublas.CUBLAS_GEMM_DEFAULT,
+    )
+    return c
+
+
+def product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
+    """a @ b at ``level`` for float32 CuPy matrices with m, n, k > 0."""
+    if level.kind == "int8":
+        return int8_product(a, b, level)
+    if level.kind == "fp16":
+        return fp16_product(a, b)
+    if level.name == "fp32":
+        return cp.matmul(a, b)
+    if level.name == "tf32":
+        return tf32_product(a, b)
+    if level.name == "fp64":
+        return cp.matmul(a.astype(cp.float64), b.astype(cp.float64)).astype(cp.float32)
+    raise ValueError(f"level {level.name!r} has no CUDA implementation")
+
+
+def matmul(a: Any, b: Any, level: Level) -> Any:
+    """The CUDA backend's entry: CuPy in, CuPy out; NumPy in, copied over and back."""
+    host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
+    a = cp.asarray(a).astype(cp.float32, copy=False)
+    b = cp.asarray(b).astype(cp.float32, copy=False)
+    m, k = a.shape
+    n = b.shape[1]
+    empty = m == 0 or n == 0 or k == 0
+    c = cp.zeros((m, n), dtype=cp.float32) if empty else product(a, b, level)
+    return cp.asnumpy(c) if host else c

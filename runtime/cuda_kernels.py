@@ -1,0 +1,169 @@
+"""CUDA C source of the packer and combine kernels (compiled by CuPy at first use).
+
+They implement ``packer`` and ``combine`` with the same IEEE operations, so the integers they
+produce and the float32 results are the CPU oracle's, bit for bit. Layout: a packed operand is
+(lines, slots, k_pad) int8, one row of A or one column of B per line, the line's slices side by
+side along k. B's slices are stored in reverse order, so the slices (i, g - i) of one weight class
+g are two contiguous spans and one GEMM over K = count * k_pad sums the whole class.
+"""
+
+from __future__ import annotations
+
+PACK_SOURCE = r"""
+#include <cuda_fp16.h>
+
+// Largest finite |row[c]| over the block (returned to every thread); *any_bad flags NaN/Inf.
+__device__ float line_finite_max(const float* __restrict__ row, int k, int* any_bad)
+{
+    __shared__ float block_max[32];
+    __shared__ int block_bad[32];
+
+    float top = 0.0f;
+    int bad = 0;
+    for (int c = threadIdx.x; c < k; c += blockDim.x) {
+        float v = fabsf(row[c]);
+        if (isfinite(v)) top = fmaxf(top, v); else bad = 1;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+        bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) { block_max[warp] = top; block_bad[warp] = bad; }
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        top = lane < warps ? block_max[lane] : 0.0f;
+        bad = lane < warps ? block_bad[lane] : 0;
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+            bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
+        }
+        if (lane == 0) { block_max[0] = top; block_bad[0] = bad; }
+    }
+    __syncthreads();
+    *any_bad = block_bad[0];
+    return block_max[0];
+}
+
+extern "C" __global__ void pack_int8(
+    const float* __restrict__ x, long long line_stride, int k, int k_pad, int slices,
+    int reversed, signed char* __restrict__ out, int* __restrict__ exps,
+    int* __restrict__ nonfinite)
+{
+    const long long line = blockIdx.x;
+    const float* row = x + line * line_stride;
+    int bad;
+    const float top = line_finite_max(row, k, &bad);
+
+    // Smallest e with top < (127/128) 2^e (packer.scale_exponents).
+    int e;
+    frexp((double)top, &e);
+    if ((double)top * 128.0 >= ldexp(127.0, e)) e += 1;
+    if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
+
+    const int shift = 7 + 8 * (slices - 1) - e;
+    signed char* dst = out + line * (long long)slices * k_pad;
+    for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
+        long long rest = 0;
+        if (c < k) {
+            float v = row[c];
+            if (isfinite(v)) rest = (long long)rint(ldexp((double)v, shift));
+        }
+        for (int i = slices - 1; i > 0; --i) {
+            long long low = ((rest + 128) & 255) - 128;
+            dst[(long long)(reversed ? slices - 1 - i : i) * k_pad + c] = (signed char)low;
+            rest = (rest - low) >> 8;
+        }
+        dst[(long long)(reversed ? slices - 1 : 0) * k_pad + c] = (signed char)rest;
+    }
+}
+
+// fp16split: hi = fp16(x 2^(15 - e)), lo = fp16((x 2^(15 - e) - hi) 2^11); slots (hi, lo),
+// or (lo, hi) when reversed.
+extern "C" __global__ void pack_fp16(
+    const float* __restrict__ x, long long line_stride, int k, int k_pad, int reversed,
+    __half* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+{
+    const long long line = blockIdx.x;
+    const float* row = x + line * line_stride;
+    int bad;
+    const float top = line_finite_max(row, k, &bad);
+    int e;
+    frexp((double)top, &e);
+    if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
+    __half* dst = out + line * 2LL * k_pad;
+    for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
+        double scaled = 0.0;
+        if (c < k && isfinite(row[c])) scaled = ldexp((double)row[c], 15 - e);
+        const __half hi = __double2half(scaled);
+        const __half lo = __double2half(ldexp(scaled - (double)__half2float(hi), 11));
+        dst[(long long)(reversed ? 1 : 0) * k_pad + c] = hi;
+        dst[(long long)(reversed ? 0 : 1) * k_pad + c] = lo;
+    }
+}
+"""
+
+COMBINE_SOURCE = r"""
+#include <cuda_fp16.h>
+
+// C = float32(2^(row_exp + col_exp + exp_offset) * sum_g sums[g] * 2^-(w0 + step * g)),
+// summed from the largest g (smallest weight) down.
+template <typename Sum>
+__device__ void combine_impl(
+    const Sum* __restrict__ sums, int groups, long long group_stride, int w0, int step,
+    int exp_offset,
+    const int* __restrict__ row_exp, const int* __restrict__ col_exp,
+    const int* __restrict__ row_bad, const int* __restrict__ col_bad,
+    const float* __restrict__ a, long long a_rs, long long a_cs,
+    const float* __restrict__ b, long long b_rs, long long b_cs,
+    int m, int n, int k, float* __restrict__ c)
+{
+    const long long total = (long long)m * n;
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(idx / n), col = (int)(idx % n);
+        double acc = 0.0;
+        if (row_bad[r] | col_bad[col]) {
+            // A NaN or Inf reaches this entry: its value is the same in any summation order.
+            for (int q = 0; q < k; ++q)
+                acc += (double)a[r * a_rs + q * a_cs] * (double)b[q * b_rs + col * b_cs];
+            c[idx] = (float)acc;
+            continue;
+        }
+        for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
+            acc = acc + ldexp((double)sums[g * group_stride + idx], -(w0 + step * g));
+        c[idx] = (float)ldexp(acc, row_exp[r] + col_exp[col] + exp_offset);
+    }
+}
+
+extern "C" __global__ void combine_int32(
+    const int* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
+    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
+    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
+    int m, int n, int k, float* c)
+{
+    combine_impl<int>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
+                      row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
+}
+
+extern "C" __global__ void combine_float64(
+    const double* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
+    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
+    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
+    int m, int n, int k, float* c)
+{
+    combine_impl<double>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
+                      row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
+}
+
+extern "C" __global__ void combine_float32(
+    const float* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
+    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
+    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
+    int m, int n, int k, float* c)
+{
+    combine_impl<float>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
+                      row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
+}
+"""

@@ -1,0 +1,150 @@
+"""The CUDA backend against the exact CPU oracle (GPU only: skipped here when none is usable)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mixpert.runtime import LADDER, device, dispatch, get_level
+
+pytestmark = pytest.mark.gpu
+if not device.gpu_available():
+    pytest.skip(f"needs a CUDA GPU: {device.unavailable_reason()}", allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+
+from mixpert.runtime import cuda  # noqa: E402
+
+INT8_LEVELS = [level.name for level in LADDER if level.kind == "int8"]
+SHAPES = [(1, 1, 1), (1, 37, 1), (5, 3, 7), (64, 64, 64), (129, 257, 65), (300, 1000, 70)]
+
+
+def make(rng: np.random.Generator, shape: tuple[int, int], kind: str) -> np.ndarray:
+    if kind == "phi":
+        u = rng.random(shape) - 0.5
+        return (u * np.exp(1.0 * rng.standard_normal(shape))).astype(np.float32)
+    if kind == "normal":
+        return rng.standard_normal(shape).astype(np.float32)
+    if kind == "uniform":
+        return rng.random(shape).astype(np.float32)
+    # binades: each row spans ~60 binades
+    exps = rng.integers(-30, 30, size=shape)
+    return (np.ldexp(rng.random(shape) + 0.5, exps) * rng.choice([-1, 1], size=shape)).astype(
+        np.float32
+    )
+
+
+@pytest.mark.parametrize("level", INT8_LEVELS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", ["phi", "normal", "uniform", "binades"])
+def test_int8_levels_bit_identical_to_cpu(level: str, shape: tuple, kind: str) -> None:
+    rng = np.random.default_rng(hash((level, shape, kind)) % 2**32)
+    m, k, n = shape
+    a, b = make(rng, (m, k), kind), make(rng, (k, n), kind)
+    expected = dispatch.matmul(a, b, level, backend="cpu")
+    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    assert isinstance(got, cp.ndarray) and got.dtype == cp.float32
+    np.testing.assert_array_equal(cp.asnumpy(got).view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("level", ["IV", "V"])
+def test_strided_and_transposed_views(level: str) -> None:
+    rng = np.random.default_rng(7)
+    base_a = make(rng, (200, 300), "phi")
+    base_b = make(rng, (260, 150), "normal")
+    a, b = base_a[::2, 10:270], base_b[:, ::-1].T.T  # stepped rows, reversed columns
+    a_f = np.asfortranarray(a)
+    expected = dispatch.matmul(a, b, level, backend="cpu")
+    for a_dev in (cp.asarray(a), cp.asarray(a_f), cp.asarray(base_a)[::2, 10:270]):
+        got = dispatch.matmul(a_dev, cp.asarray(base_b)[:, ::-1], level, backend="cuda")
+        np.testing.assert_array_equal(cp.asnumpy(got), expected)
+
+
+@pytest.mark.parametrize("level", INT8_LEVELS + ["fp16"])
+def test_nonfinite_bit_identical_and_where_float32_puts_them(level: str) -> None:
+    rng = np.random.default_rng(3)
+    a, b = make(rng, (40, 50), "normal"), make(rng, (50, 30), "normal")
+    a[3, 7], a[9, 0], b[4, 11], b[2, 20] = np.nan, np.inf, -np.inf, np.nan
+    b[0, 5] = 0.0  # Inf * 0 = NaN at (9, 5)
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    native = a @ b
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(native))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(native))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(native))
+    if level != "fp16":
+        expected = dispatch.matmul(a, b, level, backend="cpu")
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("level", ["IV", "V"])
+def test_long_k_uses_exact_blocks(level: str) -> None:
+    """k >= 2^17 exceeds one INT32 accumulator: blocks must keep the sums exact."""
+    k = 2**17 + 48
+    spec = get_level(level)
+    from mixpert.runtime.combine import int32_k_block
+
+    assert k > int32_k_block(spec)
+    rng = np.random.default_rng(11)
+    a = (rng.random((3, k)) * 0.9 + 0.1).astype(np.float32)  # same-sign: sums do not cancel
+    b = (rng.random((k, 5)) * 0.9 + 0.1).astype(np.float32)
+    expected = dispatch.matmul(a, b, level, backend="cpu")
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    np.testing.assert_array_equal(got, expected)
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(got - reference).max() / np.abs(reference).max() < 1e-6
+
+
+def test_fp16_close_to_cpu_and_float32_grade() -> None:
+    rng = np.random.default_rng(5)
+    a, b = make(rng, (256, 512), "phi"), make(rng, (512, 128), "phi")
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "fp16", backend="cuda"))
+    error = np.linalg.norm(got - reference) / np.linalg.norm(reference)
+    assert error < 2e-6
+
+
+def test_native_levels() -> None:
+    rng = np.random.default_rng(9)
+    a, b = make(rng, (128, 256), "normal"), make(rng, (256, 64), "normal")
+    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
+    reference = a.astype(np.float64) @ b.astype(np.float64)
+    fp32 = dispatch.matmul(a_dev, b_dev, "fp32", backend="cuda")
+    np.testing.assert_array_equal(cp.asnumpy(fp32), cp.asnumpy(a_dev @ b_dev))
+    tf32 = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "tf32", backend="cuda"))
+    tf32_error = np.linalg.norm(tf32 - reference) / np.linalg.norm(reference)
+    assert 1e-5 < tf32_error < 2e-3  # TF32 really ran: far worse than float32, still sane
+    fp64 = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "fp64", backend="cuda"))
+    np.testing.assert_array_equal(fp64, reference.astype(np.float32))
+
+
+def test_numpy_inputs_offload_and_return_numpy() -> None:
+    rng = np.random.default_rng(13)
+    a, b = make(rng, (600, 600), "phi"), make(rng, (600, 600), "phi")
+    got = dispatch.matmul(a, b, "IV", backend="auto")  # 2 * 600^3 > offload threshold
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, dispatch.matmul(a, b, "IV", backend="cpu"))
+
+
+def test_empty_dimensions_on_gpu() -> None:
+    for m, k, n in [(0, 4, 3), (3, 0, 4), (4, 5, 0)]:
+        got = dispatch.matmul(cp.ones((m, k), cp.float32), cp.ones((k, n), cp.float32), "IV")
+        assert got.shape == (m, n) and isinstance(got, cp.ndarray)
+        assert not cp.asnumpy(got).any()
+
+
+def test_no_host_synchronisation_inside_a_call() -> None:
+    """A whole IV call must enqueue on the current stream and return before the GPU finishes."""
+    n = 4096
+    a = cp.random.standard_normal((n, n), dtype=cp.float32)
+    b = cp.random.standard_normal((n, n), dtype=cp.float32)
+    cuda.product(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
+    cp.cuda.Device().synchronize()
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        start = cp.cuda.Event()
+        start.record(stream)
+        cuda.product(a, b, get_level("IV"))
+        end = cp.cuda.Event()
+        end.record(stream)
+        assert not end.done, "the call waited for the GPU (a host synchronisation inside it)"
+    stream.synchronize()
