@@ -20,7 +20,6 @@ from typing import Any
 import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
-from cupy.cuda import runtime as cuda_runtime
 
 from . import fp16split
 from .combine import int32_k_block
@@ -31,6 +30,9 @@ from .packer import pair_exponent
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 PACK_THREADS = 256
 COMBINE_THREADS = 256
+
+# cudaDataType_t values (library_types.h); CuPy's runtime module does not export all of them.
+CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
 
 _ONE_I32 = np.array(1, dtype=np.int32)
 _ZERO_I32 = np.array(0, dtype=np.int32)
@@ -131,8 +133,8 @@ def gemm_tn(
     """
     m, n = out.shape
     integer = a.data.dtype == cp.int8
-    in_type = cuda_runtime.CUDA_R_8I if integer else cuda_runtime.CUDA_R_16F
-    out_type = cuda_runtime.CUDA_R_32I if integer else cuda_runtime.CUDA_R_32F
+    in_type = CUDA_R_8I if integer else CUDA_R_16F
+    out_type = CUDA_R_32I if integer else CUDA_R_32F
     compute = cublas.CUBLAS_COMPUTE_32I if integer else cublas.CUBLAS_COMPUTE_32F
     one, zero = (_ONE_I32, _ZERO_I32) if integer else (_ONE_F32, _ZERO_F32)
     beta = one if accumulate else zero
@@ -250,16 +252,49 @@ def _combine(
     return c
 
 
+def _combine_int8(
+    sums: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand, a: cp.ndarray, b: cp.ndarray
+) -> cp.ndarray:
+    kernel = "combine_int32" if sums.dtype == cp.int32 else "combine_float64"
+    step = pair_exponent(1) - pair_exponent(0)
+    return _combine(kernel, sums, pair_exponent(0), step, 0, a_pack, b_pack, a, b)
+
+
+def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperand, PackedOperand]:
+    a_pack = pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False)
+    b_pack = pack_int8(_unit_inner(b.T), level.b_slices, reversed_slots=True)
+    return a_pack, b_pack
+
+
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     m, k = a.shape
     n = b.shape[1]
-    a_pack = pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False)
-    b_pack = pack_int8(_unit_inner(b.T), level.b_slices, reversed_slots=True)
+    a_pack, b_pack = _pack_both(a, b, level)
     sums = int8_class_sums(a_pack, b_pack, level, m, n, k)
-    kernel = "combine_int32" if sums.dtype == cp.int32 else "combine_float64"
-    return _combine(
-        kernel, sums, pair_exponent(0), pair_exponent(1) - pair_exponent(0), 0, a_pack, b_pack, a, b
-    )
+    return _combine_int8(sums, a_pack, b_pack, a, b)
+
+
+def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
+    """The stages of ``int8_product`` as separate calls, for a time breakdown."""
+    m, k = a.shape
+    n = b.shape[1]
+    a_pack, b_pack = _pack_both(a, b, level)
+    sums = int8_class_sums(a_pack, b_pack, level, m, n, k)
+    stages: dict[str, Any] = {
+        "pack A": lambda: pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False),
+        "transpose B": lambda: _unit_inner(b.T),
+        "pack B (transpose included)": lambda: pack_int8(_unit_inner(b.T), level.b_slices, True),
+        "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level, m, n, k),
+        "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b),
+    }
+    for g in level.groups:
+        a_slot, b_slot, count = class_spans(level, g)
+        stages[f"  class {g}: K = {count} k"] = (
+            lambda a_slot=a_slot, b_slot=b_slot, count=count, g=g: gemm_tn(
+                a_pack, a_slot, b_pack, b_slot, count * a_pack.k_pad, sums[g]
+            )
+        )
+    return stages
 
 
 def fp16_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -291,14 +326,14 @@ def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
         k,
         _ONE_F32.ctypes.data,
         b.data.ptr,
-        cuda_runtime.CUDA_R_32F,
+        CUDA_R_32F,
         n,
         a.data.ptr,
-        cuda_runtime.CUDA_R_32F,
+        CUDA_R_32F,
         k,
         _ZERO_F32.ctypes.data,
         c.data.ptr,
-        cuda_runtime.CUDA_R_32F,
+        CUDA_R_32F,
         n,
         cublas.CUBLAS_COMPUTE_32F_FAST_TF32,
         cublas.CUBLAS_GEMM_DEFAULT,

@@ -128,7 +128,7 @@ __device__ void combine_impl(
             // A NaN or Inf reaches this entry: its value is the same in any summation order.
             for (int q = 0; q < k; ++q)
                 acc += (double)a[r * a_rs + q * a_cs] * (double)b[q * b_rs + col * b_cs];
-            c[idx] = (float)acc;
+            c[idx] = isnan(acc) ? __int_as_float(0x7fc00000) : (float)acc;  // canonical NaN
             continue;
         }
         for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)

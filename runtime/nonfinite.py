@@ -3,7 +3,8 @@
 The packers treat non-finite entries as 0; afterwards every output row (column) whose A row
 (B column) holds a NaN or Inf is recomputed as a float64 product of the original values. Such an
 output entry always contains an Inf or NaN term, so its value (NaN, +Inf or -Inf) is the one
-float32 arithmetic gives in any summation order: the same on every backend.
+float32 arithmetic gives in any summation order: the same on every backend. NaNs are written as
+the one canonical quiet NaN (0x7FC00000), since NaN payloads and signs differ between CPUs and GPUs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ def nonfinite_lines(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
 def patch_nonfinite(xp: Any, c: Any, a: Any, b: Any, rows: Any, cols: Any) -> Any:
     """Overwrite ``c`` where the inputs' non-finite rows and columns reach it."""
     if rows.size:
-        c[rows, :] = (a[rows, :].astype(xp.float64) @ b.astype(xp.float64)).astype(xp.float32)
+        c[rows, :] = _canonical(xp, a[rows, :].astype(xp.float64) @ b.astype(xp.float64))
     if cols.size:
-        c[:, cols] = (a.astype(xp.float64) @ b[:, cols].astype(xp.float64)).astype(xp.float32)
+        c[:, cols] = _canonical(xp, a.astype(xp.float64) @ b[:, cols].astype(xp.float64))
     return c
+
+
+def _canonical(xp: Any, product: Any) -> Any:
+    return xp.where(xp.isnan(product), xp.float32(xp.nan), product.astype(xp.float32))
