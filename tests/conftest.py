@@ -1,0 +1,99 @@
+"""Shared test set-up: hypothesis profiles, the ``gpu`` marker, input generators, the error metric.
+
+Hypothesis profiles: "ci" (default; modest example counts, no deadline) and "thorough"; pick one
+with ``HYPOTHESIS_PROFILE=thorough python -m pytest``.
+
+Helpers (``gemmul8``, ``normal``, ``uniform``, ``binade_rows``, ``relative_error``) are plain
+functions: test modules import them with ``from conftest import ...``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+from mixpert.runtime import device
+
+settings.register_profile(
+    "ci",
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+Generator = Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``@pytest.mark.gpu`` tests, saying why, where no CUDA GPU is usable."""
+    if device.gpu_available():
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {device.unavailable_reason()}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+# ---- input generators (design.md, "Error metric and test data") -----------------------------
+
+
+def gemmul8(phi: float) -> Generator:
+    """GEMMul8's test matrices a = (U - 0.5) * exp(phi * N(0, 1)); phi widens the spread."""
+
+    def make(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+        u = rng.random(shape) - 0.5
+        return (u * np.exp(phi * rng.standard_normal(shape))).astype(np.float32)
+
+    return make
+
+
+def normal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def uniform(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Uniform [0, 1) (zeros are possible but have probability ~2^-24 per entry)."""
+    return rng.random(shape).astype(np.float32)
+
+
+def binade_rows(span: int = 64, centre: int = 0) -> Generator:
+    """Signed entries whose exponents spread over ``span`` binades around 2^centre, per row."""
+
+    def make(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+        exponents = rng.integers(centre - span // 2, centre + span // 2 + 1, size=shape)
+        mantissa = rng.uniform(0.5, 1.0, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+        return np.ldexp(mantissa, exponents).astype(np.float32)
+
+    return make
+
+
+GENERATORS: dict[str, Generator] = {
+    "phi=0": gemmul8(0.0),
+    "phi=0.5": gemmul8(0.5),
+    "phi=1": gemmul8(1.0),
+    "phi=1.5": gemmul8(1.5),
+    "normal": normal,
+    "uniform": uniform,
+    "binades60": binade_rows(60),
+}
+
+
+def relative_error(c: np.ndarray, c64: np.ndarray) -> float:
+    """||C - C64||_F / ||C64||_F (MixPert Eq. 10), in float64."""
+    return float(np.linalg.norm(c.astype(np.float64) - c64) / np.linalg.norm(c64))
+
+
+def oracle(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The float64 product of the float32 inputs."""
+    return a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
