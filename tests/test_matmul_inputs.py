@@ -1,0 +1,132 @@
+"""Bad inputs raise errors naming the operand, the value and the rule; other dtypes are cast."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import normal
+
+import mixpert
+from mixpert.runtime import LADDER, device
+
+ALL_LEVELS = [lv.name for lv in LADDER]
+
+
+@pytest.fixture
+def ab() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(11)
+    return normal(rng, (3, 4)), normal(rng, (4, 2))
+
+
+def test_mismatched_shapes_name_both(ab) -> None:
+    a, _ = ab
+    b = np.ones((5, 2), np.float32)
+    with pytest.raises(ValueError, match=r"\(3, 4\).*\(5, 2\)") as info:
+        mixpert.matmul(a, b)
+    assert "a.shape[1] = 4" in str(info.value) and "b.shape[0] = 5" in str(info.value)
+    with pytest.raises(ValueError, match=r"a is \(2, 4\), b is \(3, 4\)"):
+        mixpert.matmul(np.ones((2, 4), np.float32), a)  # not a @ a
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.int8, np.int32, np.int64, np.uint8, np.complex64, np.complex128, np.bool_]
+)
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_non_float_dtypes_are_type_errors(ab, dtype, which: str) -> None:
+    a, b = ab
+    bad_name = np.dtype(dtype).name
+    if which == "a":
+        a = a.astype(dtype)
+    else:
+        b = b.astype(dtype)
+    with pytest.raises(TypeError, match=rf"operand {which} has dtype {bad_name}"):
+        mixpert.matmul(a, b)
+
+
+@pytest.mark.parametrize("which", ["a", "b"])
+@pytest.mark.parametrize("shape", [(2, 3, 4), (4,), (), (1, 1, 1, 1)])
+def test_wrong_ndim_is_a_value_error(ab, which: str, shape: tuple[int, ...]) -> None:
+    a, b = ab
+    bad = np.ones(shape, np.float32)
+    args = (bad, b) if which == "a" else (a, bad)
+    pattern = rf"operand {which} has ndim={len(shape)} \(shape {re.escape(str(shape))}\).*2-D"
+    with pytest.raises(ValueError, match=pattern):
+        mixpert.matmul(*args)
+
+
+@pytest.mark.parametrize("bad", [[[1.0, 2.0]], 3.0, "ab", None])
+def test_non_arrays_are_type_errors(ab, bad) -> None:
+    a, b = ab
+    with pytest.raises(TypeError, match=rf"operand a is a {type(bad).__name__}"):
+        mixpert.matmul(bad, b)
+    with pytest.raises(TypeError, match=rf"operand b is a {type(bad).__name__}"):
+        mixpert.matmul(a, bad)
+
+
+@pytest.mark.parametrize("level", ["VI", "iv", "", "float32", 4, None])
+def test_unknown_level_lists_the_known_ones(ab, level) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"level={level!r}")) as info:
+        mixpert.matmul(*ab, level=level)
+    message = str(info.value)
+    assert all(re.search(rf"\b{name}\b", message) for name in ALL_LEVELS), message
+
+
+def test_unknown_level_is_reported_before_operand_errors() -> None:
+    with pytest.raises(ValueError, match="known levels"):
+        mixpert.matmul(np.ones(3, np.int32), np.ones(3), level="nope")
+
+
+def test_unknown_backend(ab) -> None:
+    with pytest.raises(ValueError, match=r"backend='gpu'.*'auto', 'cpu', 'cuda'"):
+        mixpert.matmul(*ab, backend="gpu")
+
+
+@pytest.mark.skipif(device.gpu_available(), reason="a GPU is usable here")
+def test_cuda_backend_without_gpu_says_why(ab) -> None:
+    with pytest.raises(RuntimeError, match=re.escape(device.unavailable_reason())):
+        mixpert.matmul(*ab, backend="cuda")
+
+
+@pytest.mark.parametrize("name", ALL_LEVELS)
+def test_float64_and_float16_inputs_are_rounded_to_float32_first(name: str) -> None:
+    rng = np.random.default_rng(12)
+    a64 = rng.standard_normal((9, 13)) * np.exp(rng.standard_normal((9, 13)))
+    b64 = rng.standard_normal((13, 6))
+    a16, b16 = a64.astype(np.float16), b64.astype(np.float16)
+    want = mixpert.matmul(a64.astype(np.float32), b64.astype(np.float32), level=name)
+    got = mixpert.matmul(a64, b64, level=name)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    want16 = mixpert.matmul(a16.astype(np.float32), b16.astype(np.float32), level=name)
+    got16 = mixpert.matmul(a16, b16, level=name)
+    assert got16.dtype == np.float32 and np.array_equal(got16, want16)
+    mixed = mixpert.matmul(a16, b64, level=name)
+    assert np.array_equal(
+        mixed, mixpert.matmul(a16.astype(np.float32), b64.astype(np.float32), level=name)
+    )
+
+
+def test_default_level_is_IV(ab) -> None:
+    assert mixpert.DEFAULT_LEVEL == "IV"
+    assert np.array_equal(mixpert.matmul(*ab), mixpert.matmul(*ab, level="IV"))
+
+
+def test_auto_level_is_native_float32_on_the_cpu(ab) -> None:
+    got = mixpert.matmul(*ab, level="auto", backend="cpu")
+    assert np.array_equal(got, mixpert.matmul(*ab, level="fp32"))
+
+
+def test_level_objects_are_accepted(ab) -> None:
+    level = mixpert.get_level("V")
+    assert np.array_equal(mixpert.matmul(*ab, level=level), mixpert.matmul(*ab, level="V"))
+
+
+def test_inputs_are_not_modified() -> None:
+    rng = np.random.default_rng(13)
+    a, b = normal(rng, (5, 7)), normal(rng, (7, 3))
+    a[1, 2], b[0, 1] = np.nan, np.inf
+    a_copy, b_copy = a.copy(), b.copy()
+    for name in ALL_LEVELS:
+        mixpert.matmul(a, b, level=name)
+    assert np.array_equal(a, a_copy, equal_nan=True) and np.array_equal(b, b_copy)
