@@ -5,14 +5,14 @@ For an INT8 level, S_g is the exact integer sum over k of the digit products of 
 
     acc = 0.0                                                  (float64)
     for g in groups, largest g first (smallest weight first):
-        acc = acc + S_g * 2^-(12 + 8 g)                        (S_g * 2^-w is exact; one rounding)
+        acc = acc + S_g * 2^-(14 + 8 g)                        (S_g * 2^-w is exact; one rounding)
     C[r, c] = float32_rne(acc * 2^(ea[r] + eb[c]))             (exact scaling, one rounding)
 
 Because the S_g are exact and the steps are fixed IEEE float64 operations (an FMA computes the
 same value since the product is exact), every backend gets the same bits.
 
 INT32 safety: a tensor-core backend sums slice products into INT32. With digit bounds
-|d_0| <= 64 and |d_i| <= 128, one k-step of weight class g adds at most ``group_bound(g)``; a
+|d_0| <= 127 and |d_i| <= 128, one k-step of weight class g adds at most ``group_bound(g)``; a
 block of ``int32_k_block`` k-steps therefore never overflows, whichever pairs share the buffer.
 """
 
