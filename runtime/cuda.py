@@ -28,6 +28,7 @@ from .levels import Level
 from .packer import pair_exponent
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
+GEMM_ROW_BLOCK = 4096
 PACK_THREADS = 256
 COMBINE_THREADS = 256
 
@@ -110,6 +111,37 @@ def pack_int8(lines: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOpe
     return packed
 
 
+def pack_int8_columns(x: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOperand:
+    """``packer.slice_columns`` on the GPU, reading a row-major (k, n) ``x`` in place."""
+    k, n = x.shape
+    packed = PackedOperand(x.T, slices, _padded(k), cp.int8)
+    if n:
+        _pack_module().get_function("pack_int8_columns")(
+            (-(-n // 32),),
+            (32, 8),
+            (
+                x,
+                np.int64(x.strides[0] // x.itemsize),
+                np.int32(k),
+                np.int32(n),
+                np.int32(packed.k_pad),
+                np.int32(slices),
+                np.int32(reversed_slots),
+                packed.data,
+                packed.exponents,
+                packed.nonfinite,
+            ),
+        )
+    return packed
+
+
+def _pack_b(b: cp.ndarray, slices: int) -> PackedOperand:
+    """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
+    if b.strides[1] == b.itemsize and b.strides[0] % b.itemsize == 0 and b.strides[0] > 0:
+        return pack_int8_columns(b, slices, reversed_slots=True)
+    return pack_int8(_unit_inner(b.T), slices, reversed_slots=True)
+
+
 def pack_fp16(lines: cp.ndarray, reversed_slots: bool) -> PackedOperand:
     packed = PackedOperand(lines, 2, _padded(lines.shape[1]), cp.float16)
     _launch_pack("pack_fp16", lines, packed, np.int32(reversed_slots))
@@ -130,6 +162,8 @@ def gemm_tn(
 
     cuBLAS is column-major: the row-major (m, n) output is its (n, m) matrix
     B_span (n x depth, transposed) times A_span^T, both operands k-contiguous ("TN").
+    Tall outputs run as blocks of GEMM_ROW_BLOCK rows: at m = 16384 cuBLAS's own choice ran
+    INT8 at 780 TOPS on an H100, four 4096-row GEMMs at 1640 (benchmarks/scratch/int8_power.py).
     """
     m, n = out.shape
     integer = a.data.dtype == cp.int8
@@ -139,27 +173,32 @@ def gemm_tn(
     one, zero = (_ONE_I32, _ZERO_I32) if integer else (_ONE_F32, _ZERO_F32)
     beta = one if accumulate else zero
     offset = k_offset * a.data.itemsize
-    cublas.gemmEx(
-        cp.cuda.device.get_cublas_handle(),
-        cublas.CUBLAS_OP_T,
-        cublas.CUBLAS_OP_N,
-        n,
-        m,
-        depth,
-        one.ctypes.data,
-        b.span(b_slot) + offset,
-        in_type,
-        b.ld,
-        a.span(a_slot) + offset,
-        in_type,
-        a.ld,
-        beta.ctypes.data,
-        out.data.ptr,
-        out_type,
-        n,
-        compute,
-        cublas.CUBLAS_GEMM_DEFAULT,
-    )
+    handle = cp.cuda.device.get_cublas_handle()
+    for first in range(0, m, GEMM_ROW_BLOCK):
+        rows = min(GEMM_ROW_BLOCK, m - first)
+        a_ptr = a.span(a_slot) + offset + first * a.ld * a.data.itemsize
+        out_ptr = out.data.ptr + first * n * out.itemsize
+        cublas.gemmEx(
+            handle,
+            cublas.CUBLAS_OP_T,
+            cublas.CUBLAS_OP_N,
+            n,
+            rows,
+            depth,
+            one.ctypes.data,
+            b.span(b_slot) + offset,
+            in_type,
+            b.ld,
+            a_ptr,
+            in_type,
+            a.ld,
+            beta.ctypes.data,
+            out_ptr,
+            out_type,
+            n,
+            compute,
+            cublas.CUBLAS_GEMM_DEFAULT,
+        )
 
 
 def class_spans(level: Level, g: int) -> tuple[int, int, int]:
@@ -220,11 +259,10 @@ def _combine(
     m, k = a.shape
     n = b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
-    total = m * n
-    blocks = min(-(-total // COMBINE_THREADS), 65535 * 8)
+    grid = (min(-(-n // COMBINE_THREADS), 1024), min(m, 65535))
     item = a.itemsize
     _combine_module().get_function(kernel)(
-        (blocks,),
+        grid,
         (COMBINE_THREADS,),
         (
             sums,
@@ -262,8 +300,7 @@ def _combine_int8(
 
 def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperand, PackedOperand]:
     a_pack = pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False)
-    b_pack = pack_int8(_unit_inner(b.T), level.b_slices, reversed_slots=True)
-    return a_pack, b_pack
+    return a_pack, _pack_b(b, level.b_slices)
 
 
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
@@ -282,8 +319,7 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
     sums = int8_class_sums(a_pack, b_pack, level, m, n, k)
     stages: dict[str, Any] = {
         "pack A": lambda: pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False),
-        "transpose B": lambda: _unit_inner(b.T),
-        "pack B (transpose included)": lambda: pack_int8(_unit_inner(b.T), level.b_slices, True),
+        "pack B": lambda: _pack_b(b, level.b_slices),
         "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level, m, n, k),
         "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b),
     }

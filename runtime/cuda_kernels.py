@@ -46,6 +46,27 @@ __device__ float line_finite_max(const float* __restrict__ row, int k, int* any_
     return block_max[0];
 }
 
+// packer.scale_exponents: the smallest e with top < (127/128) 2^e.
+__device__ __forceinline__ int scale_exponent(float top)
+{
+    int e;
+    frexp((double)top, &e);
+    return (double)top * 128.0 >= ldexp(127.0, e) ? e + 1 : e;
+}
+
+// packer.slice_rows for one value: its digits, written slot_stride bytes apart.
+__device__ __forceinline__ void write_digits(float v, int shift, int slices, int reversed,
+                                             signed char* dst, long long slot_stride)
+{
+    long long rest = isfinite(v) ? (long long)rint(ldexp((double)v, shift)) : 0;
+    for (int i = slices - 1; i > 0; --i) {
+        long long low = ((rest + 128) & 255) - 128;
+        dst[(reversed ? slices - 1 - i : i) * slot_stride] = (signed char)low;
+        rest = (rest - low) >> 8;
+    }
+    dst[(reversed ? slices - 1 : 0) * slot_stride] = (signed char)rest;
+}
+
 extern "C" __global__ void pack_int8(
     const float* __restrict__ x, long long line_stride, int k, int k_pad, int slices,
     int reversed, signed char* __restrict__ out, int* __restrict__ exps,
@@ -56,26 +77,64 @@ extern "C" __global__ void pack_int8(
     int bad;
     const float top = line_finite_max(row, k, &bad);
 
-    // Smallest e with top < (127/128) 2^e (packer.scale_exponents).
-    int e;
-    frexp((double)top, &e);
-    if ((double)top * 128.0 >= ldexp(127.0, e)) e += 1;
+    const int e = scale_exponent(top);
     if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
 
     const int shift = 7 + 8 * (slices - 1) - e;
     signed char* dst = out + line * (long long)slices * k_pad;
-    for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
-        long long rest = 0;
-        if (c < k) {
-            float v = row[c];
-            if (isfinite(v)) rest = (long long)rint(ldexp((double)v, shift));
+    for (int c = threadIdx.x; c < k_pad; c += blockDim.x)
+        write_digits(c < k ? row[c] : 0.0f, shift, slices, reversed, dst + c, k_pad);
+}
+
+// pack_int8 for the columns of a row-major (k, n) matrix without a transposed copy: a block
+// takes 32 columns; reads are coalesced along rows, and a shared tile turns them so the digit
+// writes run along k.
+extern "C" __global__ void pack_int8_columns(
+    const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int slices,
+    int reversed, signed char* __restrict__ out, int* __restrict__ exps,
+    int* __restrict__ nonfinite)
+{
+    __shared__ float tile[32][33];
+    __shared__ float col_max[8][32];
+    __shared__ int col_bad[8][32];
+    __shared__ int shift_of[32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int col0 = blockIdx.x * 32;
+    const int col = col0 + tx;
+
+    float top = 0.0f;
+    int bad = 0;
+    if (col < n) {
+        for (int q = ty; q < k; q += 8) {
+            float v = fabsf(x[q * row_stride + col]);
+            if (isfinite(v)) top = fmaxf(top, v); else bad = 1;
         }
-        for (int i = slices - 1; i > 0; --i) {
-            long long low = ((rest + 128) & 255) - 128;
-            dst[(long long)(reversed ? slices - 1 - i : i) * k_pad + c] = (signed char)low;
-            rest = (rest - low) >> 8;
+    }
+    col_max[ty][tx] = top;
+    col_bad[ty][tx] = bad;
+    __syncthreads();
+    if (ty == 0) {
+        for (int j = 1; j < 8; ++j) { top = fmaxf(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
+        const int e = scale_exponent(top);
+        shift_of[tx] = 7 + 8 * (slices - 1) - e;
+        if (col < n) { exps[col] = e; nonfinite[col] = bad; }
+    }
+    __syncthreads();
+
+    for (int q0 = 0; q0 < k_pad; q0 += 32) {
+        for (int j = ty; j < 32; j += 8) {
+            const int q = q0 + j;
+            tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
         }
-        dst[(long long)(reversed ? slices - 1 : 0) * k_pad + c] = (signed char)rest;
+        __syncthreads();
+        for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k within the tile
+            const int c = col0 + j;
+            if (c < n && q0 + tx < k_pad) {
+                signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
+                write_digits(tile[tx][j], shift_of[j], slices, reversed, dst, k_pad);
+            }
+        }
+        __syncthreads();
     }
 }
 
@@ -119,21 +178,22 @@ __device__ void combine_impl(
     const float* __restrict__ b, long long b_rs, long long b_cs,
     int m, int n, int k, float* __restrict__ c)
 {
-    const long long total = (long long)m * n;
-    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
-         idx += (long long)gridDim.x * blockDim.x) {
-        const int r = (int)(idx / n), col = (int)(idx % n);
-        double acc = 0.0;
-        if (row_bad[r] | col_bad[col]) {
-            // A NaN or Inf reaches this entry: its value is the same in any summation order.
-            for (int q = 0; q < k; ++q)
-                acc += (double)a[r * a_rs + q * a_cs] * (double)b[q * b_rs + col * b_cs];
-            c[idx] = isnan(acc) ? __int_as_float(0x7fc00000) : (float)acc;  // canonical NaN
-            continue;
+    for (int r = blockIdx.y; r < m; r += gridDim.y) {
+        for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < n;
+             col += gridDim.x * blockDim.x) {
+            const long long idx = (long long)r * n + col;
+            double acc = 0.0;
+            if (row_bad[r] | col_bad[col]) {
+                // A NaN or Inf reaches this entry: its value is the same in any order.
+                for (int q = 0; q < k; ++q)
+                    acc += (double)a[r * a_rs + q * a_cs] * (double)b[q * b_rs + col * b_cs];
+                c[idx] = isnan(acc) ? __int_as_float(0x7fc00000) : (float)acc;  // canonical
+                continue;
+            }
+            for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
+                acc = acc + ldexp((double)sums[g * group_stride + idx], -(w0 + step * g));
+            c[idx] = (float)ldexp(acc, row_exp[r] + col_exp[col] + exp_offset);
         }
-        for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
-            acc = acc + ldexp((double)sums[g * group_stride + idx], -(w0 + step * g));
-        c[idx] = (float)ldexp(acc, row_exp[r] + col_exp[col] + exp_offset);
     }
 }
 
