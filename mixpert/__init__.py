@@ -1,7 +1,9 @@
 """mixpert: float32 matrix products on INT8/FP16 tensor cores at float32 accuracy (MixPert)."""
 
 from .api import matmul
+from .inspection import inspect
+from .jit import jit
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, Level, get_level
 
-__all__ = ["DEFAULT_LEVEL", "LADDER", "LEVELS", "Level", "get_level", "matmul"]
+__all__ = ["DEFAULT_LEVEL", "LADDER", "LEVELS", "Level", "get_level", "inspect", "jit", "matmul"]
 __version__ = "0.1.0"

@@ -1,0 +1,136 @@
+"""``mixpert.inspect(f, *args)``: the ops a jitted function has, their graph, levels, IR and cost.
+
+Without arguments it runs the untyped pipeline only (ops, graph, the Numba IR of every site before
+and after the rewrite). With arguments it compiles a fresh copy for their types (so the LLVM call
+sites of ``mixpert_gemm`` and BLAS calls the pass missed are known) and, unless ``run=False``,
+calls the function once under ``record_calls`` to learn each op's shapes and predicted cost.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+from numba import typeof
+from numba.core.dispatcher import Dispatcher
+
+from .passes import bridge, pipeline
+from .passes.dispatcher import make_dispatcher
+from .passes.record import KEY, CompileRecord, RewriteNote
+from .passes.sites import op_index
+from .runtime.levels import get_level
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op as inspection shows it. ``shapes`` are the (m, k, n) it ran with, if it ran."""
+
+    op_id: str
+    file: str
+    line: int
+    source: str
+    kind: str
+    level: str
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    predicted_cost: float | None = None  # sum of 2mkn x level.relative_cost (INT8-GEMM op units)
+
+
+@dataclass
+class Inspection:
+    function: str
+    ops: list[OpRow]
+    graph: nx.DiGraph
+    rewrites: list[RewriteNote]
+    signature: str | None = None
+    llvm_calls: list[str] = field(default_factory=list)  # LLVM lines calling mixpert_gemm
+    unseen_gemm: list[str] = field(default_factory=list)
+    ir_after: dict[str, str] = field(default_factory=dict)  # pass name -> Numba IR dump
+    pass_seconds: dict[str, float] = field(default_factory=dict)
+    callees: dict[str, str] = field(default_factory=dict)
+
+    def op(self, op_id: str) -> OpRow:
+        return next(row for row in self.ops if row.op_id == op_id)
+
+    def to_dot(self) -> str:
+        """The graph in Graphviz DOT, nodes labelled with line and source."""
+        lines = ["digraph gemm {", "  node [shape=box, fontname=monospace];"]
+        for row in self.ops:
+            label = f"{row.op_id}\\n{row.source}\\nlevel {row.level}".replace('"', '\\"')
+            lines.append(f'  "{row.op_id}" [label="{label}"];')
+        lines += [f'  "{u}" -> "{v}";' for u, v in sorted(self.graph.edges)]
+        return "\n".join([*lines, "}"]) + "\n"
+
+
+def _py_func(f: Any) -> Any:
+    if isinstance(f, Dispatcher):
+        return f.py_func
+    return getattr(f, "__mixpert_py_func__", f)
+
+
+def inspect(
+    f: Any, *args: Any, run: bool = True, print_ir_after: str | list[str] | None = None
+) -> Inspection:
+    """Inspect ``f`` (a ``mixpert.jit`` function, a Numba dispatcher or a plain function).
+
+    ``print_ir_after``: "all" or pass names (Numba's or ``mixpert-*``) whose output IR to keep in
+    ``.ir_after``.
+    """
+    py_func = _py_func(f)
+    active = getattr(f, "_active", None) or bridge.resolve_plan(None)
+    wanted = [print_ir_after] if isinstance(print_ir_after, str) else list(print_ir_after or [])
+    ir_after: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+
+    def observer(name: str, state: Any, elapsed: float) -> None:
+        if state.func_id.func is not py_func:
+            return
+        seconds[name] = seconds.get(name, 0.0) + elapsed
+        if state.func_ir is not None and ("all" in wanted or name in wanted):
+            buffer = io.StringIO()
+            state.func_ir.dump(file=buffer)
+            ir_after[name] = buffer.getvalue()
+
+    signature, llvm_calls = None, []
+    with pipeline.observe(observer):
+        if args:
+            disp = make_dispatcher(py_func, "nopython", getattr(f, "options", None))
+            sig = tuple(typeof(a) for a in args)
+            disp.compile(sig)
+            cres = disp.overloads[sig]
+            record: CompileRecord = cres.metadata[KEY]
+            signature = str(cres.signature)
+            llvm = disp.inspect_llvm(sig)
+            llvm_calls = [ln.strip() for ln in llvm.splitlines() if "@mixpert_gemm(" in ln]
+        else:
+            record = pipeline.analyse_function(py_func, rewrite=True)
+    summary = record.summary
+    assert summary is not None
+    shapes: dict[str, list[tuple[int, int, int]]] = {}
+    if args and run:
+        runner = f if callable(getattr(f, "with_plan", None)) else None
+        with bridge.record_calls() as calls, bridge.using_plan(active):
+            (runner or disp)(*args)
+        for call in calls:
+            shapes.setdefault(call.op_id, []).append((call.m, call.k, call.n))
+    rows = []
+    for op in sorted(summary.ops.values(), key=lambda o: (o.file, o.line, o.ordinal)):
+        level = active.levels.get(op_index(op.op_id), active.default)
+        seen = tuple(shapes.get(op.op_id, ()))
+        cost = None
+        if seen:
+            cost = sum(2.0 * m * k * n for m, k, n in seen) * get_level(level).relative_cost
+        rows.append(OpRow(op.op_id, op.file, op.line, op.source, op.kind, level.name, seen, cost))
+    return Inspection(
+        function=f"{py_func.__module__}.{py_func.__qualname__}",
+        ops=rows,
+        graph=summary.graph.copy(),
+        rewrites=list(record.rewrites),
+        signature=signature,
+        llvm_calls=llvm_calls,
+        unseen_gemm=list(record.unseen_gemm),
+        ir_after=ir_after,
+        pass_seconds=seconds,
+        callees=dict(record.callees),
+    )

@@ -1,0 +1,138 @@
+"""``@mixpert.jit``: Numba nopython compilation whose matrix products run on the mixpert runtime.
+
+The decorated function is a ``MixpertFunction``: calling it activates its plan (op id -> level
+name; unlisted ops run at the runtime's default level) for the duration of the call and runs the
+compiled code, whose rewritten matmul sites ask the runtime for each product. The plan is read at
+run time, so ``f.plan = {...}``, ``f.with_plan(...)`` or ``mixpert.passes.bridge.using_plan`` switch
+levels without recompiling. CuPy operands run the same passes in Numba's object-mode pipeline: the
+data stays on the GPU and the products go to the runtime's CUDA backend.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import networkx as nx
+from numba.core import types
+
+from .passes import bridge, callees
+from .passes.dispatcher import MixpertDispatcher, make_dispatcher
+from .passes.sites import OpInfo
+from .runtime.device import is_cupy_array
+
+
+class MixpertFunction:
+    """A jitted function; see the module docstring. ``.ops`` and ``.graph`` describe its GEMMs."""
+
+    def __init__(
+        self,
+        py_func: Callable[..., Any],
+        *,
+        tol: float | None = None,
+        plan: Any = None,
+        cache: bool = False,
+        options: dict[str, Any] | None = None,
+        _dispatchers: dict[str, MixpertDispatcher] | None = None,
+    ):
+        functools.update_wrapper(self, py_func)
+        self.py_func = py_func
+        self.__mixpert_py_func__ = py_func  # how the passes recognise a mixpert callee
+        self.tol = tol
+        self.cache = cache
+        self.options = dict(options or {})
+        self._dispatchers = {} if _dispatchers is None else _dispatchers
+        self.plan = plan
+
+    # --- plan --------------------------------------------------------------------------------
+    @property
+    def plan(self) -> Any:
+        """The plan as given (a mapping op id -> level name, an object with ``.levels``, None)."""
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: Any) -> None:
+        self._active = bridge.resolve_plan(plan)  # validates level names now, not mid-run
+        self._plan = plan
+
+    def with_plan(self, plan: Any) -> MixpertFunction:
+        """The same compiled function under another plan (shares the dispatchers: no recompile)."""
+        return MixpertFunction(
+            self.py_func,
+            tol=self.tol,
+            plan=plan,
+            cache=self.cache,
+            options=self.options,
+            _dispatchers=self._dispatchers,
+        )
+
+    # --- compilation -------------------------------------------------------------------------
+    def dispatcher_for(self, mode: callees.Mode) -> MixpertDispatcher:
+        disp = self._dispatchers.get(mode)
+        if disp is None:
+            cache = self.cache and mode == "nopython"
+            disp = make_dispatcher(self.py_func, mode, self.options, cache=cache)
+            self._dispatchers[mode] = disp
+        return disp
+
+    @property
+    def dispatcher(self) -> MixpertDispatcher:
+        """The nopython Numba dispatcher (``.signatures``, ``.inspect_llvm()``, ...)."""
+        return self.dispatcher_for("nopython")
+
+    @property
+    def _numba_type_(self) -> types.Type:  # lets other jitted code call this function
+        return types.Dispatcher(self.dispatcher)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
+        disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
+        previous = bridge.swap_plan(self._active)
+        try:
+            return disp(*args, **kwargs)
+        except bridge.MixpertRuntimeError:
+            pending = bridge.take_pending_error()
+            if pending is None:
+                raise
+            raise pending from None
+        finally:
+            bridge.swap_plan(previous)
+
+    # --- what the passes found -------------------------------------------------------------
+    @property
+    def ops(self) -> dict[str, OpInfo]:
+        """Op id -> OpInfo for every matmul site of the function and its jitted callees."""
+        summary = callees.summary_of(self)
+        return dict(summary.ops) if summary is not None else {}
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The GEMM dependency graph over op ids (nodes carry file, line, source)."""
+        summary = callees.summary_of(self)
+        return summary.graph.copy() if summary is not None else nx.DiGraph()
+
+    def __repr__(self) -> str:
+        return f"<mixpert.jit {self.py_func.__module__}.{self.py_func.__qualname__}>"
+
+
+def jit(
+    func: Callable[..., Any] | None = None,
+    *,
+    tol: float | None = None,
+    plan: Any = None,
+    cache: bool = False,
+    **options: Any,
+) -> Any:
+    """Compile ``func`` with Numba (nopython) so its matmuls run on the mixpert runtime.
+
+    ``plan``: op id -> level name (or an object with ``.levels``); ops it leaves out run at
+    ``mixpert.runtime.DEFAULT_LEVEL``. ``tol`` is stored for the tuner. ``cache=True`` caches the
+    compiled code on disk, apart from plain Numba's entries. Other keywords go to Numba
+    (``fastmath``, ``boundscheck``, ...). Use as ``@mixpert.jit`` or ``@mixpert.jit(...)``.
+    """
+
+    def wrap(f: Callable[..., Any]) -> MixpertFunction:
+        return MixpertFunction(f, tol=tol, plan=plan, cache=cache, options=options)
+
+    return wrap if func is None else wrap(func)

@@ -1,0 +1,304 @@
+"""GEMM dependency analysis: which op outputs can reach which op inputs, through any code.
+
+A flow-insensitive taint analysis over one function's SSA Numba IR. A token is an op id (a site's
+output) or a ``Param`` (the function's i-th argument). Each variable carries the tokens that can
+flow into it: an op's result carries only its own id (the graph records direct dependencies), other
+expressions carry the union of their operands' tokens, and a write into an array (``x[i] = v``,
+``x += v``, a callee writing an argument, ``out=``) adds ``v``'s tokens to every variable that may
+share storage with ``x`` (may-alias classes: views, slices, tuples, phis). Iterating to a fixpoint
+handles loops, so a loop-carried product gets a self edge. The result is a ``FunctionSummary``,
+which callers use to carry dependencies through calls (arguments into callee ops, callee ops into
+the result, callee writes into arguments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import networkx as nx
+from numba.core import ir
+from numba.core.ir_utils import find_callname, guard
+
+from .sites import OpInfo, Site
+
+
+@dataclass(frozen=True)
+class Param:
+    index: int
+
+
+Token = str | Param
+
+# NumPy functions whose result may be a view of their first argument.
+VIEW_FUNCS = frozenset(
+    [
+        "reshape",
+        "transpose",
+        "ravel",
+        "asarray",
+        "ascontiguousarray",
+        "asfortranarray",
+        "squeeze",
+        "expand_dims",
+        "swapaxes",
+        "moveaxis",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "diagonal",
+        "broadcast_to",
+    ]
+)
+VIEW_METHODS = frozenset(
+    ["reshape", "transpose", "ravel", "view", "squeeze", "swapaxes", "T", "real", "imag", "flat"]
+)
+# NumPy functions and array methods that write into their first argument.
+MUTATING_FUNCS = frozenset(["copyto", "fill_diagonal", "put", "place", "putmask"])
+MUTATING_METHODS = frozenset(["fill", "sort", "put", "itemset", "resize"])
+
+
+@dataclass
+class FunctionSummary:
+    """Ops of a function and its callees, their graph, and how the function's ports connect."""
+
+    ops: dict[str, OpInfo] = field(default_factory=dict)
+    graph: nx.DiGraph = field(default_factory=nx.DiGraph)
+    param_feeds: dict[int, set[str]] = field(default_factory=dict)  # arg i reaches these ops
+    returns: set[Token] = field(default_factory=set)  # tokens that reach the return value
+    writes: dict[int, set[Token]] = field(default_factory=dict)  # tokens written into arg i
+
+    def add_op(self, op: OpInfo) -> None:
+        self.ops[op.op_id] = op
+        self.graph.add_node(op.op_id, file=op.file, line=op.line, source=op.source)
+
+
+SummaryOf = Callable[[object], "FunctionSummary | None"]
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        self.parent[x] = root
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+def _resolve_call(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[str, object] | None:
+    return guard(find_callname, func_ir, expr)
+
+
+def _callee_object(func_ir: ir.FunctionIR, expr: ir.Expr) -> object | None:
+    """The Python object called, when it is a global or closure constant."""
+    try:
+        return func_ir.infer_constant(expr.func)
+    except Exception:  # not a constant: a local closure, a method, ...
+        return None
+
+
+class _Analysis:
+    def __init__(self, func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf):
+        self.func_ir = func_ir
+        self.sites = {id(site.stmt): site for site in sites}
+        self.summary_of = summary_of
+        self.alias = _UnionFind()
+        self.taint: dict[str, set[Token]] = {}
+        self.written: dict[str, set[Token]] = {}  # alias root -> tokens written into it
+        self.preds: dict[str, set[Token]] = {}  # op id -> tokens reaching its operands
+        self.out = FunctionSummary()
+        self.changed = False
+
+    # --- helpers -------------------------------------------------------------------------
+    def tokens(self, var: ir.Var) -> set[Token]:
+        own = self.taint.get(var.name, set())
+        return own | self.written.get(self.alias.find(var.name), set())
+
+    def tokens_of(self, vars_: Iterable[ir.Var]) -> set[Token]:
+        result: set[Token] = set()
+        for var in vars_:
+            result |= self.tokens(var)
+        return result
+
+    def _add(self, table: dict, key: object, new: set[Token]) -> None:
+        current = table.setdefault(key, set())
+        if not new <= current:
+            current |= new
+            self.changed = True
+
+    def flow(self, target: ir.Var, new: set[Token]) -> None:
+        self._add(self.taint, target.name, new)
+
+    def write(self, var: ir.Var, new: set[Token]) -> None:
+        self._add(self.written, self.alias.find(var.name), new)
+
+    def feed(self, op_id: str, new: set[Token]) -> None:
+        self._add(self.preds, op_id, new)
+
+    def statements(self) -> Iterable[ir.Stmt]:
+        for label in sorted(self.func_ir.blocks):
+            yield from self.func_ir.blocks[label].body
+
+    # --- may-alias classes (structural, computed once) ---------------------------------------
+    def build_aliases(self) -> None:
+        for stmt in self.statements():
+            if not isinstance(stmt, ir.Assign):
+                continue
+            target, value = stmt.target.name, stmt.value
+            if isinstance(value, ir.Var):
+                self.alias.union(target, value.name)
+            elif isinstance(value, ir.Expr) and id(stmt) not in self.sites:
+                for var in self._aliased_operands(value):
+                    self.alias.union(target, var.name)
+
+    def _aliased_operands(self, expr: ir.Expr) -> list[ir.Var]:
+        op = expr.op
+        if op in ("getitem", "static_getitem", "getattr", "cast", "exhaust_iter", "getiter"):
+            return [expr.value]
+        if op in ("iternext", "pair_first", "pair_second"):
+            return [expr.value]
+        if op in ("build_tuple", "build_list", "build_set"):
+            return list(expr.items)
+        if op == "phi":
+            return [v for v in expr.incoming_values if isinstance(v, ir.Var)]
+        if op == "inplace_binop":
+            return [expr.lhs]
+        if op == "call":
+            name = _resolve_call(self.func_ir, expr)
+            if name is not None and name[1] == "numpy":
+                return list(expr.args[:1]) if name[0] in VIEW_FUNCS else []
+            if name is not None and isinstance(name[1], ir.Var):
+                return [name[1]] if name[0] in VIEW_METHODS else []
+            if self._summary(expr) is not None:
+                return []  # analysed callee: its summary says what flows where
+            return list(expr.args)  # unknown callee: may return a view of any argument
+        return []
+
+    # --- taint fixpoint -------------------------------------------------------------------
+    def run(self) -> FunctionSummary:
+        self.build_aliases()
+        for site in self.sites.values():
+            self.out.add_op(site.op)
+        self.changed = True
+        while self.changed:
+            self.changed = False
+            for stmt in self.statements():
+                self.visit(stmt)
+        return self.finish()
+
+    def visit(self, stmt: ir.Stmt) -> None:
+        if isinstance(stmt, ir.Assign):
+            self.assign(stmt)
+        elif isinstance(stmt, (ir.SetItem, ir.StaticSetItem)):
+            index = [stmt.index] if isinstance(stmt, ir.SetItem) else []
+            self.write(stmt.target, self.tokens_of([stmt.value, *index]))
+        elif isinstance(stmt, ir.SetAttr):
+            self.write(stmt.target, self.tokens(stmt.value))
+        elif isinstance(stmt, ir.Return):
+            new = self.tokens(stmt.value)
+            if not new <= self.out.returns:
+                self.out.returns |= new
+                self.changed = True
+
+    def assign(self, stmt: ir.Assign) -> None:
+        target, value = stmt.target, stmt.value
+        site = self.sites.get(id(stmt))
+        if site is not None:
+            self.feed(site.op.op_id, self.tokens_of([site.lhs, site.rhs]))
+            self.flow(target, {site.op.op_id})
+        elif isinstance(value, ir.Arg):
+            self.flow(target, {Param(value.index)})
+        elif isinstance(value, ir.Var):
+            self.flow(target, self.tokens(value))
+        elif isinstance(value, ir.Expr):
+            if value.op == "call":
+                self.call(target, value)
+            else:
+                if value.op == "inplace_binop":
+                    self.write(value.lhs, self.tokens(value.rhs))
+                self.flow(target, self.tokens_of(value.list_vars()))
+
+    def call(self, target: ir.Var, expr: ir.Expr) -> None:
+        args = list(expr.args)
+        kws = dict(expr.kws)
+        everything = self.tokens_of([*args, *kws.values()])
+        summary = self._summary(expr)
+        if summary is not None:
+            self.through_callee(target, summary, args)
+            return
+        name = _resolve_call(self.func_ir, expr)
+        receiver = name[1] if name is not None and isinstance(name[1], ir.Var) else None
+        if receiver is not None:
+            everything |= self.tokens(receiver)
+            if name[0] in MUTATING_METHODS:
+                self.write(receiver, self.tokens_of(args))
+        if "out" in kws:
+            self.write(kws["out"], everything)
+        if name is not None and name[1] == "numpy" and name[0] in MUTATING_FUNCS and args:
+            self.write(args[0], self.tokens_of(args[1:]))
+        self.flow(target, everything)
+
+    def through_callee(self, target: ir.Var, summary: FunctionSummary, args: list[ir.Var]) -> None:
+        def mapped(tokens: set[Token]) -> set[Token]:
+            result: set[Token] = set()
+            for token in tokens:
+                if isinstance(token, Param):
+                    if token.index < len(args):
+                        result |= self.tokens(args[token.index])
+                else:
+                    result.add(token)
+            return result
+
+        for op in summary.ops.values():
+            if op.op_id not in self.out.ops:
+                self.out.add_op(op)
+                self.changed = True
+        for u, v in summary.graph.edges:
+            if not self.out.graph.has_edge(u, v):
+                self.out.graph.add_edge(u, v)
+                self.changed = True
+        for index, ops in summary.param_feeds.items():
+            if index < len(args):
+                for op_id in ops:
+                    self.feed(op_id, self.tokens(args[index]))
+        for index, tokens in summary.writes.items():
+            if index < len(args):
+                self.write(args[index], mapped(tokens))
+        self.flow(target, mapped(summary.returns))
+
+    def _summary(self, expr: ir.Expr) -> FunctionSummary | None:
+        if expr.kws or expr.vararg or expr.varkwarg:
+            return None
+        callee = _callee_object(self.func_ir, expr)
+        return None if callee is None else self.summary_of(callee)
+
+    def finish(self) -> FunctionSummary:
+        out = self.out
+        for op_id, tokens in self.preds.items():
+            for token in tokens:
+                if isinstance(token, Param):
+                    out.param_feeds.setdefault(token.index, set()).add(op_id)
+                else:
+                    out.graph.add_edge(token, op_id)
+        arg_names = {}
+        for stmt in self.statements():
+            if isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Arg):
+                arg_names[stmt.value.index] = stmt.target
+        for index, var in arg_names.items():
+            written = self.written.get(self.alias.find(var.name), set()) - {Param(index)}
+            if written:
+                out.writes[index] = written
+        return out
+
+
+def analyse(func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf) -> FunctionSummary:
+    """The ``FunctionSummary`` of ``func_ir`` whose matmul sites are ``sites``."""
+    return _Analysis(func_ir, sites, summary_of).run()

@@ -1,0 +1,56 @@
+"""Pass ``rewrite-matmul``: each site becomes ``mixpert_<kind>(op_index, a, b)``.
+
+``$c = a @ b`` turns into::
+
+    $mixpert_stub = global(mixpert_matmul: <function ...>)
+    $mixpert_op = const(int, <op index>)
+    $c = call $mixpert_stub($mixpert_op, a, b)
+
+Both new variables are defined once, so the IR stays in SSA form. The stubs (``stubs``) keep
+Numba's semantics for operands mixpert does not emulate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from numba.core import ir
+from numba.core.compiler import StateDict
+
+from .record import RewriteNote, record_of
+from .stubs import STUBS
+
+
+@dataclass(frozen=True)
+class RewriteMatmul:
+    name: str = "rewrite-matmul"
+
+    def apply(self, state: StateDict) -> bool:
+        record = record_of(state)
+        func_ir = state.func_ir
+        by_stmt = {id(site.stmt): site for site in record.sites}
+        for block in func_ir.blocks.values():
+            body: list[ir.Stmt] = []
+            for stmt in block.body:
+                site = by_stmt.get(id(stmt))
+                if site is None:
+                    body.append(stmt)
+                    continue
+                loc, scope = stmt.loc, block.scope
+                stub = STUBS[site.op.kind]
+                stub_var = scope.redefine("$mixpert_stub", loc)
+                op_var = scope.redefine("$mixpert_op", loc)
+                stub_value = ir.Global(stub.__name__, stub, loc)
+                op_value = ir.Const(site.op.op_index, loc)
+                before, old = str(stmt), stmt.value
+                call = ir.Expr.call(stub_var, [op_var, site.lhs, site.rhs], (), loc)
+                body += [ir.Assign(stub_value, stub_var, loc), ir.Assign(op_value, op_var, loc)]
+                stmt.value = call
+                body.append(stmt)
+                func_ir._definitions[stub_var.name] = [stub_value]
+                func_ir._definitions[op_var.name] = [op_value]
+                defs = func_ir._definitions[stmt.target.name]
+                func_ir._definitions[stmt.target.name] = [call if d is old else d for d in defs]
+                record.rewrites.append(RewriteNote(site.op.op_id, before, str(stmt)))
+            block.body = body
+        return bool(record.sites)
