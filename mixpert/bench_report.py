@@ -29,6 +29,51 @@ def table(rows: Sequence[Any], dist: str = "phi0.5") -> Table:
     return out
 
 
+def markdown(rows: Sequence[Any], breakdown: dict[str, float] | None = None) -> str:
+    """The whole run as Markdown: per distribution, one line per shape, ratio and error per method."""
+    methods = list(dict.fromkeys(r.level for r in rows))
+    gpu = rows[0].gpu if rows else "?"
+    lines = [
+        f"# GEMM benchmark on {gpu}",
+        "",
+        "Cells: throughput relative to cuBLAS SGEMM in the same run / error against float64 "
+        "(||C - C64||_F / ||C64||_F). `auto` shows the level it routed to.",
+        "",
+    ]
+    for dist in dict.fromkeys(r.dist for r in rows):
+        lines += [
+            f"## {dist} inputs",
+            "",
+            "| m x k x n | SGEMM ms | " + " | ".join(methods) + " |",
+            "|---|---|" + "---|" * len(methods),
+        ]
+        for m, k, n in dict.fromkeys((r.m, r.k, r.n) for r in rows if r.dist == dist):
+            cells = {r.level: r for r in rows if (r.m, r.k, r.n, r.dist) == (m, k, n, dist)}
+            text = []
+            for name in methods:
+                cell = cells[name]
+                routed = f" ({cell.routed_to})" if name == "auto" else ""
+                text.append(f"{cell.ratio_to_sgemm:.2f}x / {cell.error:.1e}{routed}")
+            lines.append(
+                f"| {m}x{k}x{n} | {cells['sgemm'].time_ms:.3f} | " + " | ".join(text) + " |"
+            )
+        lines.append("")
+    if breakdown:
+        whole = breakdown["whole call"]
+        lines += [
+            f"## Level IV time breakdown, n = {breakdown.get('n', '?')}",
+            "",
+            "| stage | ms | share |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {name} | {ms:.3f} | {100 * ms / whole:.1f}% |"
+            for name, ms in breakdown.items()
+            if name != "n"
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def breakdown_table(stages: dict[str, float], n: int) -> Table:
     whole = stages["whole call"]
     out = Table(title=f"level IV time breakdown, {n}^3")
@@ -36,6 +81,8 @@ def breakdown_table(stages: dict[str, float], n: int) -> Table:
     out.add_column("ms")
     out.add_column("share of the call")
     for name, ms in stages.items():
+        if name == "n":
+            continue
         out.add_row(name, f"{ms:.3f}", f"{100 * ms / whole:.1f}%")
     return out
 

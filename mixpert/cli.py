@@ -68,6 +68,7 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
     console.print(bench_report.table(rows))
     console.print(bench_report.breakdown_table(stages, breakdown_n))
     bench_report.plot(rows, folder / "gemm.png")
+    (folder / "gemm.md").write_text(bench_report.markdown(rows, {"n": breakdown_n, **stages}))
     console.print(f"wrote {path} and {folder / 'gemm.png'}")
 
 

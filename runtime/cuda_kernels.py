@@ -12,6 +12,13 @@ from __future__ import annotations
 PACK_SOURCE = r"""
 #include <cuda_fp16.h>
 
+// 2^e as a double, built from its bits (exact for -1022 <= e <= 1023); x * pow2(e) equals
+// ldexp(x, e) whenever the result is a normal double, which the contract guarantees here.
+__device__ __forceinline__ double pow2(int e)
+{
+    return __longlong_as_double((long long)(e + 1023) << 52);
+}
+
 // Largest finite |row[c]| over the block (returned to every thread); *any_bad flags NaN/Inf.
 __device__ float line_finite_max(const float* __restrict__ row, int k, int* any_bad)
 {
@@ -54,17 +61,41 @@ __device__ __forceinline__ int scale_exponent(float top)
     return (double)top * 128.0 >= ldexp(127.0, e) ? e + 1 : e;
 }
 
-// packer.slice_rows for one value: its digits, written slot_stride bytes apart.
+// packer.slice_rows for one value: its digits, written slot_stride bytes apart. |X| < 127 * 2^24
+// for up to 4 slices, so 32-bit integers hold it; __double2int_rn rounds half to even like rint.
+__device__ __forceinline__ int rounded_scaled(float v, int shift)
+{
+    return isfinite(v) ? __double2int_rn((double)v * pow2(shift)) : 0;
+}
+
 __device__ __forceinline__ void write_digits(float v, int shift, int slices, int reversed,
                                              signed char* dst, long long slot_stride)
 {
-    long long rest = isfinite(v) ? (long long)rint(ldexp((double)v, shift)) : 0;
+    int rest = rounded_scaled(v, shift);
     for (int i = slices - 1; i > 0; --i) {
-        long long low = ((rest + 128) & 255) - 128;
+        const int low = ((rest + 128) & 255) - 128;
         dst[(reversed ? slices - 1 - i : i) * slot_stride] = (signed char)low;
         rest = (rest - low) >> 8;
     }
     dst[(reversed ? slices - 1 : 0) * slot_stride] = (signed char)rest;
+}
+
+// The same for four consecutive values, stored as one 4-byte word per slot (dst 4-aligned).
+__device__ __forceinline__ void write_digits4(const float v[4], int shift, int slices,
+                                              int reversed, signed char* dst, long long slot_stride)
+{
+    int rest[4];
+    for (int t = 0; t < 4; ++t) rest[t] = rounded_scaled(v[t], shift);
+    for (int i = slices - 1; i >= 0; --i) {
+        char4 word;
+        signed char* bytes = reinterpret_cast<signed char*>(&word);
+        for (int t = 0; t < 4; ++t) {
+            const int low = i > 0 ? ((rest[t] + 128) & 255) - 128 : rest[t];
+            bytes[t] = (signed char)low;
+            rest[t] = (rest[t] - low) >> 8;
+        }
+        *reinterpret_cast<char4*>(dst + (reversed ? slices - 1 - i : i) * slot_stride) = word;
+    }
 }
 
 extern "C" __global__ void pack_int8(
@@ -82,8 +113,11 @@ extern "C" __global__ void pack_int8(
 
     const int shift = 7 + 8 * (slices - 1) - e;
     signed char* dst = out + line * (long long)slices * k_pad;
-    for (int c = threadIdx.x; c < k_pad; c += blockDim.x)
-        write_digits(c < k ? row[c] : 0.0f, shift, slices, reversed, dst + c, k_pad);
+    for (int c = 4 * threadIdx.x; c < k_pad; c += 4 * blockDim.x) {  // k_pad % 16 == 0
+        float v[4];
+        for (int t = 0; t < 4; ++t) v[t] = c + t < k ? row[c + t] : 0.0f;
+        write_digits4(v, shift, slices, reversed, dst + c, k_pad);
+    }
 }
 
 // pack_int8 for the columns of a row-major (k, n) matrix without a transposed copy: a block
@@ -166,6 +200,13 @@ extern "C" __global__ void pack_fp16(
 COMBINE_SOURCE = r"""
 #include <cuda_fp16.h>
 
+// 2^e as a double, built from its bits (exact for -1022 <= e <= 1023); x * pow2(e) equals
+// ldexp(x, e) whenever the result is a normal double, which the contract guarantees here.
+__device__ __forceinline__ double pow2(int e)
+{
+    return __longlong_as_double((long long)(e + 1023) << 52);
+}
+
 // C = float32(2^(row_exp + col_exp + exp_offset) * sum_g sums[g] * 2^-(w0 + step * g)),
 // summed from the largest g (smallest weight) down.
 template <typename Sum>
@@ -191,8 +232,8 @@ __device__ void combine_impl(
                 continue;
             }
             for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
-                acc = acc + ldexp((double)sums[g * group_stride + idx], -(w0 + step * g));
-            c[idx] = (float)ldexp(acc, row_exp[r] + col_exp[col] + exp_offset);
+                acc = acc + (double)sums[g * group_stride + idx] * pow2(-(w0 + step * g));
+            c[idx] = (float)(acc * pow2(row_exp[r] + col_exp[col] + exp_offset));
         }
     }
 }

@@ -107,9 +107,9 @@ def test_float64_and_float16_inputs_are_rounded_to_float32_first(name: str) -> N
     )
 
 
-def test_default_level_is_IV(ab) -> None:
-    assert mixpert.DEFAULT_LEVEL == "IV"
-    assert np.array_equal(mixpert.matmul(*ab), mixpert.matmul(*ab, level="IV"))
+def test_default_level_is_auto(ab) -> None:
+    assert mixpert.DEFAULT_LEVEL == "auto"
+    assert np.array_equal(mixpert.matmul(*ab, backend="cpu"), mixpert.matmul(*ab, level="fp32"))
 
 
 def test_auto_level_is_native_float32_on_the_cpu(ab) -> None:
