@@ -20,7 +20,7 @@ from mixpert.runtime import device
 
 settings.register_profile(
     "ci",
-    max_examples=50,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -70,7 +70,7 @@ def test_unknown_level_lists_the_known_ones(ab, level) -> None:
     with pytest.raises(ValueError, match=re.escape(f"level={level!r}")) as info:
         mixpert.matmul(*ab, level=level)
     message = str(info.value)
-    assert all(re.search(rf"\b{name}\b", message) for name in ALL_LEVELS), message
+    assert all(re.search(rf"\b{name}\b", message) for name in [*ALL_LEVELS, "auto"]), message
 
 
 def test_unknown_level_is_reported_before_operand_errors() -> None:
