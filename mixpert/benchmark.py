@@ -16,7 +16,7 @@ from typing import Any
 
 from .runtime import LADDER, get_level
 
-SQUARE = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+SQUARE = (128, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 DOUBLE_K = (4096, 8192)  # m = n, k = 2n
 SKINNY = ((65536, 4096, 16), (65536, 4096, 64), (65536, 4096, 128), (16384, 16384, 64))
 DISTRIBUTIONS = ("phi0.5", "normal")
