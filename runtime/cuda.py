@@ -163,7 +163,7 @@ def gemm_tn(
     cuBLAS is column-major: the row-major (m, n) output is its (n, m) matrix
     B_span (n x depth, transposed) times A_span^T, both operands k-contiguous ("TN").
     Tall outputs run as blocks of GEMM_ROW_BLOCK rows: at m = 16384 cuBLAS's own choice ran
-    INT8 at 780 TOPS on an H100, four 4096-row GEMMs at 1640 (benchmarks/scratch/int8_power.py).
+    INT8 at 780 TOPS on an H100, four 4096-row GEMMs at 1640 (benchmarks/int8_row_blocks.py).
     """
     m, n = out.shape
     integer = a.data.dtype == cp.int8

@@ -238,33 +238,21 @@ __device__ void combine_impl(
     }
 }
 
-extern "C" __global__ void combine_int32(
-    const int* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
-    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
-    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
-    int m, int n, int k, float* c)
-{
-    combine_impl<int>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
-                      row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
-}
-
-extern "C" __global__ void combine_float64(
-    const double* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
-    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
-    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
-    int m, int n, int k, float* c)
-{
-    combine_impl<double>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
-                      row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
-}
-
-extern "C" __global__ void combine_float32(
-    const float* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
-    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
-    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
-    int m, int n, int k, float* c)
-{
-    combine_impl<float>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
-                      row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
-}
 """
+
+# One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
+_COMBINE_ENTRY = """
+extern "C" __global__ void combine_{name}(
+    const {sum}* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
+    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
+    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
+    int m, int n, int k, float* c)
+{{
+    combine_impl<{sum}>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
+                        row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
+}}
+"""
+COMBINE_SOURCE += "".join(
+    _COMBINE_ENTRY.format(name=name, sum=sum_type)
+    for name, sum_type in (("int32", "int"), ("float64", "double"), ("float32", "float"))
+)

@@ -2,9 +2,11 @@
 
 The packers treat non-finite entries as 0; afterwards every output row (column) whose A row
 (B column) holds a NaN or Inf is recomputed as a float64 product of the original values. Such an
-output entry always contains an Inf or NaN term, so its value (NaN, +Inf or -Inf) is the one
-float32 arithmetic gives in any summation order: the same on every backend. NaNs are written as
-the one canonical quiet NaN (0x7FC00000), since NaN payloads and signs differ between CPUs and GPUs.
+output entry always contains an Inf or NaN term, so its value (NaN, +Inf or -Inf) does not depend
+on the summation order: the same on every backend, and the one float32 gives unless finite
+products overflow float32 on the way (float32 [[inf, 1e30]] @ [[1], [-1e30]] is NaN, mixpert's
+inf; [[1e30, -1e30]] @ [[1e10], [1e10]] is NaN in float32 and the exact 0 in mixpert). NaNs are
+written as the canonical quiet NaN (0x7FC00000): payloads and signs differ between CPUs and GPUs.
 """
 
 from __future__ import annotations
