@@ -7,6 +7,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .cli_inspect import inspect as inspect_command
+
 console = Console()
 
 
@@ -74,3 +76,6 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+main.add_command(inspect_command)

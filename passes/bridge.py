@@ -186,10 +186,16 @@ def _gemm(
 ) -> int:
     try:
         level = level_for(index)
-        if level.name == NATIVE_LEVEL and _local.records is None:
+        recording = _local.records is not None
+        if level.name == NATIVE_LEVEL and not recording:
             return NATIVE
         a = _matrix(a_ptr, m, k, a_s0, a_s1)
         b = _matrix(b_ptr, kb, n, b_s0, b_s1)
+        if level.kind == "policy" and k == kb:  # "auto": resolve it here, as the runtime would
+            backend = dispatch.choose_backend(a, b, "auto")
+            level = dispatch.resolve_level(level, a, b, backend)
+            if level.name == NATIVE_LEVEL and backend == "cpu" and not recording:
+                return NATIVE
         result = execute(index, a, b, level)
         if m and n:
             _matrix(out_ptr, m, n, 4 * n, 4)[...] = result

@@ -51,6 +51,11 @@ class RewriteMatmul:
                 func_ir._definitions[op_var.name] = [op_value]
                 defs = func_ir._definitions[stmt.target.name]
                 func_ir._definitions[stmt.target.name] = [call if d is old else d for d in defs]
-                record.rewrites.append(RewriteNote(site.op.op_id, before, str(stmt)))
+                after = (
+                    f"{stub_var} = global({stub.__name__})\n"
+                    f"{op_var} = const(int, {site.op.op_index})\n"
+                    f"{stmt.target} = call {stub_var}({op_var}, {site.lhs}, {site.rhs})"
+                )
+                record.rewrites.append(RewriteNote(site.op.op_id, before, after))
             block.body = body
         return bool(record.sites)

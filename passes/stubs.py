@@ -12,12 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import overload
 
 from . import bridge
-
-_gemm = types.ExternalFunction(bridge.SYMBOL, types.int32(*([types.int64] * 12)))
+from .gemm_call import gemm_call
 
 
 def _emulable_py(a: Any, b: Any) -> bool:
@@ -57,60 +56,57 @@ def mixpert_method_dot(index: int, a: Any, b: Any) -> Any:
 STUBS = {"matmul": mixpert_matmul, "dot": mixpert_dot, "method_dot": mixpert_method_dot}
 
 
-@njit
-def _native_matmul(a, b):  # type: ignore[no-untyped-def]
-    return a @ b
-
-
-@njit
-def _native_dot(a, b):  # type: ignore[no-untyped-def]
-    return np.dot(a, b)
-
-
-@njit
-def _native_method_dot(a, b):  # type: ignore[no-untyped-def]
-    return a.dot(b)
-
-
 def _emulable(a: types.Type, b: types.Type) -> bool:
     return all(
         isinstance(x, types.Array) and x.ndim == 2 and x.dtype == types.float32 for x in (a, b)
     )
 
 
-def _make_overload(stub: Any, native: Any) -> None:
-    @overload(stub, jit_options={"nogil": False})
+# One implementation per spelling, each running the spelling itself as the native fallback
+# (written out rather than calling a shared helper: one function less to compile per signature).
+def _native_impl(kind: str):  # type: ignore[no-untyped-def]
+    if kind == "matmul":
+        return lambda index, a, b: a @ b
+    if kind == "dot":
+        return lambda index, a, b: np.dot(a, b)
+    return lambda index, a, b: a.dot(b)
+
+
+def _matmul_impl(index, a, b):  # type: ignore[no-untyped-def]
+    status, out = gemm_call(index, a, b)
+    if status == 1:  # bridge.NATIVE
+        return a @ b
+    if status != 0:  # bridge.ERROR: the wrapper re-raises the runtime's exception
+        raise bridge.MixpertRuntimeError("mixpert runtime call failed")
+    return out
+
+
+def _dot_impl(index, a, b):  # type: ignore[no-untyped-def]
+    status, out = gemm_call(index, a, b)
+    if status == 1:
+        return np.dot(a, b)
+    if status != 0:
+        raise bridge.MixpertRuntimeError("mixpert runtime call failed")
+    return out
+
+
+def _method_dot_impl(index, a, b):  # type: ignore[no-untyped-def]
+    status, out = gemm_call(index, a, b)
+    if status == 1:
+        return a.dot(b)
+    if status != 0:
+        raise bridge.MixpertRuntimeError("mixpert runtime call failed")
+    return out
+
+
+def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
+    native = _native_impl(kind)
+
+    @overload(stub)
     def _ol(index, a, b):  # type: ignore[no-untyped-def]
-        if not _emulable(a, b):
-            return lambda index, a, b: native(a, b)
-
-        def impl(index, a, b):  # type: ignore[no-untyped-def]
-            m, k = a.shape
-            kb, n = b.shape
-            out = np.empty((m, n), np.float32)
-            status = _gemm(
-                index,
-                m,
-                k,
-                kb,
-                n,
-                a.ctypes.data,
-                a.strides[0],
-                a.strides[1],
-                b.ctypes.data,
-                b.strides[0],
-                b.strides[1],
-                out.ctypes.data,
-            )
-            if status == 1:  # bridge.NATIVE
-                return native(a, b)
-            if status != 0:  # bridge.ERROR: the wrapper re-raises the runtime's exception
-                raise bridge.MixpertRuntimeError("mixpert runtime call failed")
-            return out
-
-        return impl
+        return emulated if _emulable(a, b) else native
 
 
-_make_overload(mixpert_matmul, _native_matmul)
-_make_overload(mixpert_dot, _native_dot)
-_make_overload(mixpert_method_dot, _native_method_dot)
+_make_overload(mixpert_matmul, "matmul", _matmul_impl)
+_make_overload(mixpert_dot, "dot", _dot_impl)
+_make_overload(mixpert_method_dot, "method_dot", _method_dot_impl)

@@ -1,0 +1,147 @@
+"""``mixpert inspect path/to/file.py:func``: ops, graph, levels, IR around each site, LLVM calls."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+console = Console()
+
+
+def load_function(target: str) -> Any:
+    """The object named by ``path/to/file.py:func`` (imported as its dotted module when it can)."""
+    path_text, _, name = target.rpartition(":")
+    if not path_text or not name:
+        raise click.BadParameter(f"{target!r} is not of the form path/to/file.py:func")
+    path = Path(path_text).resolve()
+    if not path.is_file():
+        raise click.BadParameter(f"no file {path_text!r}")
+    try:  # a dotted name relative to the working directory keeps op ids as the program sees them
+        relative = path.with_suffix("").relative_to(Path.cwd())
+        if str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))
+        module = importlib.import_module(".".join(relative.parts))
+    except (ValueError, ImportError):
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise click.BadParameter(f"{path_text} has no {name!r}") from None
+
+
+def parse_shapes(text: str, seed: int) -> tuple[np.ndarray, ...]:
+    """'64x32,32x16' -> random float32 arrays of those shapes (standard normal)."""
+    rng = np.random.default_rng(seed)
+    shapes = [tuple(int(d) for d in part.split("x")) for part in text.split(",") if part]
+    return tuple(rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+
+
+@click.command("inspect")
+@click.argument("target")
+@click.option(
+    "--shapes", default=None, help="float32 arguments to compile and run with: 64x32,32x16"
+)
+@click.option("--plan", "plan_file", type=click.Path(exists=True), help="JSON op id -> level")
+@click.option("--print-ir-after", "ir_after", multiple=True, help="pass name, or 'all'")
+@click.option("--dot", "dot_file", type=click.Path(), help="write the graph as Graphviz DOT")
+@click.option("--png", "png_file", type=click.Path(), help="draw the graph (needs matplotlib)")
+@click.option("--seed", default=0, show_default=True)
+def inspect(
+    target: str,
+    shapes: str | None,
+    plan_file: str | None,
+    ir_after: tuple[str, ...],
+    dot_file: str | None,
+    png_file: str | None,
+    seed: int,
+) -> None:
+    """Show the matmul ops mixpert finds in TARGET (path/to/file.py:func) and what it does to them.
+
+    Without --shapes only the untyped pipeline runs (ops, graph, Numba IR); with --shapes the
+    function is compiled and run once, adding shapes, predicted cost and LLVM call sites.
+    """
+    from . import inspection
+    from .jit import MixpertFunction, jit
+
+    func = load_function(target)
+    if plan_file is not None:
+        plan = json.loads(Path(plan_file).read_text())
+        plan = plan.get("levels", plan)
+        base = func.py_func if isinstance(func, MixpertFunction) else func
+        func = jit(getattr(base, "py_func", base), plan=plan)
+    args = parse_shapes(shapes, seed) if shapes else ()
+    result = inspection.inspect(func, *args, print_ir_after=list(ir_after) or None)
+
+    console.print(f"[bold]{escape(result.function)}[/bold]  {escape(result.signature or '')}")
+    table = Table("op id", "line", "source", "kind", "level", "shapes (m,k,n)", "pred. cost")
+    for row in result.ops:
+        shapes_text = ", ".join("x".join(map(str, s)) for s in sorted(set(row.shapes)))
+        cost = f"{row.predicted_cost:.3g}" if row.predicted_cost is not None else ""
+        table.add_row(
+            escape(row.op_id), str(row.line), escape(row.source), row.kind, row.level,
+            shapes_text, cost,
+        )  # fmt: skip
+    console.print(table)
+
+    console.print("[bold]GEMM dependency graph[/bold] (edge: output reaches input)")
+    for node in sorted(result.graph.nodes):
+        successors = sorted(result.graph.successors(node))
+        console.print(f"  {escape(node)} -> {escape(', '.join(successors) or '(none)')}")
+    if dot_file:
+        Path(dot_file).write_text(result.to_dot())
+        console.print(f"DOT written to {escape(dot_file)}")
+    if png_file:
+        _draw(result, png_file)
+
+    console.print("[bold]Numba IR at each site, before -> after rewrite-matmul[/bold]")
+    for note in result.rewrites:
+        console.print(f"  [cyan]{escape(note.op_id)}[/cyan]")
+        console.print(f"    - {escape(note.before)}")
+        for line in note.after.splitlines():
+            console.print(f"    + {escape(line)}")
+    if result.callees:
+        console.print("[bold]jitted callees[/bold]")
+        for name, how in result.callees.items():
+            console.print(f"  {escape(name)}: {escape(how)}")
+    if args:
+        console.print("[bold]LLVM call sites of mixpert_gemm[/bold]")
+        for line in result.llvm_calls:
+            console.print(f"  {escape(line)}")
+    for name in result.unseen_gemm:
+        console.print(f"[yellow]warning: BLAS GEMM the pass could not see, in {escape(name)}")
+    for name, text in result.ir_after.items():
+        console.print(f"[bold]--- IR after {escape(name)} ---[/bold]")
+        console.print(escape(text), highlight=False)
+
+
+def _draw(result: Any, png_file: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import networkx as nx
+    except ImportError:
+        raise click.ClickException("--png needs matplotlib (pip install 'mixpert[plot]')") from None
+    fig, ax = plt.subplots(figsize=(8, 6))
+    graph = result.graph
+    labels = {n: f"{n.rsplit(':', 2)[-2]}:{n.rsplit(':', 1)[-1]}" for n in graph.nodes}
+    pos = nx.spring_layout(graph, seed=0)
+    nx.draw_networkx(graph, pos, ax=ax, labels=labels, node_color="#cde", node_size=900)
+    ax.set_axis_off()
+    fig.savefig(png_file, dpi=120, bbox_inches="tight")
+    console.print(f"PNG written to {escape(png_file)}")

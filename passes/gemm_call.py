@@ -1,0 +1,59 @@
+"""``gemm_call(index, a, b) -> (status, out)``: the call of ``mixpert_gemm`` from compiled code.
+
+An intrinsic rather than Python-level code (``np.empty``, ``a.ctypes.data``, ``a.strides``):
+it allocates the float32 (m, n) output and passes the operands' data pointers, shapes and byte
+strides straight from the array structs, so no extra NumPy overloads are typed and compiled for
+each signature (this keeps mixpert's compile time close to plain Numba's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir as llvm
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import _empty_nd_impl, make_array
+
+from .bridge import SYMBOL
+
+_OUT = types.Array(types.float32, 2, "C")
+_I64 = llvm.IntType(64)
+
+
+@intrinsic
+def gemm_call(typingctx: Any, index: types.Type, a: types.Type, b: types.Type) -> Any:
+    sig = types.Tuple((types.int32, _OUT))(types.int64, a, b)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        index_value, a_value, b_value = args
+        index_value = context.cast(builder, index_value, signature.args[0], types.int64)
+        a_arr = make_array(signature.args[1])(context, builder, a_value)
+        b_arr = make_array(signature.args[2])(context, builder, b_value)
+        a_shape = cgutils.unpack_tuple(builder, a_arr.shape, 2)
+        b_shape = cgutils.unpack_tuple(builder, b_arr.shape, 2)
+        a_strides = cgutils.unpack_tuple(builder, a_arr.strides, 2)
+        b_strides = cgutils.unpack_tuple(builder, b_arr.strides, 2)
+        out = _empty_nd_impl(context, builder, _OUT, [a_shape[0], b_shape[1]])
+        fnty = llvm.FunctionType(llvm.IntType(32), [_I64] * 12)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, SYMBOL)
+        status = builder.call(
+            fn,
+            [
+                index_value,
+                a_shape[0],
+                a_shape[1],
+                b_shape[0],
+                b_shape[1],
+                builder.ptrtoint(a_arr.data, _I64),
+                a_strides[0],
+                a_strides[1],
+                builder.ptrtoint(b_arr.data, _I64),
+                b_strides[0],
+                b_strides[1],
+                builder.ptrtoint(out.data, _I64),
+            ],
+        )
+        return context.make_tuple(builder, signature.return_type, [status, out._getvalue()])
+
+    return sig, codegen
