@@ -91,7 +91,10 @@ class RetargetCallees:
                 new = _replacement(value.value, self.mode)
                 if new is None:
                     continue
-                if isinstance(value, ir.Global):
+                replaced: ir.Global | ir.FreeVar | ir.Const
+                if self.mode == "object":  # loaded by name at run time: pass the object itself
+                    replaced = ir.Const(new, value.loc)
+                elif isinstance(value, ir.Global):
                     replaced = ir.Global(value.name, new, value.loc)
                 else:
                     replaced = ir.FreeVar(value.index, value.name, new, value.loc)

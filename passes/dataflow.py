@@ -53,6 +53,10 @@ VIEW_FUNCS = frozenset(
 VIEW_METHODS = frozenset(
     ["reshape", "transpose", "ravel", "view", "squeeze", "swapaxes", "T", "real", "imag", "flat"]
 )
+# NumPy functions whose result holds none of their arguments' data (shape and dtype only), and
+# array attributes that are metadata, not data.
+SHAPE_ONLY_FUNCS = frozenset(["empty", "zeros", "ones", "empty_like", "zeros_like", "ones_like"])
+META_ATTRS = frozenset(["shape", "ndim", "size", "dtype", "strides", "itemsize", "nbytes"])
 # NumPy functions and array methods that write into their first argument.
 MUTATING_FUNCS = frozenset(["copyto", "fill_diagonal", "put", "place", "putmask"])
 MUTATING_METHODS = frozenset(["fill", "sort", "put", "itemset", "resize"])
@@ -221,6 +225,8 @@ class _Analysis:
         elif isinstance(value, ir.Expr):
             if value.op == "call":
                 self.call(target, value)
+            elif value.op == "getattr" and value.attr in META_ATTRS:
+                pass  # a.shape carries no data of a
             else:
                 if value.op == "inplace_binop":
                     self.write(value.lhs, self.tokens(value.rhs))
@@ -240,6 +246,8 @@ class _Analysis:
             everything |= self.tokens(receiver)
             if name[0] in MUTATING_METHODS:
                 self.write(receiver, self.tokens_of(args))
+        if name is not None and name[1] == "numpy" and name[0] in SHAPE_ONLY_FUNCS:
+            return
         if "out" in kws:
             self.write(kws["out"], everything)
         if name is not None and name[1] == "numpy" and name[0] in MUTATING_FUNCS and args:

@@ -44,7 +44,7 @@ Observer = Callable[[str, StateDict, float], None]  # (pass name, state, seconds
 _OBSERVER: ContextVar[Observer | None] = ContextVar("mixpert_observer", default=None)
 
 NOPYTHON_PASSES = (FindMatmulSites(), BuildGemmGraph(), RetargetCallees(), RewriteMatmul())
-OBJECT_PASSES = (FindMatmulSites(), RetargetCallees("object"), RewriteMatmul())
+OBJECT_PASSES = (FindMatmulSites(), RetargetCallees("object"), RewriteMatmul("object"))
 ANALYSIS_PASSES = (FindMatmulSites(), BuildGemmGraph())
 PASS_NAMES = tuple(f"mixpert-{p.name}" for p in (*NOPYTHON_PASSES, CheckLLVMGemm()))
 

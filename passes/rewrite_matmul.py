@@ -23,6 +23,9 @@ from .stubs import STUBS
 
 @dataclass(frozen=True)
 class RewriteMatmul:
+    # Object mode loads an ir.Global by name from the function's module dict, where the stub is
+    # not; there the stub goes in as a constant (kept in the function's environment).
+    mode: str = "nopython"
     name: str = "rewrite-matmul"
 
     def apply(self, state: StateDict) -> bool:
@@ -40,7 +43,11 @@ class RewriteMatmul:
                 stub = STUBS[site.op.kind]
                 stub_var = scope.redefine("$mixpert_stub", loc)
                 op_var = scope.redefine("$mixpert_op", loc)
-                stub_value = ir.Global(stub.__name__, stub, loc)
+                stub_value: ir.Global | ir.Const = (
+                    ir.Const(stub, loc)
+                    if self.mode == "object"
+                    else ir.Global(stub.__name__, stub, loc)
+                )
                 op_value = ir.Const(site.op.op_index, loc)
                 before, old = str(stmt), stmt.value
                 call = ir.Expr.call(stub_var, [op_var, site.lhs, site.rhs], (), loc)

@@ -1,0 +1,183 @@
+"""The GEMM dependency graph on functions whose graphs are known (untyped analysis only)."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+import mixpert
+
+
+def edges(f) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    """Edges with op ids shortened to 'line:ordinal' relative to the function's first line."""
+
+    def short(op_id: str) -> str:
+        *_, qualname, line, ordinal = op_id.split(":")
+        return f"{qualname}:{int(line) - def_line(qualname)}:{ordinal}"
+
+    return {(short(u), short(v)) for u, v in f.graph.edges}
+
+
+def def_line(qualname: str) -> int:
+    """Line of the ``def`` of a module-level function decorated once."""
+    return globals()[qualname].py_func.__code__.co_firstlineno + 1
+
+
+@mixpert.jit
+def chain(a, b, c, d):
+    x = a @ b
+    y = x @ c
+    return y @ d
+
+
+@mixpert.jit
+def one_line_chain(a, b, c):
+    return a @ b @ c
+
+
+@mixpert.jit
+def diamond(a, b, c, d):
+    x = a @ b
+    y = np.maximum(x @ c, 0)
+    z = np.dot(x, d)
+    return y.dot(z)
+
+
+@mixpert.jit
+def independent(a, b, c, d):
+    x = a @ b
+    y = c @ d
+    return x, y
+
+
+@mixpert.jit
+def loop_carried(a, x, steps):
+    for _ in range(steps):
+        x = a @ x
+        x = x / np.sqrt(np.sum(x * x))
+    return x @ a
+
+
+@mixpert.jit
+def through_array_write(a, b, c):
+    out = np.zeros((a.shape[0], b.shape[1] * 2), np.float32)
+    out[:, : b.shape[1]] = a @ b
+    view = out[:, b.shape[1] :]
+    view[:] = a @ c
+    return out.T @ a
+
+
+@mixpert.jit
+def not_through_fresh_copy(a, b):
+    x = a @ b
+    y = np.ones_like(x)  # shape only: no data of x flows here
+    return y.T @ a, x
+
+
+@mixpert.jit
+def branches(a, b, flag):
+    if flag:  # noqa: SIM108 (two statements, two blocks, on purpose)
+        x = a @ b
+    else:
+        x = np.dot(b, a)
+    return x @ a
+
+
+@numba.njit
+def inner(x, w):
+    return np.maximum(x @ w, 0)
+
+
+@numba.njit
+def fill_into(out, x, w):
+    out[:] = x @ w
+
+
+@mixpert.jit
+def through_callees(a, b, c):
+    h = inner(a @ b, c)
+    out = np.empty_like(h)
+    fill_into(out, h, c)
+    return out @ c
+
+
+def test_op_ids_are_module_qualname_line_ordinal() -> None:
+    first = def_line("one_line_chain")
+    assert sorted(one_line_chain.ops) == [
+        f"{__name__}:one_line_chain:{first + 1}:0",
+        f"{__name__}:one_line_chain:{first + 1}:1",
+    ]
+    op = one_line_chain.ops[f"{__name__}:one_line_chain:{first + 1}:0"]
+    assert op.source == "return a @ b @ c" and op.kind == "matmul" and op.file == __file__
+
+
+def test_chain() -> None:
+    assert edges(chain) == {("chain:1:0", "chain:2:0"), ("chain:2:0", "chain:3:0")}
+    assert edges(one_line_chain) == {("one_line_chain:1:0", "one_line_chain:1:1")}
+
+
+def test_diamond_with_every_spelling() -> None:
+    assert {op.kind for op in diamond.ops.values()} == {"matmul", "dot", "method_dot"}
+    assert edges(diamond) == {
+        ("diamond:1:0", "diamond:2:0"),
+        ("diamond:1:0", "diamond:3:0"),
+        ("diamond:2:0", "diamond:4:0"),
+        ("diamond:3:0", "diamond:4:0"),
+    }
+
+
+def test_independent_ops_have_no_edges() -> None:
+    assert len(independent.ops) == 2 and edges(independent) == set()
+
+
+def test_loop_carried_dependency_is_a_self_edge() -> None:
+    assert edges(loop_carried) == {
+        ("loop_carried:2:0", "loop_carried:2:0"),
+        ("loop_carried:2:0", "loop_carried:4:0"),
+    }
+
+
+def test_dependencies_through_writes_into_arrays_and_views() -> None:
+    assert edges(through_array_write) == {
+        ("through_array_write:2:0", "through_array_write:5:0"),
+        ("through_array_write:4:0", "through_array_write:5:0"),
+    }
+
+
+def test_no_edge_through_shape_only_use() -> None:
+    assert edges(not_through_fresh_copy) == set()
+
+
+def test_ops_in_both_branches_feed_the_join() -> None:
+    assert edges(branches) == {("branches:2:0", "branches:5:0"), ("branches:4:0", "branches:5:0")}
+
+
+def test_ops_inside_njit_callees_and_edges_through_calls() -> None:
+    ops = through_callees.ops
+    assert any(op.qualname == "inner" for op in ops.values())
+    assert any(op.qualname == "fill_into" for op in ops.values())
+    graph_edges = edges(through_callees)
+    # a @ b -> inner's x @ w -> fill_into's x @ w (through the argument) -> out @ c (its write)
+    assert ("through_callees:1:0", "inner:1:0") in graph_edges
+    assert ("inner:1:0", "fill_into:1:0") in graph_edges
+    assert ("fill_into:1:0", "through_callees:4:0") in graph_edges
+    assert ("through_callees:1:0", "through_callees:4:0") not in graph_edges
+
+
+def test_nodes_carry_source_locations() -> None:
+    for node, data in chain.graph.nodes(data=True):
+        assert data["file"] == __file__ and data["line"] > 0 and "@" in data["source"]
+        assert chain.ops[node].line == data["line"]
+
+
+def test_op_ids_are_the_same_in_a_fresh_process(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    code = "import test_passes_graph as t; print(sorted(t.diamond.ops))"
+    env_path = str(__import__("pathlib").Path(__file__).parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=env_path
+    )
+    here = sorted(op.replace(__name__, "test_passes_graph") for op in diamond.ops)
+    assert out.stdout.strip() == str(here)
