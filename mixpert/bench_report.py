@@ -30,7 +30,7 @@ def table(rows: Sequence[Any], dist: str = "phi0.5") -> Table:
 
 
 def markdown(rows: Sequence[Any], breakdown: dict[str, float] | None = None) -> str:
-    """The whole run as Markdown: per distribution, one line per shape, ratio and error per method."""
+    """The run as Markdown: per distribution, one line per shape, ratio and error per method."""
     methods = list(dict.fromkeys(r.level for r in rows))
     gpu = rows[0].gpu if rows else "?"
     lines = [
