@@ -97,7 +97,8 @@ def per_call_overhead() -> dict[str, float]:
         return x @ y
 
     emulated = mixpert.jit(product)
-    native = emulated.with_plan({op_id: "fp32" for op_id in emulated.ops})
+    emulated.plan = dict.fromkeys(emulated.ops, "IV")
+    native = emulated.with_plan(dict.fromkeys(emulated.ops, "fp32"))
     plain = numba.njit(product)
     for f in (emulated, native, plain):
         f(a, a)
