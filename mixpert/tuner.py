@@ -1,0 +1,334 @@
+"""The greedy per-op level tuner of MixPert section 3.4, and ``mixpert.tune``.
+
+Each *profiling run* executes the jitted function once under a candidate plan and measures its
+output error, MixPert Eq. 10 over all floating-point outputs together:
+``sqrt(sum ||X - X64||_F^2) / sqrt(sum ||X64||_F^2)``, where X64 comes from the undecorated
+Python function run under NumPy on float64 copies of the inputs (computed once).
+
+Times come from a cost model: an op's time at a level is
+``relative_cost(level) * 2*m*k*n / INT8_RATE`` summed over its calls (shapes recorded in the first
+run). ``INT8_RATE`` = 1.4e15 ops/s is one INT8 GEMM's throughput on the H100: level IV sustains
+~160 TFLOPS at n = 16384 in ``benchmarks/results/NVIDIA-H100-80GB-HBM3/gemm.json`` and its
+relative cost is 9, so 9 x 160e12 ~ 1.4e15. The tuner only compares times, so the constant only
+scales the predicted seconds. On a GPU the tuned plan's speed is also *measured* (wall time of
+the function against all ops at native float32); the decisions still use the model.
+
+The search: start with every op at the most accurate candidate level (if that misses ``tol``,
+return it with ``met_tol=False`` and a warning: a tol tighter than float32 can reach selects the
+accurate levels rather than failing silently). Visit ops by their share of the time, largest
+first, and lower each one rung at a time while the error stays within tol. When a lowering breaks
+tol, try raising the op's immediate predecessor in the GEMM graph one rung instead, keeping the
+pair only if the error is back within tol and the total time still drops. Sweep again until no
+move helps. Runs are cached per plan and capped at ops x levels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .jit import MixpertFunction
+from .jit import jit as _jit
+from .passes import bridge
+from .plan import OpReport, Plan, function_identity, op_table_hash, signature_of
+from .runtime import device
+from .runtime.levels import LADDER, Level, get_level
+
+INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
+BASELINE_LEVEL = "fp32"  # speedups are over every op at native float32
+
+
+class TolUnreachableWarning(UserWarning):
+    """Even the most accurate candidate levels miss tol; the plan uses them anyway."""
+
+
+def pareto_levels(ladder: Iterable[Level] = LADDER) -> tuple[str, ...]:
+    """Levels no other level beats on both cost and expected error (the default candidates)."""
+    levels = sorted(ladder, key=lambda lv: (lv.relative_cost, lv.expected_error))
+    front: list[str] = []
+    best = float("inf")
+    for level in levels:
+        if level.expected_error < best:
+            front.append(level.name)
+            best = level.expected_error
+    return tuple(front)
+
+
+DEFAULT_CANDIDATES = pareto_levels()  # tf32, I, T6, IV, V, fp64
+
+
+# --- error -----------------------------------------------------------------------------------
+def _float_leaves(value: Any) -> list[np.ndarray]:
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _float_leaves(item)]
+    array = np.asarray(value)
+    return [array] if np.issubdtype(array.dtype, np.floating) else []
+
+
+def output_error(outputs: Any, reference: Any) -> float:
+    """MixPert Eq. 10 over all floating-point outputs together (inf if any is non-finite)."""
+    got, want = _float_leaves(outputs), _float_leaves(reference)
+    if len(got) != len(want):
+        raise ValueError(f"{len(got)} float outputs, reference has {len(want)}")
+    num = sum(
+        float(np.sum((g.astype(np.float64) - w) ** 2)) for g, w in zip(got, want, strict=True)
+    )
+    den = sum(float(np.sum(np.asarray(w, np.float64) ** 2)) for w in want)
+    if not np.isfinite(num):
+        return float("inf")
+    return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
+
+
+def reference_outputs(py_func: Callable[..., Any], args: Sequence[Any]) -> Any:
+    """The undecorated function under NumPy on float64 copies of the float inputs."""
+    wide = [
+        np.asarray(a, np.float64)
+        if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating)
+        else a
+        for a in args
+    ]
+    return py_func(*wide)
+
+
+# --- profiling -------------------------------------------------------------------------------
+@dataclass
+class Profiler:
+    """Runs the function under candidate plans; caches errors; counts runs."""
+
+    func: MixpertFunction
+    args: tuple[Any, ...]
+    budget: int | None = None
+    on_run: Callable[[], None] | None = None
+    reference: Any = None
+    runs: int = 0
+    errors: dict[tuple[tuple[str, str], ...], float] = field(default_factory=dict)
+    flops: dict[str, float] = field(default_factory=dict)  # op id -> sum of 2*m*k*n
+
+    def __post_init__(self) -> None:
+        self.reference = reference_outputs(self.func.py_func, self.args)
+
+    def error(self, levels: Mapping[str, str]) -> float:
+        key = tuple(sorted(levels.items()))
+        if key in self.errors:
+            return self.errors[key]
+        if self.budget is not None and self.runs >= self.budget:
+            raise BudgetExhausted
+        with bridge.record_calls() as calls:
+            outputs = self.func.with_plan(dict(levels))(*self.args)
+        self.runs += 1
+        if not self.flops:  # shapes do not depend on levels: learn them from the first run
+            for call in calls:
+                self.flops[call.op_id] = (
+                    self.flops.get(call.op_id, 0.0) + 2.0 * call.m * call.k * call.n
+                )
+        if self.on_run is not None:
+            self.on_run()
+        self.errors[key] = output_error(outputs, self.reference)
+        return self.errors[key]
+
+
+class BudgetExhausted(Exception):
+    """The profiling budget (ops x levels) is spent; the tuner keeps its best plan so far."""
+
+
+def predicted_time(flops: Mapping[str, float], levels: Mapping[str, str]) -> float:
+    """Seconds under the cost model (ops missing from ``levels`` count at native float32)."""
+    return sum(
+        get_level(levels.get(op, BASELINE_LEVEL)).relative_cost * f / INT8_RATE
+        for op, f in flops.items()
+    )
+
+
+# --- the greedy search -----------------------------------------------------------------------
+@dataclass
+class Result:
+    levels: dict[str, str]
+    error: float
+    met_tol: bool
+    runs: int
+    flops: dict[str, float]
+    contribution: dict[str, float]
+
+
+def _ordered(candidates: Sequence[str]) -> list[str]:
+    """Candidates by cost, cheapest first, cut above the most accurate one (dearer is useless)."""
+    levels = [get_level(c) for c in dict.fromkeys(candidates)]
+    top = min(levels, key=lambda lv: (lv.expected_error, lv.relative_cost))
+    return [
+        lv.name
+        for lv in sorted(levels, key=lambda lv: lv.relative_cost)
+        if lv.relative_cost <= top.relative_cost
+    ]
+
+
+def greedy(
+    func: MixpertFunction,
+    args: Sequence[Any],
+    tol: float,
+    candidates: Sequence[str] = DEFAULT_CANDIDATES,
+    on_run: Callable[[], None] | None = None,
+) -> Result:
+    """MixPert 3.4's greedy search (see the module docstring)."""
+    rungs = _ordered(candidates)
+    ops = list(func.ops)
+    prof = Profiler(func, tuple(args), budget=max(1, len(ops) * len(rungs)), on_run=on_run)
+    rung = dict.fromkeys(ops, len(rungs) - 1)
+
+    def levels_of(r: Mapping[str, int]) -> dict[str, str]:
+        return {op: rungs[i] for op, i in r.items()}
+
+    current_error = prof.error(levels_of(rung))
+    contribution = dict.fromkeys(ops, 0.0)
+    if current_error > tol:
+        warnings.warn(
+            f"tol={tol:g} is tighter than the most accurate candidate ({rungs[-1]}) reaches "
+            f"(error {current_error:.2e}); using {rungs[-1]} for every op",
+            TolUnreachableWarning,
+            stacklevel=3,
+        )
+        return Result(levels_of(rung), current_error, False, prof.runs, prof.flops, contribution)
+
+    graph = func.graph
+    # by share of time at the start (all at one level, so by flops); ops never run come last
+    order = sorted(ops, key=lambda op: -prof.flops.get(op, 0.0))
+
+    def cost(r: Mapping[str, int]) -> float:
+        return predicted_time(prof.flops, levels_of(r))
+
+    try:
+        improved = True
+        while improved:
+            improved = False
+            for op in order:
+                while rung[op] > 0:
+                    trial = {**rung, op: rung[op] - 1}
+                    err = prof.error(levels_of(trial))
+                    if err <= tol:
+                        contribution[op] += err - current_error
+                        rung, current_error, improved = trial, err, True
+                        continue
+                    moved = False
+                    preds = sorted(
+                        (p for p in graph.predecessors(op) if p in rung),
+                        key=lambda p: prof.flops.get(p, 0.0),
+                    )
+                    for pred in preds:  # cheaper predecessors first
+                        if rung[pred] >= len(rungs) - 1:
+                            continue
+                        pair = {**trial, pred: rung[pred] + 1}
+                        if cost(pair) >= cost(rung):
+                            continue
+                        err = prof.error(levels_of(pair))
+                        if err <= tol:
+                            contribution[op] += err - current_error
+                            rung, current_error, improved, moved = pair, err, True, True
+                            break
+                    if not moved:
+                        break
+    except BudgetExhausted:
+        pass
+    return Result(levels_of(rung), current_error, True, prof.runs, prof.flops, contribution)
+
+
+def exhaustive(
+    func: MixpertFunction, args: Sequence[Any], tol: float, candidates: Sequence[str]
+) -> tuple[dict[str, str], float, int]:
+    """The cheapest plan within tol over all level assignments: (levels, error, runs).
+
+    Assignments are tried in order of predicted time, so the first within tol is optimal.
+    """
+    ops = list(func.ops)
+    prof = Profiler(func, tuple(args))
+    prof.error(dict.fromkeys(ops, candidates[-1]))  # learn the shapes
+    plans = [
+        dict(zip(ops, combo, strict=True))
+        for combo in itertools.product(candidates, repeat=len(ops))
+    ]
+    plans.sort(key=lambda p: predicted_time(prof.flops, p))
+    for levels in plans:
+        err = prof.error(levels)
+        if err <= tol:
+            return levels, err, prof.runs
+    best = min(plans, key=lambda p: prof.error(p))
+    return best, prof.error(best), prof.runs
+
+
+# --- public API ------------------------------------------------------------------------------
+def _as_jitted(func: Any) -> MixpertFunction:
+    return func if isinstance(func, MixpertFunction) else _jit(func)
+
+
+def _wall_time(func: MixpertFunction, args: Sequence[Any], repeats: int = 3) -> float:
+    func(*args)  # warm up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        func(*args)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def device_name() -> str:
+    if device.gpu_available():
+        cp = device.cupy_module()
+        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+    return "cpu"
+
+
+def tune(
+    func: Any,
+    args: Sequence[Any],
+    tol: float = 1e-6,
+    *,
+    candidates: Sequence[str] = DEFAULT_CANDIDATES,
+    on_run: Callable[[], None] | None = None,
+    measure: bool | None = None,
+) -> Plan:
+    """Tune ``func`` (plain or ``mixpert.jit``-ed) on representative ``args``; return a Plan.
+
+    ``measure``: time the plan against all-fp32 (default: only on a GPU, where it means something).
+    """
+    jitted = _as_jitted(func)
+    args = tuple(args)
+    result = greedy(jitted, args, tol, candidates, on_run)
+    base = predicted_time(result.flops, {})
+    mine = predicted_time(result.flops, result.levels)
+    measured = None
+    if measure if measure is not None else device.gpu_available():
+        fp32 = _wall_time(jitted.with_plan(dict.fromkeys(result.levels, BASELINE_LEVEL)), args)
+        measured = fp32 / _wall_time(jitted.with_plan(result.levels), args)
+    ops = jitted.ops
+    reports = [
+        OpReport(
+            op,
+            f"{ops[op].file}:{ops[op].line}",
+            level,
+            get_level(level).relative_cost * result.flops.get(op, 0.0) / INT8_RATE / mine
+            if mine
+            else 0.0,
+            result.contribution.get(op, 0.0),
+        )
+        for op, level in result.levels.items()
+    ]
+    return Plan(
+        levels=result.levels,
+        function=function_identity(jitted),
+        op_hash=op_table_hash(ops),
+        signature=signature_of(args),
+        device=device_name(),
+        tol=tol,
+        error=result.error,
+        predicted_speedup=base / mine if mine else 1.0,
+        measured_speedup=measured,
+        met_tol=result.met_tol,
+        profiling_runs=result.runs,
+        ops=reports,
+    )

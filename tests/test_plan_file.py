@@ -1,0 +1,56 @@
+"""Plans: JSON round trip, running a jitted function with one, stale and mismatched plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tuner_functions import mlp, mlp_inputs
+
+import mixpert
+from mixpert.plan import Plan, PlanMismatchError, StalePlanError
+
+ARGS = mlp_inputs(np.random.default_rng(0), n=32)
+FUNC = mixpert.jit(mlp)
+PLAN = mixpert.tune(FUNC, ARGS, tol=1e-5)
+
+
+def test_round_trip_keeps_everything(tmp_path) -> None:
+    path = PLAN.save(tmp_path / "plan.json")
+    loaded = Plan.load(path, FUNC)
+    assert loaded == PLAN
+    assert loaded.function.endswith(":mlp") and loaded.signature[0] == "float32[32x32]"
+    assert loaded.device == "cpu" and loaded.tol == 1e-5
+
+
+def test_jit_runs_with_the_plan() -> None:
+    tuned = mixpert.jit(mlp, plan=PLAN)
+    assert np.array_equal(tuned(*ARGS), FUNC.with_plan(PLAN.levels)(*ARGS))
+    assert not np.array_equal(tuned(*ARGS), FUNC.with_plan(dict.fromkeys(PLAN.levels, "I"))(*ARGS))
+
+
+def test_stale_plan_is_reported(tmp_path) -> None:
+    def mlp(x, w1, w2, w3):  # same identity, one matmul edited
+        h = np.maximum(x @ w1, np.float32(0))
+        return (h @ w2) @ w3
+
+    mlp.__module__, mlp.__qualname__ = PLAN.function.split(":")
+    path = PLAN.save(tmp_path / "plan.json")
+    with pytest.raises(StalePlanError, match="stale plan"):
+        Plan.load(path, mixpert.jit(mlp))
+
+
+def test_other_function_or_inputs_are_refused() -> None:
+    with pytest.raises(PlanMismatchError):
+        PLAN.check(mixpert.jit(lambda a, b: a @ b))
+    PLAN.check(FUNC, mlp_inputs(np.random.default_rng(1), n=48))  # other sizes are fine
+    with pytest.raises(PlanMismatchError, match="tuned for inputs"):
+        PLAN.check(FUNC, [a.astype(np.float64) for a in ARGS])
+
+
+def test_bad_files_fail_clearly(tmp_path) -> None:
+    (tmp_path / "x.json").write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a mixpert plan"):
+        Plan.load(tmp_path / "x.json")
+    data = PLAN.to_json() | {"levels": {"op": "VII"}}
+    with pytest.raises(ValueError, match="not a known level"):
+        Plan.from_json(data)

@@ -1,0 +1,40 @@
+"""Functions of 3-4 GEMMs the tuner tests share: a ReLU MLP and a blocked Cholesky."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def mlp(x, w1, w2, w3):  # 3 ops, a chain
+    h = np.maximum(x @ w1, np.float32(0))
+    h = np.maximum(h @ w2, np.float32(0))
+    return h @ w3
+
+
+def mlp_inputs(rng: np.random.Generator, n: int = 64) -> tuple[np.ndarray, ...]:
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    ws = [(rng.standard_normal((n, n)) * np.sqrt(2.0 / n)).astype(np.float32) for _ in range(3)]
+    return (x, *ws)
+
+
+def cholesky3(a, b):  # right-looking blocked Cholesky, 3 x 3 blocks of size b: 4 ops
+    n = a.shape[0]
+    l11 = np.linalg.cholesky(a[:b, :b])
+    panel = a[b:, :b] @ np.linalg.inv(l11).T  # op 1: the column panel below l11
+    s = a[b:, b:] - panel @ panel.T  # op 2: trailing update
+    l22 = np.linalg.cholesky(s[:b, :b])
+    l32 = s[b:, :b] @ np.linalg.inv(l22).T  # op 3
+    s33 = s[b:, b:] - l32 @ l32.T  # op 4
+    l33 = np.linalg.cholesky(s33)
+    out = np.zeros_like(a)
+    out[:b, :b] = l11
+    out[b:, :b] = panel
+    out[b : 2 * b, b : 2 * b] = l22
+    out[2 * b :, b : 2 * b] = l32
+    out[2 * b : n, 2 * b : n] = l33
+    return out
+
+
+def spd_inputs(rng: np.random.Generator, n: int = 96) -> tuple[np.ndarray, int]:
+    m = rng.standard_normal((n, n))
+    return (m @ m.T / n + np.eye(n)).astype(np.float32), n // 3
