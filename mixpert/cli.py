@@ -79,3 +79,7 @@ if __name__ == "__main__":
 
 
 main.add_command(inspect_command)
+
+from .cli_tune import tune as tune_command  # noqa: E402
+
+main.add_command(tune_command)
