@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .cli_inspect import inspect as inspect_command
+from .cli_tune import tune as tune_command
 
 console = Console()
 
@@ -74,12 +75,8 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
     console.print(f"wrote {path} and {folder / 'gemm.png'}")
 
 
+main.add_command(inspect_command)
+main.add_command(tune_command)
+
 if __name__ == "__main__":
     main()
-
-
-main.add_command(inspect_command)
-
-from .cli_tune import tune as tune_command  # noqa: E402
-
-main.add_command(tune_command)
