@@ -55,18 +55,20 @@ def _padded(k: int) -> int:
     return max(K_ALIGN, -(-k // K_ALIGN) * K_ALIGN)
 
 
+def _rows_contiguous(x: cp.ndarray) -> bool:
+    """Unit stride along each row and a positive whole-element stride between rows."""
+    return x.strides[1] == x.itemsize and x.strides[0] % x.itemsize == 0 and x.strides[0] > 0
+
+
 def _unit_inner(x: cp.ndarray) -> cp.ndarray:
     """``x`` itself when its rows are contiguous (any row stride), else a C-contiguous copy."""
-    if x.strides[1] == x.itemsize and x.strides[0] % x.itemsize == 0 and x.strides[0] > 0:
-        return x
-    return cp.ascontiguousarray(x)
+    return x if _rows_contiguous(x) else cp.ascontiguousarray(x)
 
 
 class PackedOperand:
     """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags."""
 
-    def __init__(self, lines: cp.ndarray, slots: int, k_pad: int, dtype: Any) -> None:
-        count = lines.shape[0]
+    def __init__(self, count: int, slots: int, k_pad: int, dtype: Any) -> None:
         self.data = cp.empty((count, slots, k_pad), dtype=dtype)
         self.exponents = cp.empty(count, dtype=cp.int32)
         self.nonfinite = cp.empty(count, dtype=cp.int32)
@@ -106,7 +108,7 @@ def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: 
 
 def pack_int8(lines: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOperand:
     """``packer.slice_rows`` on the GPU: digits of each row of ``lines`` (rows contiguous)."""
-    packed = PackedOperand(lines, slices, _padded(lines.shape[1]), cp.int8)
+    packed = PackedOperand(lines.shape[0], slices, _padded(lines.shape[1]), cp.int8)
     _launch_pack("pack_int8", lines, packed, np.int32(slices), np.int32(reversed_slots))
     return packed
 
@@ -114,7 +116,7 @@ def pack_int8(lines: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOpe
 def pack_int8_columns(x: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) ``x`` in place."""
     k, n = x.shape
-    packed = PackedOperand(x.T, slices, _padded(k), cp.int8)
+    packed = PackedOperand(n, slices, _padded(k), cp.int8)
     if n:
         _pack_module().get_function("pack_int8_columns")(
             (-(-n // 32),),
@@ -137,13 +139,13 @@ def pack_int8_columns(x: cp.ndarray, slices: int, reversed_slots: bool) -> Packe
 
 def _pack_b(b: cp.ndarray, slices: int) -> PackedOperand:
     """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
-    if b.strides[1] == b.itemsize and b.strides[0] % b.itemsize == 0 and b.strides[0] > 0:
+    if _rows_contiguous(b):
         return pack_int8_columns(b, slices, reversed_slots=True)
     return pack_int8(_unit_inner(b.T), slices, reversed_slots=True)
 
 
 def pack_fp16(lines: cp.ndarray, reversed_slots: bool) -> PackedOperand:
-    packed = PackedOperand(lines, 2, _padded(lines.shape[1]), cp.float16)
+    packed = PackedOperand(lines.shape[0], 2, _padded(lines.shape[1]), cp.float16)
     _launch_pack("pack_fp16", lines, packed, np.int32(reversed_slots))
     return packed
 
@@ -216,11 +218,10 @@ def _check_contiguous_classes(level: Level) -> None:
             raise ValueError(f"level {level.name}: class {g} is not a contiguous span of slices")
 
 
-def int8_class_sums(
-    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, m: int, n: int, k: int
-) -> cp.ndarray:
+def int8_class_sums(a_pack: PackedOperand, b_pack: PackedOperand, level: Level) -> cp.ndarray:
     """Exact class sums S_g, (groups, m, n): int32 when k fits one block, else float64."""
     _check_contiguous_classes(level)
+    m, n = a_pack.data.shape[0], b_pack.data.shape[0]
     groups = len(level.groups)
     block = int32_k_block(level)
     k_pad = a_pack.k_pad
@@ -304,23 +305,19 @@ def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperan
 
 
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
-    m, k = a.shape
-    n = b.shape[1]
     a_pack, b_pack = _pack_both(a, b, level)
-    sums = int8_class_sums(a_pack, b_pack, level, m, n, k)
+    sums = int8_class_sums(a_pack, b_pack, level)
     return _combine_int8(sums, a_pack, b_pack, a, b)
 
 
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
     """The stages of ``int8_product`` as separate calls, for a time breakdown."""
-    m, k = a.shape
-    n = b.shape[1]
     a_pack, b_pack = _pack_both(a, b, level)
-    sums = int8_class_sums(a_pack, b_pack, level, m, n, k)
+    sums = int8_class_sums(a_pack, b_pack, level)
     stages: dict[str, Any] = {
         "pack A": lambda: pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False),
         "pack B": lambda: _pack_b(b, level.b_slices),
-        "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level, m, n, k),
+        "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level),
         "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b),
     }
     for g in level.groups:
@@ -335,8 +332,7 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
 
 def fp16_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """``fp16split``: hh and the two cross products (one GEMM over [hi|lo] x [lo|hi])."""
-    m, k = a.shape
-    n = b.shape[1]
+    m, n = a.shape[0], b.shape[1]
     a_pack = pack_fp16(_unit_inner(a), reversed_slots=False)  # slots (hi, lo)
     b_pack = pack_fp16(_unit_inner(b.T), reversed_slots=True)  # slots (lo, hi)
     sums = cp.empty((2, m, n), dtype=cp.float32)
