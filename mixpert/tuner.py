@@ -64,11 +64,16 @@ DEFAULT_CANDIDATES = pareto_levels()  # tf32, I, T6, IV, V, fp64
 
 
 # --- error -----------------------------------------------------------------------------------
-def _float_leaves(value: Any) -> list[np.ndarray]:
+def _float_leaves(value: Any) -> list[Any]:
+    """The floating-point arrays in an output (nested tuples/lists), NumPy or CuPy as they are."""
     if isinstance(value, (tuple, list)):
         return [leaf for item in value for leaf in _float_leaves(item)]
-    array = np.asarray(value)
+    array = value if device.is_cupy_array(value) else np.asarray(value)
     return [array] if np.issubdtype(array.dtype, np.floating) else []
+
+
+def _sum_of_squares(x: Any) -> float:
+    return float((x * x).sum())  # on the array's own device; float() brings one number back
 
 
 def output_error(outputs: Any, reference: Any) -> float:
@@ -77,23 +82,23 @@ def output_error(outputs: Any, reference: Any) -> float:
     if len(got) != len(want):
         raise ValueError(f"{len(got)} float outputs, reference has {len(want)}")
     num = sum(
-        float(np.sum((g.astype(np.float64) - w) ** 2)) for g, w in zip(got, want, strict=True)
+        _sum_of_squares(g.astype(np.float64) - w.astype(np.float64))
+        for g, w in zip(got, want, strict=True)
     )
-    den = sum(float(np.sum(np.asarray(w, np.float64) ** 2)) for w in want)
+    den = sum(_sum_of_squares(w.astype(np.float64)) for w in want)
     if not np.isfinite(num):
         return float("inf")
     return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
 
 
+def _is_float_array(a: Any) -> bool:
+    return hasattr(a, "dtype") and hasattr(a, "shape") and np.issubdtype(a.dtype, np.floating)
+
+
 def reference_outputs(py_func: Callable[..., Any], args: Sequence[Any]) -> Any:
-    """The undecorated function under NumPy on float64 copies of the float inputs."""
-    wide = [
-        np.asarray(a, np.float64)
-        if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating)
-        else a
-        for a in args
-    ]
-    return py_func(*wide)
+    """The undecorated function on float64 copies of the float inputs, on their own device
+    (NumPy arrays under NumPy, CuPy arrays under CuPy: float64 GEMMs there are exact enough)."""
+    return py_func(*(a.astype(np.float64) if _is_float_array(a) else a for a in args))
 
 
 # --- profiling -------------------------------------------------------------------------------

@@ -1,0 +1,225 @@
+"""Samples: real workloads under ``samples/``, and one end-to-end run of one (``mixpert run``).
+
+A sample module holds one plain NumPy function decorated with ``@mixpert.jit(tol=...)`` and a
+``SAMPLE = Sample(...)`` describing how to feed and judge it. The same function body runs three
+ways: compiled by Numba in nopython mode on NumPy arrays, through Numba's object mode on CuPy arrays
+(NumPy calls dispatch to CuPy through ``__array_function__``/``__array_ufunc__``), and as plain
+Python on float64 copies for the reference. So sample code:
+
+- creates arrays only from arguments (``np.zeros_like(a)``, ``a.copy()``), never from shapes alone:
+  ``np.zeros((n, n))`` would be a NumPy array beside CuPy operands;
+- never hard-codes float32: the float64 reference runs the same code (use ``x.dtype``);
+- avoids ``min``/``max``/``mean`` with ``axis=`` (Numba lacks them): ``argmin`` +
+  ``take_along_axis`` and ``sum(axis=...) / n`` do the same.
+
+``run_sample`` is the end-to-end path: tune on representative inputs, then on fresh held-out inputs
+measure the error against a float64 run (MixPert Eq. 10), the sample's own checks (e.g. HPL's
+scaled residual), and the time of the same code with native float32 and with mixpert.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .jit import MixpertFunction
+from .plan import Plan
+from .runtime import device
+from .tuner import output_error, reference_outputs, tune
+
+MODULE_PREFIX = "mixpert_sample_"  # sample modules import as mixpert_sample_<name>
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+MakeInputs = Callable[[Any, Any, int], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A domain check beyond Eq. 10: passes when ``value <= limit``."""
+
+    name: str
+    value: float
+    limit: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.value <= self.limit)  # NaN fails
+
+
+ChecksFn = Callable[[tuple[Any, ...], Any, Any], Sequence[Check]]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One workload. ``make_inputs(xp, rng, size)`` returns the arguments as float32 arrays of
+    ``xp`` (numpy or cupy) drawn from ``rng = xp.random.default_rng(seed)``; ``sizes`` names
+    sizes ("ci": seconds on the CPU oracle, "demo": the CPU demo, "gpu": the end-to-end
+    benchmark); ``checks(args, outputs, reference)`` returns domain checks."""
+
+    func: MixpertFunction
+    make_inputs: MakeInputs
+    sizes: Mapping[str, int]
+    size_doc: str  # what ``size`` means, e.g. "n: A and B are n x n"
+    checks: ChecksFn | None = None
+    tune_size: Mapping[str, int] = field(default_factory=dict)  # tune smaller than run, per key
+
+    @property
+    def name(self) -> str:
+        return self.func.py_func.__module__.removeprefix(MODULE_PREFIX)
+
+    @property
+    def tol(self) -> float:
+        if self.func.tol is None:
+            raise ValueError(f"sample {self.name}: decorate it with @mixpert.jit(tol=...)")
+        return self.func.tol
+
+
+def load_sample(path: str | Path) -> Sample:
+    """Import ``samples/<name>.py`` (a path or a bare name) once and return its ``SAMPLE``."""
+    path = Path(path)
+    if not path.suffix:
+        path = SAMPLES_DIR / f"{path}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"sample file {path} does not exist")
+    name = MODULE_PREFIX + path.stem
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(loaded.__file__ or "").resolve() == path.resolve():
+        return loaded.SAMPLE
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Numba and the op ids need the module importable by name
+    spec.loader.exec_module(module)
+    sample = getattr(module, "SAMPLE", None)
+    if not isinstance(sample, Sample):
+        raise TypeError(f"{path} defines no SAMPLE = mixpert.samples.Sample(...)")
+    return sample
+
+
+def sample_paths() -> list[Path]:
+    """Every sample module in the repository's ``samples/`` folder."""
+    return sorted(p for p in SAMPLES_DIR.glob("*.py") if not p.name.startswith("_"))
+
+
+def array_module(backend: str) -> Any:
+    """numpy for "cpu", cupy for "cuda", the GPU when usable for "auto"."""
+    if backend == "cuda" or (backend == "auto" and device.gpu_available()):
+        cp = device.cupy_module()
+        if cp is None:
+            raise RuntimeError(f"backend 'cuda' asked for: {device.unavailable_reason()}")
+        return cp
+    if backend not in ("cpu", "auto"):
+        raise ValueError(f"backend={backend!r}: use 'auto', 'cpu' or 'cuda'")
+    return np
+
+
+def synchronizer(xp: Any) -> Callable[[], None]:
+    return xp.cuda.Device().synchronize if xp is not np else (lambda: None)
+
+
+def best_time(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
+    """Best of ``repeats`` timed calls after one warm-up call."""
+    fn()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@dataclass
+class SampleRun:
+    """What ``run_sample`` measured; errors are Eq. 10 against float64 on held-out inputs."""
+
+    name: str
+    size: int
+    device: str
+    tol: float
+    plan: Plan
+    error: float
+    native_error: float
+    native_seconds: float
+    mixpert_seconds: float
+    checks: list[Check]
+
+    @property
+    def speedup(self) -> float:
+        return self.native_seconds / self.mixpert_seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.tol and all(c.ok for c in self.checks)
+
+
+def run_sample(
+    sample: Sample,
+    size: int,
+    *,
+    backend: str = "auto",
+    tol: float | None = None,
+    tune_size: int | None = None,
+    plan: Plan | None = None,
+    seed: int = 0,
+    repeats: int = 3,
+    on_run: Callable[[], None] | None = None,
+) -> SampleRun:
+    """Tune (unless ``plan`` is given) at ``tune_size`` (default ``size``) with seed ``seed``,
+    then measure error, checks and times at ``size`` on inputs drawn with seed ``seed + 1``."""
+    xp = array_module(backend)
+    tol = sample.tol if tol is None else tol
+    if plan is None:
+        tuning = sample.make_inputs(xp, xp.random.default_rng(seed), tune_size or size)
+        plan = tune(sample.func, tuning, tol=tol, on_run=on_run, measure=False)
+        del tuning
+    args = sample.make_inputs(xp, xp.random.default_rng(seed + 1), size)
+    reference = reference_outputs(sample.func.py_func, args)
+    tuned = sample.func.with_plan(plan)
+    outputs = tuned(*args)
+    native = sample.func.py_func(*args)
+    checks = list(sample.checks(args, outputs, reference)) if sample.checks else []
+    sync = synchronizer(xp)
+    return SampleRun(
+        name=sample.name,
+        size=size,
+        device=plan.device,
+        tol=tol,
+        plan=plan,
+        error=output_error(outputs, reference),
+        native_error=output_error(native, reference),
+        native_seconds=best_time(lambda: sample.func.py_func(*args), sync, repeats),
+        mixpert_seconds=best_time(lambda: tuned(*args), sync, repeats),
+        checks=checks,
+    )
+
+
+def gemmul8(xp: Any, rng: Any, shape: tuple[int, ...], phi: float = 0.5) -> Any:
+    """GEMMul8's test data (U - 0.5) * exp(phi * N(0, 1)) as float32 on ``xp``'s device."""
+    u = rng.random(shape, dtype=xp.float32) - xp.float32(0.5)
+    return u * xp.exp(xp.float32(phi) * rng.standard_normal(shape, dtype=xp.float32))
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A NumPy copy of a NumPy or CuPy array (for checks that compare on the host)."""
+    return np.asarray(x.get() if hasattr(x, "get") else x)
+
+
+__all__ = [
+    "Check",
+    "Sample",
+    "SampleRun",
+    "array_module",
+    "gemmul8",
+    "load_sample",
+    "run_sample",
+    "sample_paths",
+    "to_host",
+]
