@@ -7,8 +7,8 @@ from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, Level, get_level
 
 __all__ = ["DEFAULT_LEVEL", "LADDER", "LEVELS", "Level", "get_level", "inspect", "jit", "matmul"]
 __version__ = "0.1.0"
-from .autotune import autotune
-from .plan import Plan
+from .plan import Plan, StalePlanError
+from .plan_lookup import MissingPlanError
 from .tuner import tune
 
-__all__ += ["Plan", "autotune", "tune"]
+__all__ += ["MissingPlanError", "Plan", "StalePlanError", "tune"]

@@ -2,16 +2,21 @@
 
 The decorated function is a ``MixpertFunction``: calling it activates its plan (op id -> level
 name; unlisted ops run at the runtime's default level) for the duration of the call and runs the
-compiled code, whose rewritten matmul sites ask the runtime for each product. The plan is read at
-run time, so ``f.plan = {...}``, ``f.with_plan(...)`` or ``mixpert.passes.bridge.using_plan`` switch
-levels without recompiling. CuPy operands run the same passes in Numba's object-mode pipeline: the
-data stays on the GPU and the products go to the runtime's CUDA backend.
+compiled code, whose rewritten matmul sites ask the runtime for each product. With ``tol`` and no
+``plan``, the plan comes from a ``PlanBook`` (``mixpert.plan_lookup``): a matching tuned plan from
+memory or ``plan_file``, else tune now, run a safe default, or raise, as ``on_missing`` says.
+
+The plan is read at run time, so ``f.plan = {...}``, ``f.with_plan(...)`` or
+``mixpert.passes.bridge.using_plan`` switch levels without recompiling. CuPy operands run the same
+passes in Numba's object-mode pipeline: the data stays on the GPU and the products go to the
+runtime's CUDA backend.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -20,6 +25,7 @@ from numba.core import types
 from .passes import bridge, callees
 from .passes.dispatcher import MixpertDispatcher, make_dispatcher
 from .passes.sites import OpInfo
+from .plan_lookup import OnMissing, PlanBook
 from .runtime.device import is_cupy_array
 
 
@@ -34,6 +40,7 @@ class MixpertFunction:
         plan: Any = None,
         cache: bool = False,
         options: dict[str, Any] | None = None,
+        plan_book: PlanBook | None = None,
         _dispatchers: dict[str, MixpertDispatcher] | None = None,
     ):
         functools.update_wrapper(self, py_func)
@@ -42,7 +49,9 @@ class MixpertFunction:
         self.tol = tol
         self.cache = cache
         self.options = dict(options or {})
+        self.plan_book = plan_book
         self._dispatchers = {} if _dispatchers is None else _dispatchers
+        self._resolved: tuple[Any, bridge.ActivePlan] | None = None  # last plan from the book
         self.plan = plan
 
     # --- plan --------------------------------------------------------------------------------
@@ -55,6 +64,8 @@ class MixpertFunction:
     def plan(self, plan: Any) -> None:
         self._active = bridge.resolve_plan(plan)  # validates level names now, not mid-run
         self._plan = plan
+        if plan is not None:
+            self.plan_book = None  # an explicit plan wins over looking one up
 
     def with_plan(self, plan: Any) -> MixpertFunction:
         """The same compiled function under another plan (shares the dispatchers: no recompile)."""
@@ -85,10 +96,18 @@ class MixpertFunction:
     def _numba_type_(self) -> types.Type:  # lets other jitted code call this function
         return types.Dispatcher(self.dispatcher)
 
+    def _active_for(self, args: tuple[Any, ...]) -> bridge.ActivePlan:
+        if self.plan_book is None:
+            return self._active
+        plan = self.plan_book.plan_for(self, args)
+        if self._resolved is None or self._resolved[0] is not plan:
+            self._resolved = (plan, bridge.resolve_plan(plan))
+        return self._resolved[1]
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
-        previous = bridge.swap_plan(self._active)
+        previous = bridge.swap_plan(self._active_for(args))
         try:
             return disp(*args, **kwargs)
         except bridge.MixpertRuntimeError:
@@ -121,18 +140,26 @@ def jit(
     *,
     tol: float | None = None,
     plan: Any = None,
+    plan_file: str | Path | None = None,
+    on_missing: OnMissing | None = None,
+    default_level: str = "fp32",
     cache: bool = False,
     **options: Any,
 ) -> Any:
     """Compile ``func`` with Numba (nopython) so its matmuls run on the mixpert runtime.
 
     ``plan``: op id -> level name (or an object with ``.levels``); ops it leaves out run at
-    ``mixpert.runtime.DEFAULT_LEVEL``. ``tol`` is stored for the tuner. ``cache=True`` caches the
-    compiled code on disk, apart from plain Numba's entries. Other keywords go to Numba
-    (``fastmath``, ``boundscheck``, ...). Use as ``@mixpert.jit`` or ``@mixpert.jit(...)``.
+    ``mixpert.runtime.DEFAULT_LEVEL``. ``tol`` without ``plan``: each call runs a tuned plan whose
+    output error (MixPert Eq. 10 against float64) was within tol on representative inputs; it is
+    read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and
+    ``on_missing`` ("tune", "default": every op at ``default_level``, "raise") says what happens
+    when none matches; see ``mixpert.plan_lookup``. ``cache=True`` caches the compiled code on
+    disk, apart from plain Numba's entries. Other keywords go to Numba (``fastmath``,
+    ``boundscheck``, ...). Use as ``@mixpert.jit`` or ``@mixpert.jit(...)``.
     """
 
     def wrap(f: Callable[..., Any]) -> MixpertFunction:
-        return MixpertFunction(f, tol=tol, plan=plan, cache=cache, options=options)
+        book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level)
+        return MixpertFunction(f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book)
 
     return wrap if func is None else wrap(func)
