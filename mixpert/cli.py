@@ -1,4 +1,4 @@
-"""The ``mixpert`` command line: demo, bench, inspect, tune."""
+"""The ``mixpert`` command line: demo, run, bench, inspect, tune."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .cli_inspect import inspect as inspect_command
+from .cli_run import run as run_command
 from .cli_tune import tune as tune_command
 
 console = Console()
@@ -77,6 +78,7 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
 
 main.add_command(inspect_command)
 main.add_command(tune_command)
+main.add_command(run_command)
 
 if __name__ == "__main__":
     main()
