@@ -150,6 +150,9 @@ class SampleRun:
     native_seconds: float
     mixpert_seconds: float
     checks: list[Check]
+    input_bytes: int = 0
+    tune_seconds: float = 0.0
+    compared: dict[str, tuple[float, float]] = field(default_factory=dict)  # error, seconds
 
     @property
     def speedup(self) -> float:
@@ -171,15 +174,19 @@ def run_sample(
     seed: int = 0,
     repeats: int = 3,
     on_run: Callable[[], None] | None = None,
+    compare: Mapping[str, str] | None = None,
 ) -> SampleRun:
     """Tune (unless ``plan`` is given) at ``tune_size`` (default ``size``) with seed ``seed``,
-    then measure error, checks and times at ``size`` on inputs drawn with seed ``seed + 1``."""
+    then measure error, checks and times at ``size`` on inputs drawn with seed ``seed + 1``.
+    ``compare``: label -> level to also run every op at (e.g. {"TF32": "tf32"})."""
     xp = array_module(backend)
     tol = sample.tol if tol is None else tol
+    start = time.perf_counter()
     if plan is None:
         tuning = sample.make_inputs(xp, xp.random.default_rng(seed), tune_size or size)
         plan = tune(sample.func, tuning, tol=tol, on_run=on_run, measure=False)
         del tuning
+    tune_seconds = time.perf_counter() - start
     args = sample.make_inputs(xp, xp.random.default_rng(seed + 1), size)
     reference = reference_outputs(sample.func.py_func, args)
     tuned = sample.func.with_plan(plan)
@@ -187,6 +194,13 @@ def run_sample(
     native = sample.func.py_func(*args)
     checks = list(sample.checks(args, outputs, reference)) if sample.checks else []
     sync = synchronizer(xp)
+    compared = {}
+    for label, level in (compare or {}).items():
+        variant = sample.func.with_plan(dict.fromkeys(sample.func.ops, level))
+        compared[label] = (
+            output_error(variant(*args), reference),
+            best_time(lambda v=variant: v(*args), sync, repeats),
+        )
     return SampleRun(
         name=sample.name,
         size=size,
@@ -198,6 +212,9 @@ def run_sample(
         native_seconds=best_time(lambda: sample.func.py_func(*args), sync, repeats),
         mixpert_seconds=best_time(lambda: tuned(*args), sync, repeats),
         checks=checks,
+        input_bytes=sum(int(getattr(a, "nbytes", 0)) for a in args),
+        tune_seconds=tune_seconds,
+        compared=compared,
     )
 
 

@@ -1,0 +1,190 @@
+"""End-to-end benchmark: every sample on the GPU at its "gpu" size, against the same code with
+native float32 (CuPy, cuBLAS SGEMM) and with every op at TF32, data resident on the GPU.
+
+Each sample is tuned for its own tol (on inputs from seed 0, at ``Sample.tune_size["gpu"]`` when
+it names one, else at the full size), then measured on held-out inputs (seed 1): error against the
+float64 run of the same code (MixPert Eq. 10), the sample's checks, and best-of-3 times after a
+warm-up. One JSON per sample lands in ``<out>/samples/`` as soon as it is measured (so a run cut
+short keeps what it finished); ``--report`` merges them into ``samples.json``, ``samples.md`` and
+``samples.png``.
+
+    python benchmarks/samples_e2e.py [NAME ...] [--out DIR] [--size-key gpu] [--backend cuda]
+    python benchmarks/samples_e2e.py --report [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mixpert.samples import SampleRun, load_sample, run_sample, sample_paths
+from mixpert.tuner import device_name
+
+console = Console(width=160)
+
+
+def record(run: SampleRun, size_key: str) -> dict[str, Any]:
+    tf32_error, tf32_seconds = run.compared["TF32"]
+    return {
+        "sample": run.name,
+        "size_key": size_key,
+        "size": run.size,
+        "input_gb": run.input_bytes / 1e9,
+        "device": run.device,
+        "tol": run.tol,
+        "levels": run.plan.levels,
+        "tuning_error": run.plan.error,
+        "profiling_runs": run.plan.profiling_runs,
+        "tune_seconds": run.tune_seconds,
+        "predicted_gemm_speedup": run.plan.predicted_speedup,
+        "error": run.error,
+        "within_tol": run.error <= run.tol,
+        "native_error": run.native_error,
+        "tf32_error": tf32_error,
+        "native_seconds": run.native_seconds,
+        "mixpert_seconds": run.mixpert_seconds,
+        "tf32_seconds": tf32_seconds,
+        "speedup": run.speedup,
+        "tf32_speedup": run.native_seconds / tf32_seconds,
+        "checks": [
+            {"name": c.name, "value": c.value, "limit": c.limit, "ok": c.ok} for c in run.checks
+        ],
+        "ok": run.ok,
+    }
+
+
+def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
+    folder = out / "samples"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        sample = load_sample(name)
+        size = sample.sizes[size_key]
+        console.print(f"[bold]{name}[/bold] at size {size} ({sample.size_doc}), tol {sample.tol:g}")
+        start = time.perf_counter()
+        run = run_sample(
+            sample,
+            size,
+            backend=backend,
+            tune_size=sample.tune_size.get(size_key),
+            compare={"TF32": "tf32"},
+        )
+        row = record(run, size_key)
+        row["wall_seconds"] = time.perf_counter() - start
+        (folder / f"{name}.json").write_text(json.dumps(row, indent=2) + "\n")
+        console.print(
+            f"  speedup {row['speedup']:.2f}x (TF32 {row['tf32_speedup']:.2f}x), error "
+            f"{row['error']:.2e} (tol {row['tol']:g}, fp32 {row['native_error']:.2e}, TF32 "
+            f"{row['tf32_error']:.2e}), levels {sorted(set(row['levels'].values()))}, "
+            f"ok={row['ok']}, {row['wall_seconds']:.0f} s"
+        )
+        del run
+        if backend == "cuda":
+            import cupy
+
+            cupy.get_default_memory_pool().free_all_blocks()
+
+
+def markdown(rows: list[dict[str, Any]], mean: float) -> str:
+    lines = [
+        f"# End-to-end samples on {rows[0]['device']}",
+        "",
+        "Speedup over the same code with native float32 (CuPy / cuBLAS SGEMM), data on the GPU;",
+        "errors are MixPert Eq. 10 against the float64 run on held-out inputs.",
+        "",
+        "| sample | size | inputs (GB) | tol | levels | mixpert error | fp32 error | TF32 error "
+        "| fp32 (ms) | mixpert (ms) | speedup | TF32 speedup | checks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        levels = ", ".join(sorted(set(r["levels"].values())))
+        checks = "; ".join(
+            f"{c['name']} {c['value']:.3g} <= {c['limit']:g} {'ok' if c['ok'] else 'FAIL'}"
+            for c in r["checks"]
+        )
+        within = "" if r["within_tol"] else " (OVER tol)"
+        lines.append(
+            f"| {r['sample']} | {r['size']} | {r['input_gb']:.2f} | {r['tol']:g} | {levels} "
+            f"| {r['error']:.2e}{within} | {r['native_error']:.2e} | {r['tf32_error']:.2e} "
+            f"| {r['native_seconds'] * 1e3:.1f} | {r['mixpert_seconds'] * 1e3:.1f} "
+            f"| {r['speedup']:.2f}x | {r['tf32_speedup']:.2f}x | {checks} |"
+        )
+    geomean = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
+    lines += ["", f"Mean speedup (arithmetic): **{mean:.2f}x**; geometric mean {geomean:.2f}x."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["sample"] for r in rows]
+    x = range(len(rows))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    left.bar([i - 0.2 for i in x], [r["speedup"] for r in rows], 0.4, label="mixpert (tuned)")
+    left.bar([i + 0.2 for i in x], [r["tf32_speedup"] for r in rows], 0.4, label="TF32")
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.axhline(1.7, color="gray", linestyle="--", linewidth=0.8, label="1.7x target (mean)")
+    left.set_xticks(list(x), names, rotation=30)
+    left.set_ylabel("speedup over native float32")
+    left.legend()
+    for key, label in (("error", "mixpert"), ("native_error", "fp32"), ("tf32_error", "TF32")):
+        right.scatter(names, [max(r[key], 1e-17) for r in rows], label=label)
+    right.scatter(names, [r["tol"] for r in rows], marker="_", s=400, color="red", label="tol")
+    right.set_yscale("log")
+    right.set_ylabel("error vs float64 (Eq. 10)")
+    right.tick_params(axis="x", rotation=30)
+    right.legend()
+    fig.suptitle(f"mixpert samples end to end, {rows[0]['device']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def report(out: Path) -> None:
+    rows = [json.loads(p.read_text()) for p in sorted((out / "samples").glob("*.json"))]
+    if not rows:
+        raise SystemExit(f"no results under {out / 'samples'}")
+    mean = sum(r["speedup"] for r in rows) / len(rows)
+    (out / "samples.json").write_text(json.dumps({"mean_speedup": mean, "rows": rows}, indent=2))
+    (out / "samples.md").write_text(markdown(rows, mean))
+    table = Table("sample", "size", "levels", "error", "tol", "fp32 ms", "mixpert ms", "speedup",
+                  "TF32", "ok")  # fmt: skip
+    for r in rows:
+        table.add_row(
+            r["sample"], str(r["size"]), ",".join(sorted(set(r["levels"].values()))),
+            f"{r['error']:.1e}", f"{r['tol']:g}", f"{r['native_seconds'] * 1e3:.1f}",
+            f"{r['mixpert_seconds'] * 1e3:.1f}", f"{r['speedup']:.2f}x",
+            f"{r['tf32_speedup']:.2f}x", str(r["ok"]),
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"mean speedup {mean:.2f}x over {len(rows)} samples")
+    try:
+        plot(rows, out / "samples.png")
+    except ImportError:
+        console.print("matplotlib missing: no plot")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="samples (default: all)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--size-key", default="gpu")
+    parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--report", action="store_true", help="only merge the per-sample JSON")
+    args = parser.parse_args()
+    out = args.out or Path("benchmarks/results") / device_name().replace(" ", "-")
+    if not args.report:
+        measure(args.names or [p.stem for p in sample_paths()], out, args.size_key, args.backend)
+    report(out)
+
+
+if __name__ == "__main__":
+    main()

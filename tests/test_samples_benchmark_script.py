@@ -1,0 +1,39 @@
+"""benchmarks/samples_e2e.py end to end on the CPU at the "ci" size: per-sample JSON, the merged
+JSON, Markdown table and plot, with the figures the GPU run reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "samples_e2e.py"
+
+
+def test_script_writes_results(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    spec = importlib.util.spec_from_file_location("samples_e2e_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    argv = [
+        "samples_e2e.py",
+        "gemm",
+        "--backend",
+        "cpu",
+        "--size-key",
+        "ci",
+        "--out",
+        str(tmp_path),
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    module.main()
+    merged = json.loads((tmp_path / "samples.json").read_text())
+    (row,) = merged["rows"]
+    assert row["sample"] == "gemm" and row["device"] == "cpu" and row["ok"]
+    assert row["error"] <= row["tol"] < row["tf32_error"]  # TF32 misses a float32-grade tol
+    assert merged["mean_speedup"] == pytest.approx(row["native_seconds"] / row["mixpert_seconds"])
+    assert "| gemm | 96 |" in (tmp_path / "samples.md").read_text()
+    assert (tmp_path / "samples.png").stat().st_size > 0
