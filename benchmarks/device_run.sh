@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run on the lent GPU machine (no registry there): put the repo on PYTHONPATH in the installed
 # layout (mixpert, mixpert.runtime, mixpert.passes), run the GPU tests, then the benchmark.
-#   bash benchmarks/device_run.sh [tests|bench|quick|all]   (results land in $OUT)
+#   bash benchmarks/device_run.sh [tests|bench|quick|all] [pytest args]   (results land in $OUT)
+#   bash benchmarks/device_run.sh e2e [sample names] [--size-key KEY]     (samples end to end)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 site=/tmp/mixpert-site
@@ -9,16 +10,21 @@ rm -rf "$site" && mkdir -p "$site"
 cp -r "$repo/mixpert" "$site/mixpert"
 cp -r "$repo/runtime" "$site/mixpert/runtime"
 cp -r "$repo/passes" "$site/mixpert/passes"
+cp -r "$repo/samples" "$site/samples"  # mixpert.samples finds them beside the package
 export PYTHONPATH=$site PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 what=${1:-all}
+shift || true
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 cd /tmp
 if [[ $what == tests || $what == all ]]; then
-  python -m pytest -q -m gpu "$repo/tests" -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.log"
+  python -m pytest -q -m gpu "$repo/tests" -p no:cacheprovider "$@" 2>&1 | tee "$out/gpu-tests.log"
 fi
 if [[ $what == bench || $what == all || $what == quick ]]; then
   flag=""; [[ $what == quick ]] && flag="--quick"
   python -m mixpert.cli bench $flag --out "$out/results" 2>&1 | tee "$out/bench.log"
+fi
+if [[ $what == e2e ]]; then
+  python "$repo/benchmarks/samples_e2e.py" "$@" --out "$out/results" 2>&1 | tee "$out/e2e.log"
 fi
