@@ -77,3 +77,18 @@ def test_cli_tune_writes_a_plan(tmp_path, monkeypatch) -> None:
     data = json.loads((tmp_path / "p.json").read_text())
     assert data["function"] == "fn_cli:f" and len(data["levels"]) == 2
     assert data["error"] <= 1e-5 and data["profiling_runs"] <= 2 * 6
+
+
+@pytest.mark.gpu
+def test_tuning_on_the_gpu_with_cupy_inputs() -> None:
+    import cupy as cp
+
+    args = tuple(cp.asarray(a) for a in mlp_inputs(np.random.default_rng(1), n=512))
+    f = mixpert.jit(mlp, tol=1e-5)
+    out = f(*args)  # tunes on the GPU: errors against a CuPy float64 run, times measured
+    (plan,) = f.plan_book.plans
+    assert plan.device != "cpu" and plan.measured_speedup is not None
+    assert plan.error <= 1e-5 and set(plan.levels) == set(f.ops)
+    reference = mlp(*(a.astype(cp.float64) for a in args))
+    error = float(cp.linalg.norm(out - reference) / cp.linalg.norm(reference))
+    assert error <= 2e-5  # the tuning inputs themselves: within tol, up to float32 rounding
