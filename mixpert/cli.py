@@ -1,4 +1,4 @@
-"""The ``mixpert`` command line: demo, run, bench, inspect, tune."""
+"""The ``mixpert`` command line: demo, run, levels, bench, inspect, tune."""
 
 from __future__ import annotations
 
@@ -20,13 +20,23 @@ def main() -> None:
 
 
 @main.command()
+@click.option("--sample", default="mlp", show_default=True, help="a sample in samples/")
+@click.option("--size", type=int, default=None, help="default: the sample's demo size")
+@click.pass_context
+def demo(ctx: click.Context, sample: str, size: int | None) -> None:
+    """The main job: one sample end to end (`mixpert run mlp`): ops found, graph, tuned levels,
+    error against float64 and time against native float32; the GPU when usable, else the CPU."""
+    ctx.invoke(run_command, sample_file=sample, size=size)
+
+
+@main.command()
 @click.option("--n", "size", default=1024, show_default=True, help="square product size")
 @click.option("--phi", default=0.5, show_default=True, help="exponent spread of the inputs")
 @click.option(
     "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
 )
 @click.option("--seed", default=0, show_default=True)
-def demo(size: int, phi: float, backend: str, seed: int) -> None:
+def levels(size: int, phi: float, backend: str, seed: int) -> None:
     """One n x n x n product at every level: error against float64 and time."""
     from .demo import run_demo
     from .runtime import device
