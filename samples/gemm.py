@@ -14,7 +14,8 @@ from mixpert.samples import Check, Sample, gemmul8
 
 @mixpert.jit(tol=1e-6)
 def gemm(a, b, c, alpha, beta):
-    return alpha * (a @ b) + beta * c
+    t = a.dtype.type  # Python floats would make Numba compute the scaling in float64
+    return t(alpha) * (a @ b) + t(beta) * c
 
 
 def make_inputs(xp, rng, n):
