@@ -8,8 +8,9 @@ two products is one op for the tuner: all block columns share its level.
 The tol, 1e-5, is float32 grade: a float32 Cholesky factor is used as numbers (solves,
 whitening, sampling), float32's backward-error bound for it is of order n u (1e-4 at n = 2048),
 and five correct digits of L are what those uses need. Native float32 lands near 5e-8 on these
-well-conditioned matrices (cond(A) <= 5); level I (5e-5 at n = 2048) misses the tol, T6
-(7e-7 at n = 2048, growing about as sqrt(n)) meets it up to the gpu size.
+well-conditioned matrices (cond(A) <= 5). All ops at level I (5e-5 at n = 2048) miss the tol,
+all at T6 (7e-7 at n = 2048, growing about as sqrt(n)) meet it; at the ci and demo sizes the tuner
+keeps the panel at T6 and takes I for the trailing update (about 4.5e-6).
 
 size: n, A is n x n (A = M M^T / n + I, M standard normal) and nb = n / 8.
 """
