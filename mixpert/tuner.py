@@ -19,7 +19,9 @@ accurate levels rather than failing silently). Visit ops by their share of the t
 first, and lower each one rung at a time while the error stays within tol. When a lowering breaks
 tol, try raising the op's immediate predecessor in the GEMM graph one rung instead, keeping the
 pair only if the error is back within tol and the total time still drops. Sweep again until no
-move helps. Runs are cached per plan and capped at ops x levels.
+move helps. Ops that never reached the runtime on the tuning inputs (matrix-vector products, code
+not taken) cost no runs and are planned at native float32. Runs are cached per plan and capped at
+ops x levels.
 """
 
 from __future__ import annotations
@@ -200,8 +202,11 @@ def greedy(
         return Result(levels_of(rung), current_error, False, prof.runs, prof.flops, contribution)
 
     graph = func.graph
-    # by share of time at the start (all at one level, so by flops); ops never run come last
-    order = sorted(ops, key=lambda op: -prof.flops.get(op, 0.0))
+    # by share of time at the start (all at one level, so by flops); ops that never reached the
+    # runtime (matrix-vector sites, branches not taken) have no time to save: they stay native
+    tunable = [op for op in ops if prof.flops.get(op, 0.0) > 0]
+    order = sorted(tunable, key=lambda op: -prof.flops[op])
+    prof.budget = max(1, len(order) * len(rungs))
 
     def cost(r: Mapping[str, int]) -> float:
         return predicted_time(prof.flops, levels_of(r))
@@ -238,7 +243,10 @@ def greedy(
                         break
     except BudgetExhausted:
         pass
-    return Result(levels_of(rung), current_error, True, prof.runs, prof.flops, contribution)
+    idle = dict.fromkeys(set(ops) - set(tunable), BASELINE_LEVEL)  # native, as they ran
+    return Result(
+        {**levels_of(rung), **idle}, current_error, True, prof.runs, prof.flops, contribution
+    )
 
 
 def exhaustive(

@@ -83,3 +83,19 @@ def test_output_error_is_eq10_over_all_float_outputs() -> None:
     want = np.sqrt(4 * 0.25 / (4 * 1.0 + 3 * 4.0))
     assert output_error(got, ref) == pytest.approx(want)
     assert output_error((np.array([np.nan]),), (np.array([1.0]),)) == float("inf")
+
+
+def product_then_matvec(a, b, v):
+    return (a @ b) @ v  # the second product is matrix-vector: it never reaches the runtime
+
+
+def test_ops_that_never_reach_the_runtime_cost_no_runs() -> None:
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((48, 48)).astype(np.float32) for _ in range(2))
+    v = rng.standard_normal(48).astype(np.float32)
+    func = mixpert.jit(product_then_matvec)
+    plan = mixpert.tune(func, (a, b, v), tol=1e-3, candidates=CANDIDATES)
+    assert len(plan.levels) == 2
+    levels = sorted(plan.levels.values())
+    assert levels == sorted(["I", "fp32"])  # the GEMM lowered; the matvec stays native
+    assert plan.profiling_runs <= len(CANDIDATES)  # runs for one tunable op only
