@@ -1,0 +1,94 @@
+"""knn: brute-force k-nearest-neighbour search (squared Euclidean) of queries among references.
+
+A block of queries at a time: the distance GEMM ||q||^2 - 2 Q R^T + ||r||^2 (block x r), then
+the k nearest by k rounds of argmin, take_along_axis and masking the found entries with inf;
+the distances come out sorted ascending. Blocks keep the distance matrix at 2 GiB at the gpu
+size instead of 16. Data: 64 Gaussian blobs (clustered like embeddings), queries and
+references drawn from the same blobs.
+
+tol = 1e-4: kNN serves rankings (checked: recall of float64's neighbours) and distances used as
+scores or thresholds; GPU kNN libraries (FAISS) offer fp16 distances for speed. 1e-4 keeps
+the distances to four digits (the expansion magnifies the GEMM's error by ||q||^2 / distance,
+about 2.5 here); only near-tied neighbours swap.
+
+size = n: n queries and n references in d = n / 16 dimensions, K = 8 nearest. gpu size
+n = 65536: Q and R are 65536 x 4096 (1 GiB each); 8 blocks of 8192 queries, each one
+8192 x 4096 x 65536 GEMM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import mixpert
+from mixpert.samples import Check, Sample
+
+K = 8  # neighbours per query
+BLOCK = 8192  # queries per distance block (at most)
+CLUSTERS = 64
+SPREAD = 0.5  # blob standard deviation per coordinate; the centres are N(0, 1)
+
+
+@mixpert.jit(tol=1e-4)
+def knn(queries, refs, k, block):
+    two = queries.dtype.type(2)  # typed constants: Python floats would make Numba use float64
+    inf = queries.dtype.type(np.inf)
+    rr = (refs * refs).sum(axis=1)
+    dist = np.zeros_like(queries[:, :k])
+    idx = np.zeros_like(dist).astype(np.int64)
+    for start in range(0, queries.shape[0], block):
+        stop = min(start + block, queries.shape[0])
+        q = queries[start:stop]
+        d = (q * q).sum(axis=1)[:, None] - two * (q @ refs.T) + rr
+        for j in range(k):
+            nearest = np.argmin(d, axis=1)
+            found = np.take_along_axis(d, nearest[:, None], axis=1)
+            dist[start:stop, j] = found[:, 0]
+            idx[start:stop, j] = nearest
+            d = np.where(d <= found, inf, d)
+    return dist, idx
+
+
+def blobs(xp, rng, centres, n: int, spread: float):
+    """n points around randomly chosen centres, with their blob labels."""
+    labels = rng.integers(0, centres.shape[0], n)
+    noise = rng.standard_normal((n, centres.shape[1]), dtype=xp.float32)
+    return centres[labels] + xp.float32(spread) * noise, labels
+
+
+def make_inputs(xp, rng, n):
+    centres = rng.standard_normal((CLUSTERS, n // 16), dtype=xp.float32)
+    queries, _ = blobs(xp, rng, centres, n, SPREAD)
+    refs, _ = blobs(xp, rng, centres, n, SPREAD)
+    return queries, refs, K, min(BLOCK, max(n // 4, 1))
+
+
+def recall(indices, reference) -> float:
+    """Fraction of the reference's neighbours (per query row) found in ``indices``."""
+    hits = (indices[:, :, None] == reference[:, None, :]).any(axis=2)
+    return float(hits.mean())
+
+
+def checks(args, outputs, reference):
+    """Recall of float64's neighbours, ascending distances, each distance close to float64's."""
+    (dist, idx), (dist64, idx64) = outputs, reference
+    scale = dist64[:, -1:]  # the k-th distance of each query: the scale neighbours are told by
+    steps = dist[:, 1:] - dist[:, :-1]
+    return [
+        Check("1 - recall of float64's neighbours", 1.0 - recall(idx, idx64), 0.01),
+        Check("descending steps in the distances (fraction)", float((steps < 0).mean()), 0.0),
+        Check(
+            "worst distance error / k-th distance (limit 10 tol)",
+            float((abs(dist - dist64) / scale).max()),
+            10 * knn.tol,
+        ),
+    ]
+
+
+SAMPLE = Sample(
+    func=knn,
+    make_inputs=make_inputs,
+    sizes={"ci": 512, "demo": 4096, "gpu": 65536},
+    size_doc="n: n queries and n references, n x n/16 float32 each (gpu: 65536 x 4096, 1 GiB)",
+    checks=checks,
+)
