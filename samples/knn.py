@@ -6,10 +6,12 @@ the distances come out sorted ascending. Blocks keep the distance matrix at 2 Gi
 size instead of 16. Data: 64 Gaussian blobs (clustered like embeddings), queries and
 references drawn from the same blobs.
 
-tol = 1e-4: kNN serves rankings (checked: recall of float64's neighbours) and distances used as
-scores or thresholds; GPU kNN libraries (FAISS) offer fp16 distances for speed. 1e-4 keeps
-the distances to four digits (the expansion magnifies the GEMM's error by ||q||^2 / distance,
-about 2.5 here); only near-tied neighbours swap.
+tol = 2e-5: kNN serves rankings (checked: recall of float64's neighbours) and distances used as
+scores or thresholds, which need each query's distances to about 1e-3 of its k-th distance
+(checked). Eq. 10 averages over all queries while that check takes the worst one: on the H100 at
+the gpu size, TF32 met a tol of 1e-4 (9.3e-5) with a worst query at 4.3e-3, so the tol is set
+where the worst query stays within 1e-3 (the expansion magnifies the GEMM's error by
+||q||^2 / distance, about 2.5 here; only near-tied neighbours swap).
 
 size = n: n queries and n references in d = n / 16 dimensions, K = 8 nearest. gpu size
 n = 65536: Q and R are 65536 x 4096 (1 GiB each); 8 blocks of 8192 queries, each one
@@ -29,7 +31,7 @@ CLUSTERS = 64
 SPREAD = 0.5  # blob standard deviation per coordinate; the centres are N(0, 1)
 
 
-@mixpert.jit(tol=1e-4)
+@mixpert.jit(tol=2e-5)
 def knn(queries, refs, k, block):
     two = queries.dtype.type(2)  # typed constants: Python floats would make Numba use float64
     inf = queries.dtype.type(np.inf)
@@ -74,14 +76,11 @@ def checks(args, outputs, reference):
     (dist, idx), (dist64, idx64) = outputs, reference
     scale = dist64[:, -1:]  # the k-th distance of each query: the scale neighbours are told by
     steps = dist[:, 1:] - dist[:, :-1]
+    worst = float((abs(dist - dist64) / scale).max())
     return [
         Check("1 - recall of float64's neighbours", 1.0 - recall(idx, idx64), 0.01),
         Check("descending steps in the distances (fraction)", float((steps < 0).mean()), 0.0),
-        Check(
-            "worst distance error / k-th distance (limit 10 tol)",
-            float((abs(dist - dist64) / scale).max()),
-            10 * knn.tol,
-        ),
+        Check("worst distance error / k-th distance", worst, 1e-3),
     ]
 
 
