@@ -1,7 +1,9 @@
 """knn: brute-force k-nearest-neighbour search (squared Euclidean) of queries among references.
 
 A block of queries at a time: the distance GEMM ||q||^2 - 2 Q R^T + ||r||^2 (block x r), then
-the k nearest by k rounds of argmin, take_along_axis and masking the found entries with inf;
+the k nearest by k rounds of argmin, take_along_axis and masking the found column with inf
+(by index, not by value: float32 distances can tie exactly, and masking by value would skip a
+neighbour);
 the distances come out sorted ascending. Blocks keep the distance matrix at 2 GiB at the gpu
 size instead of 16. Data: 64 Gaussian blobs (clustered like embeddings), queries and
 references drawn from the same blobs.
@@ -32,7 +34,7 @@ SPREAD = 0.5  # blob standard deviation per coordinate; the centres are N(0, 1)
 
 
 @mixpert.jit(tol=2e-5)
-def knn(queries, refs, k, block):
+def knn(queries, refs, ref_ids, k, block):
     two = queries.dtype.type(2)  # typed constants: Python floats would make Numba use float64
     inf = queries.dtype.type(np.inf)
     rr = (refs * refs).sum(axis=1)
@@ -47,7 +49,7 @@ def knn(queries, refs, k, block):
             found = np.take_along_axis(d, nearest[:, None], axis=1)
             dist[start:stop, j] = found[:, 0]
             idx[start:stop, j] = nearest
-            d = np.where(d <= found, inf, d)
+            d = np.where(ref_ids == nearest[:, None], inf, d)  # by index: ties stay apart
     return dist, idx
 
 
@@ -62,7 +64,8 @@ def make_inputs(xp, rng, n):
     centres = rng.standard_normal((CLUSTERS, n // 16), dtype=xp.float32)
     queries, _ = blobs(xp, rng, centres, n, SPREAD)
     refs, _ = blobs(xp, rng, centres, n, SPREAD)
-    return queries, refs, K, min(BLOCK, max(n // 4, 1))
+    ref_ids = xp.arange(refs.shape[0])  # an argument: the jitted code cannot make one for CuPy
+    return queries, refs, ref_ids, K, min(BLOCK, max(n // 4, 1))
 
 
 def recall(indices, reference) -> float:

@@ -47,7 +47,7 @@ def test_one_op_the_distance_gemm(sample) -> None:
 
 
 def test_inputs_have_the_documented_shapes(args) -> None:
-    queries, refs, k, block = args
+    queries, refs, ids, k, block = args
     assert queries.shape == refs.shape == (N, N // 16)
     assert queries.dtype == refs.dtype == np.float32
     assert k == 8 and block == N // 4
@@ -55,7 +55,7 @@ def test_inputs_have_the_documented_shapes(args) -> None:
 
 def test_float64_run_is_a_brute_force_search(sample, args) -> None:
     """The float64 run finds the very neighbours of a brute-force float64 search."""
-    queries, refs, k, _ = args
+    queries, refs, ids, k, _ = args
     want_d, want_i = brute_force(queries, refs, k)
     dist, idx = reference_outputs(sample.func.py_func, args)
     np.testing.assert_array_equal(idx, want_i)
@@ -66,7 +66,7 @@ def test_emulated_neighbours_are_as_near_as_the_true_ones(sample, args) -> None:
     """At level I (the tuner's pick at this size) the neighbours are a brute-force search's but
     for swaps of near-tied ones: the exact distances of the ones found are the k smallest, up to
     the GEMM's error, and so are the distances reported."""
-    queries, refs, k, _ = args
+    queries, refs, ids, k, _ = args
     want_d, want_i = brute_force(queries, refs, k)
     dist, idx = at_level(sample, "I")(*args)
     assert idx.dtype.kind == "i" and dist.dtype == np.float32
@@ -87,8 +87,10 @@ def test_distances_sorted_ascending(sample, args) -> None:
 
 def test_blocks_change_nothing(sample, args) -> None:
     """One block, the sample's four, or uneven blocks of 100 (the last one short): same result."""
-    queries, refs, k, _ = args
-    runs = [reference_outputs(sample.func.py_func, (queries, refs, k, b)) for b in (N, N // 4, 100)]
+    queries, refs, ids, k, _ = args
+    runs = [
+        reference_outputs(sample.func.py_func, (queries, refs, ids, k, b)) for b in (N, N // 4, 100)
+    ]
     for dist, idx in runs[1:]:
         np.testing.assert_array_equal(idx, runs[0][1])
         np.testing.assert_allclose(dist, runs[0][0], rtol=1e-12)
@@ -97,8 +99,8 @@ def test_blocks_change_nothing(sample, args) -> None:
 def test_a_reference_finds_itself_first(sample, args) -> None:
     """Queries that are references: each one's nearest neighbour is itself, at distance ~0
     (the expansion ||q||^2 - 2 q.r + ||r||^2 cancels to the GEMM's error, not to exactly 0)."""
-    _, refs, k, block = args
-    dist, idx = at_level(sample, "I")(refs[:64].copy(), refs, k, block)
+    _, refs, ids, k, block = args
+    dist, idx = at_level(sample, "I")(refs[:64].copy(), refs, ids, k, block)
     np.testing.assert_array_equal(idx[:, 0], np.arange(64))
     scale = (refs[:64].astype(np.float64) ** 2).sum(axis=1)
     assert (np.abs(dist[:, 0]) <= 1e-3 * scale).all()
@@ -116,3 +118,12 @@ def test_checks_pass_on_the_reference_and_fail_on_wrong_results(sample, args) ->
     assert failed((dist, np.roll(idx64, 1, axis=0))) == {"1"}  # other queries' neighbours
     assert "descending" in failed((dist[:, ::-1].copy(), idx64[:, ::-1].copy()))
     assert "worst" in failed((dist * np.float32(1.01), idx64))
+
+
+def test_tied_distances_are_both_found(sample, args) -> None:
+    """Two identical references tie exactly: masking by index finds both, one after the other."""
+    queries, refs, ids, k, block = args
+    refs = refs.copy()
+    refs[7] = refs[3]
+    dist, idx = at_level(sample, "fp32")(refs[3:4].copy(), refs, ids, k, block)
+    assert sorted(idx[0, :2]) == [3, 7] and dist[0, 0] == dist[0, 1]
