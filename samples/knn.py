@@ -1,11 +1,10 @@
 """knn: brute-force k-nearest-neighbour search (squared Euclidean) of queries among references.
 
 A block of queries at a time: the distance GEMM ||q||^2 - 2 Q R^T + ||r||^2 (block x r), then
-the k nearest by k rounds of argmin, take_along_axis and masking the found column with inf
-(by index, not by value: float32 distances can tie exactly, and masking by value would skip a
-neighbour);
-the distances come out sorted ascending. Blocks keep the distance matrix at 2 GiB at the gpu
-size instead of 16. Data: 64 Gaussian blobs (clustered like embeddings), queries and
+the k nearest by k rounds of argmin, take_along_axis and masking the found column with inf (by
+index, not by value: float32 distances can tie exactly, and masking by value would skip a
+neighbour); the distances come out sorted ascending. Blocks keep the distance matrix at 2 GiB at
+the gpu size instead of 16. Data: 64 Gaussian blobs (clustered like embeddings), queries and
 references drawn from the same blobs.
 
 tol = 2e-5: kNN serves rankings (checked: recall of float64's neighbours) and distances used as
