@@ -135,7 +135,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     left.axhline(1.7, color="gray", linestyle="--", linewidth=0.8, label="1.7x target (mean)")
     left.set_xticks(list(x), names, rotation=30)
     left.set_ylabel("speedup over native float32")
-    left.legend()
+    left.legend(loc="upper left", fontsize=8)
     for key, label in (("error", "mixpert"), ("native_error", "fp32"), ("tf32_error", "TF32")):
         right.scatter(names, [max(r[key], 1e-17) for r in rows], label=label)
     right.scatter(names, [r["tol"] for r in rows], marker="_", s=400, color="red", label="tol")
