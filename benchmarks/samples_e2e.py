@@ -107,7 +107,7 @@ def markdown(rows: list[dict[str, Any]], mean: float) -> str:
         checks = "; ".join(
             f"{c['name']} {c['value']:.3g} <= {c['limit']:g} {'ok' if c['ok'] else 'FAIL'}"
             for c in r["checks"]
-        )
+        ).replace("|", "\\|")  # norms' bars would split the table's cells
         within = "" if r["within_tol"] else " (OVER tol)"
         lines.append(
             f"| {r['sample']} | {r['size']} | {r['input_gb']:.2f} | {r['tol']:g} | {levels} "
