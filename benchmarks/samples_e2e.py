@@ -1,8 +1,8 @@
 """End-to-end benchmark: every sample on the GPU at its "gpu" size, against the same code with
 native float32 (CuPy, cuBLAS SGEMM) and with every op at TF32, data resident on the GPU.
 
-Each sample is tuned for its own tol (on inputs from seed 0, at ``Sample.tune_size["gpu"]`` when
-it names one, else at the full size), then measured on held-out inputs (seed 1): error against the
+Each sample is tuned for its own tol (on inputs from seed 0 at the full size), then measured on
+held-out inputs (seed 1): error against the
 float64 run of the same code (MixPert Eq. 10), the sample's checks, and best-of-3 times after a
 warm-up. One JSON per sample lands in ``<out>/samples/`` as soon as it is measured (so a run cut
 short keeps what it finished); ``--report`` merges them into ``samples.json``, ``samples.md`` and
@@ -72,7 +72,6 @@ def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
             sample,
             size,
             backend=backend,
-            tune_size=sample.tune_size.get(size_key),
             compare={"TF32": "tf32"},
         )
         row = record(run, size_key)

@@ -69,7 +69,6 @@ class Sample:
     sizes: Mapping[str, int]
     size_doc: str  # what ``size`` means, e.g. "n: A and B are n x n"
     checks: ChecksFn | None = None
-    tune_size: Mapping[str, int] = field(default_factory=dict)  # tune smaller than run, per key
 
     @property
     def name(self) -> str:
