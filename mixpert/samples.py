@@ -34,6 +34,7 @@ import numpy as np
 from .jit import MixpertFunction
 from .plan import Plan
 from .runtime import device
+from .timing import best_time, synchronizer
 from .tuner import output_error, reference_outputs, tune
 
 MODULE_PREFIX = "mixpert_sample_"  # sample modules import as mixpert_sample_<name>
@@ -120,23 +121,6 @@ def array_module(backend: str) -> Any:
     return np
 
 
-def synchronizer(xp: Any) -> Callable[[], None]:
-    return xp.cuda.Device().synchronize if xp is not np else (lambda: None)
-
-
-def best_time(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> float:
-    """Best of ``repeats`` timed calls after one warm-up call."""
-    fn()
-    sync()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 @dataclass
 class SampleRun:
     """What ``run_sample`` measured; errors are Eq. 10 against float64 on held-out inputs."""
@@ -191,7 +175,7 @@ def run_sample(
     args = sample.make_inputs(xp, xp.random.default_rng(seed + 1), size)
     reference = reference_outputs(sample.func.py_func, args)
     tuned = sample.func.with_plan(plan)
-    outputs = tuned(*args)
+    outputs = tuned(*args)  # each first call below doubles as its timing's warm-up
     native = sample.func.py_func(*args)
     checks = list(sample.checks(args, outputs, reference)) if sample.checks else []
     sync = synchronizer(xp)
@@ -200,7 +184,7 @@ def run_sample(
         variant = sample.func.with_plan(dict.fromkeys(sample.func.ops, level))
         compared[label] = (
             output_error(variant(*args), reference),
-            best_time(lambda v=variant: v(*args), sync, repeats),
+            best_time(lambda v=variant: v(*args), sync, repeats, warm_up=False),
         )
     return SampleRun(
         name=sample.name,
@@ -210,8 +194,8 @@ def run_sample(
         plan=plan,
         error=output_error(outputs, reference),
         native_error=output_error(native, reference),
-        native_seconds=best_time(lambda: sample.func.py_func(*args), sync, repeats),
-        mixpert_seconds=best_time(lambda: tuned(*args), sync, repeats),
+        native_seconds=best_time(lambda: sample.func.py_func(*args), sync, repeats, warm_up=False),
+        mixpert_seconds=best_time(lambda: tuned(*args), sync, repeats, warm_up=False),
         checks=checks,
         input_bytes=sum(int(getattr(a, "nbytes", 0)) for a in args),
         tune_seconds=tune_seconds,

@@ -3,7 +3,7 @@
 Each *profiling run* executes the jitted function once under a candidate plan and measures its
 output error, MixPert Eq. 10 over all floating-point outputs together:
 ``sqrt(sum ||X - X64||_F^2) / sqrt(sum ||X64||_F^2)``, where X64 comes from the undecorated
-Python function run under NumPy on float64 copies of the inputs (computed once).
+Python function run on float64 copies of the inputs, on their device (computed once).
 
 Times come from a cost model: an op's time at a level is
 ``relative_cost(level) * 2*m*k*n / INT8_RATE`` summed over its calls (shapes recorded in the first
@@ -27,7 +27,6 @@ ops x levels.
 from __future__ import annotations
 
 import itertools
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from .passes import bridge
 from .plan import OpReport, Plan, function_identity, op_table_hash, signature_of
 from .runtime import device
 from .runtime.levels import LADDER, Level, get_level
+from .timing import best_time, synchronizer_for
 
 INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
 BASELINE_LEVEL = "fp32"  # speedups are over every op at native float32
@@ -277,16 +277,6 @@ def _as_jitted(func: Any) -> MixpertFunction:
     return func if isinstance(func, MixpertFunction) else _jit(func)
 
 
-def _wall_time(func: MixpertFunction, args: Sequence[Any], repeats: int = 3) -> float:
-    func(*args)  # warm up
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        func(*args)
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def device_name() -> str:
     if device.gpu_available():
         cp = device.cupy_module()
@@ -316,8 +306,12 @@ def tune(
     mine = predicted_time(result.flops, result.levels)
     measured = None
     if measure if measure is not None else device.gpu_available():
-        fp32 = _wall_time(jitted.with_plan(dict.fromkeys(result.levels, BASELINE_LEVEL)), args)
-        measured = fp32 / _wall_time(jitted.with_plan(result.levels), args)
+        sync = synchronizer_for(args)  # CuPy calls return before the GPU is done
+        fp32 = jitted.with_plan(dict.fromkeys(result.levels, BASELINE_LEVEL))
+        tuned = jitted.with_plan(result.levels)
+        measured = best_time(lambda: fp32(*args), sync, 3) / best_time(
+            lambda: tuned(*args), sync, 3
+        )
     ops = jitted.ops
     reports = [
         OpReport(

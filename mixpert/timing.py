@@ -1,0 +1,40 @@
+"""Wall-clock timing that means something on a GPU: synchronise, warm up, keep the best run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .runtime import device
+
+
+def synchronizer(xp: Any) -> Callable[[], None]:
+    """Waits for ``xp``'s queued work: the current CUDA device for cupy, nothing for numpy."""
+    return xp.cuda.Device().synchronize if xp is not np else (lambda: None)
+
+
+def synchronizer_for(args: Sequence[Any]) -> Callable[[], None]:
+    """The synchronizer of the device the arguments live on (CuPy work is asynchronous)."""
+    if any(device.is_cupy_array(a) for a in args):
+        return synchronizer(device.cupy_module())
+    return synchronizer(np)
+
+
+def best_time(
+    fn: Callable[[], Any], sync: Callable[[], None], repeats: int, *, warm_up: bool = True
+) -> float:
+    """Best of ``repeats`` synchronised calls, after one warm-up call unless the caller has
+    just made one (compilation, handles, workspaces)."""
+    if warm_up:
+        fn()
+        sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return best
