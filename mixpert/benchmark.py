@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .runtime import LADDER, get_level
+from .samples import gemmul8
 
 SQUARE = (128, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 DOUBLE_K = (4096, 8192)  # m = n, k = 2n
@@ -68,9 +69,7 @@ def random_inputs(cp: Any, m: int, k: int, n: int, dist: str, seed: int) -> tupl
     def one(shape: tuple[int, int]) -> Any:
         if dist == "normal":
             return rng.standard_normal(shape, dtype=cp.float32)
-        phi = float(dist.removeprefix("phi"))
-        u = rng.random(shape, dtype=cp.float32) - 0.5
-        return (u * cp.exp(phi * rng.standard_normal(shape, dtype=cp.float32))).astype(cp.float32)
+        return gemmul8(cp, rng, shape, float(dist.removeprefix("phi")))
 
     return one((m, k)), one((k, n))
 
