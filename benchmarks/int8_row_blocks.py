@@ -12,8 +12,8 @@ import sys
 
 import cupy as cp
 
-from mixpert.benchmark import median_seconds
 from mixpert.runtime import cuda
+from mixpert.timing import gpu_median_seconds as median_seconds
 
 
 def int8_tops(n: int, row_block: int) -> float:

@@ -9,8 +9,9 @@ import sys
 
 import cupy as cp
 
-from mixpert.benchmark import breakdown, median_seconds
+from mixpert.benchmark import breakdown
 from mixpert.runtime import cuda
+from mixpert.timing import gpu_median_seconds as median_seconds
 
 
 def int8_ceiling_ms(n: int) -> float:

@@ -24,8 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from mixpert.runtime.device import device_name
 from mixpert.samples import SampleRun, load_sample, run_sample, sample_paths
-from mixpert.tuner import device_name
 
 console = Console(width=160)
 

@@ -1,14 +1,25 @@
 """mixpert: float32 matrix products on INT8/FP16 tensor cores at float32 accuracy (MixPert)."""
 
-from .api import matmul
+from .api import matmul, tune
 from .inspection import inspect
 from .jit import jit
-from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, Level, get_level
-
-__all__ = ["DEFAULT_LEVEL", "LADDER", "LEVELS", "Level", "get_level", "inspect", "jit", "matmul"]
-__version__ = "0.1.0"
 from .plan import Plan, StalePlanError
 from .plan_lookup import MissingPlanError
-from .tuner import tune
+from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
 
-__all__ += ["MissingPlanError", "Plan", "StalePlanError", "tune"]
+__all__ = [
+    "DEFAULT_LEVEL",
+    "LADDER",
+    "LEVELS",
+    "NATIVE_LEVEL",
+    "Level",
+    "MissingPlanError",
+    "Plan",
+    "StalePlanError",
+    "get_level",
+    "inspect",
+    "jit",
+    "matmul",
+    "tune",
+]
+__version__ = "0.1.0"

@@ -1,9 +1,13 @@
-"""The public one-shot product."""
+"""The public one-shot functions: ``matmul`` and ``tune``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import tuner
+from .jit import MixpertFunction, jit
+from .plan import Plan
 from .runtime import dispatch
 from .runtime.levels import DEFAULT_LEVEL, Level
 
@@ -32,3 +36,22 @@ def matmul(
     mismatched inner dimensions and for unknown level names.
     """
     return dispatch.matmul(a, b, level=level, backend=backend)
+
+
+def tune(
+    func: Callable[..., Any],
+    args: Sequence[Any],
+    tol: float = 1e-6,
+    *,
+    candidates: Sequence[str] = tuner.DEFAULT_CANDIDATES,
+    on_run: Callable[[], None] | None = None,
+    measure: bool | None = None,
+) -> Plan:
+    """Tune ``func`` (plain or ``mixpert.jit``-ed) on representative ``args``; return a Plan.
+
+    Greedy per-op levels (MixPert 3.4; see ``mixpert.tuner``) so that the output error against
+    float64 stays within ``tol``. ``measure``: also time the plan against all native float32
+    (default: only on a GPU, where it means something).
+    """
+    jitted = func if isinstance(func, MixpertFunction) else jit(func)
+    return tuner.tune(jitted, args, tol, candidates=candidates, on_run=on_run, measure=measure)

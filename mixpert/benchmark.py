@@ -15,17 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from .runtime import LADDER, get_level
-from .samples import gemmul8
+from .testdata import gemmul8
+from .timing import gpu_median_seconds
 
 SQUARE = (128, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 DOUBLE_K = (4096, 8192)  # m = n, k = 2n
 SKINNY = ((65536, 4096, 16), (65536, 4096, 64), (65536, 4096, 128), (16384, 16384, 64))
 DISTRIBUTIONS = ("phi0.5", "normal")
-METHODS = (
-    ("sgemm", "tf32")
-    + tuple(level.name for level in LADDER if level.kind in ("int8", "fp16"))
-    + ("auto",)
-)
+METHODS = ("sgemm", "tf32") + tuple(level.name for level in LADDER if level.emulated) + ("auto",)
 
 
 @dataclass(frozen=True)
@@ -43,15 +40,6 @@ class Row:
     error: float
     sgemm_error: float
     routed_to: str
-
-
-def median_seconds(fn: Callable[[], Any], flops: float) -> float:
-    """Median GPU time of ``fn`` (CUDA events, after warm-up); fewer repeats for long calls."""
-    from cupyx.profiler import benchmark
-
-    repeats = 5 if flops > 2 * 4096**3 else 20
-    result = benchmark(fn, n_repeat=repeats, n_warmup=2)
-    return float(sorted(result.gpu_times[0])[repeats // 2])
 
 
 def shapes(quick: bool) -> list[tuple[str, int, int, int]]:
@@ -85,7 +73,8 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
         chosen = dispatch.resolve_level("auto", a, b, "cuda")
         return (lambda: dispatch.matmul(a, b, "auto", "cuda")), chosen.name
     level = get_level(name)
-    return (lambda: cuda.product(a, b, level)), name
+    product = cuda.PRODUCTS[level.kind]
+    return (lambda: product(a, b, level)), name
 
 
 def run(
@@ -98,7 +87,7 @@ def run(
     cp = device.cupy_module()
     if cp is None:
         raise RuntimeError(f"the GPU benchmark needs a GPU: {device.unavailable_reason()}")
-    gpu = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    gpu = device.device_name()
     rows: list[Row] = []
     for shape_name, m, k, n in shapes(quick):
         for seed, dist in enumerate(dists):
@@ -112,7 +101,7 @@ def run(
                 c = fn()
                 error = float(cp.linalg.norm(c.astype(cp.float64) - reference)) / ref_norm
                 del c
-                seconds = median_seconds(fn, flops)
+                seconds = gpu_median_seconds(fn, flops)
                 timings[name] = (seconds, error, routed)
             sgemm_s, sgemm_err, _ = timings["sgemm"]
             for name, (seconds, error, routed) in timings.items():
@@ -149,12 +138,13 @@ def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     from .runtime import cuda, device
 
     cp = device.cupy_module()
-    spec = get_level(level)
+    chosen = get_level(level)
     a, b = random_inputs(cp, n, n, n, "phi0.5", 99)
     flops = 2.0 * n**3
-    stages = cuda.staged_product(a, b, spec)
-    out = {name: median_seconds(fn, flops) * 1e3 for name, fn in stages.items()}
-    out["whole call"] = median_seconds(lambda: cuda.product(a, b, spec), flops) * 1e3
+    stages = cuda.staged_product(a, b, chosen)
+    out = {name: gpu_median_seconds(fn, flops) * 1e3 for name, fn in stages.items()}
+    whole = cuda.PRODUCTS[chosen.kind]
+    out["whole call"] = gpu_median_seconds(lambda: whole(a, b, chosen), flops) * 1e3
     return out
 
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .cli_common import console
 from .cli_inspect import inspect as inspect_command
 from .cli_run import run as run_command
 from .cli_tune import tune as tune_command
-
-console = Console()
 
 
 @click.group()
@@ -38,7 +36,7 @@ def demo(ctx: click.Context, sample: str, size: int | None) -> None:
 @click.option("--seed", default=0, show_default=True)
 def levels(size: int, phi: float, backend: str, seed: int) -> None:
     """One n x n x n product at every level: error against float64 and time."""
-    from .demo import run_demo
+    from .level_sweep import sweep_levels
     from .runtime import device
 
     where = "GPU" if backend == "cuda" or (backend == "auto" and device.gpu_available()) else "CPU"
@@ -47,7 +45,7 @@ def levels(size: int, phi: float, backend: str, seed: int) -> None:
         f"phi = {phi}, on the {where} ({escape(device.unavailable_reason())})"
     )
     table = Table("level", "products", "error vs float64", "time (ms)")
-    for row in run_demo(size, phi, seed, backend):
+    for row in sweep_levels(size, phi, seed, backend):  # type: ignore[arg-type]
         table.add_row(row.level, str(row.products), f"{row.error:.2e}", f"{row.seconds * 1e3:.1f}")
     console.print(table)
     console.print(

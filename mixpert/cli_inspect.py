@@ -2,52 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-console = Console()
-
-
-def load_function(target: str) -> Any:
-    """The object named by ``path/to/file.py:func`` (imported as its dotted module when it can)."""
-    path_text, _, name = target.rpartition(":")
-    if not path_text or not name:
-        raise click.BadParameter(f"{target!r} is not of the form path/to/file.py:func")
-    path = Path(path_text).resolve()
-    if not path.is_file():
-        raise click.BadParameter(f"no file {path_text!r}")
-    try:  # a dotted name relative to the working directory keeps op ids as the program sees them
-        relative = path.with_suffix("").relative_to(Path.cwd())
-        if str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
-        module = importlib.import_module(".".join(relative.parts))
-    except (ValueError, ImportError):
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise click.BadParameter(f"{path_text} has no {name!r}") from None
-
-
-def parse_shapes(text: str, seed: int) -> tuple[np.ndarray, ...]:
-    """'64x32,32x16' -> random float32 arrays of those shapes (standard normal)."""
-    rng = np.random.default_rng(seed)
-    shapes = [tuple(int(d) for d in part.split("x")) for part in text.split(",") if part]
-    return tuple(rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+from .cli_common import console, load_function, parse_shapes
 
 
 @click.command("inspect")

@@ -11,16 +11,13 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from tqdm import tqdm
 
-from .cli_tune import plan_summary, plan_table
+from .cli_common import console, plan_summary, plan_table
 from .plan import Plan
 from .samples import Sample, SampleRun, load_sample, run_sample, sample_paths
-
-console = Console()
 
 
 def ops_table(sample: Sample) -> Table:

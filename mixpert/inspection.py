@@ -16,11 +16,10 @@ import networkx as nx
 from numba import typeof
 from numba.core.dispatcher import Dispatcher
 
-from .passes import bridge, pipeline
+from .execution import EMPTY_PLAN, activate, op_index, record_calls
+from .passes import pipeline
 from .passes.dispatcher import make_dispatcher
 from .passes.record import KEY, CompileRecord, RewriteNote
-from .passes.sites import op_index
-from .runtime.levels import get_level
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def inspect(
     ``.ir_after``.
     """
     py_func = _py_func(f)
-    active = getattr(f, "_active", None) or bridge.resolve_plan(None)
+    active = getattr(f, "active_plan", EMPTY_PLAN)
     wanted = [print_ir_after] if isinstance(print_ir_after, str) else list(print_ir_after or [])
     ir_after: dict[str, str] = {}
     seconds: dict[str, float] = {}
@@ -110,17 +109,17 @@ def inspect(
     shapes: dict[str, list[tuple[int, int, int]]] = {}
     if args and run:
         runner = f if callable(getattr(f, "with_plan", None)) else None
-        with bridge.record_calls() as calls, bridge.using_plan(active):
+        with record_calls() as calls, activate(active):
             (runner or disp)(*args)
         for call in calls:
             shapes.setdefault(call.op_id, []).append((call.m, call.k, call.n))
     rows = []
     for op in sorted(summary.ops.values(), key=lambda o: (o.file, o.line, o.ordinal)):
-        level = active.levels.get(op_index(op.op_id), active.default)
+        level = active.level_of(op_index(op.op_id))
         seen = tuple(shapes.get(op.op_id, ()))
         cost = None
         if seen:
-            cost = sum(2.0 * m * k * n for m, k, n in seen) * get_level(level).relative_cost
+            cost = sum(2.0 * m * k * n for m, k, n in seen) * level.relative_cost
         rows.append(OpRow(op.op_id, op.file, op.line, op.source, op.kind, level.name, seen, cost))
     return Inspection(
         function=f"{py_func.__module__}.{py_func.__qualname__}",

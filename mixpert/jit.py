@@ -6,8 +6,9 @@ compiled code, whose rewritten matmul sites ask the runtime for each product. Wi
 ``plan``, the plan comes from a ``PlanBook`` (``mixpert.plan_lookup``): a matching tuned plan from
 memory or ``plan_file``, else tune now, run a safe default, or raise, as ``on_missing`` says.
 
-The plan is read at run time, so ``f.plan = {...}``, ``f.with_plan(...)`` or
-``mixpert.passes.bridge.using_plan`` switch levels without recompiling. CuPy operands run the same
+A plan (a ``Plan`` or a mapping op id -> level name) becomes an ``ActivePlan`` here, once, and
+is read at run time by the rewritten sites (``mixpert.execution``), so ``f.plan = {...}`` or
+``f.with_plan(...)`` switch levels without recompiling. CuPy operands run the same
 passes in Numba's object-mode pipeline: the data stays on the GPU and the products go to the
 runtime's CUDA backend.
 """
@@ -22,11 +23,14 @@ from typing import Any
 import networkx as nx
 from numba.core import types
 
-from .passes import bridge, callees
+from .execution import ActivePlan, MixpertRuntimeError, activate, reraise_pending
+from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, make_dispatcher
 from .passes.sites import OpInfo
+from .plan import PlanLike, as_active_plan
 from .plan_lookup import OnMissing, PlanBook
 from .runtime.device import is_cupy_array
+from .runtime.levels import NATIVE_LEVEL
 
 
 class MixpertFunction:
@@ -37,7 +41,7 @@ class MixpertFunction:
         py_func: Callable[..., Any],
         *,
         tol: float | None = None,
-        plan: Any = None,
+        plan: PlanLike | None = None,
         cache: bool = False,
         options: dict[str, Any] | None = None,
         plan_book: PlanBook | None = None,
@@ -51,23 +55,28 @@ class MixpertFunction:
         self.options = dict(options or {})
         self.plan_book = plan_book
         self._dispatchers = {} if _dispatchers is None else _dispatchers
-        self._resolved: tuple[Any, bridge.ActivePlan] | None = None  # last plan from the book
+        self._resolved: tuple[Any, ActivePlan] | None = None  # last plan from the book
         self.plan = plan
 
     # --- plan --------------------------------------------------------------------------------
     @property
-    def plan(self) -> Any:
-        """The plan as given (a mapping op id -> level name, an object with ``.levels``, None)."""
+    def plan(self) -> PlanLike | None:
+        """The plan as given (a ``Plan``, a mapping op id -> level name, or None)."""
         return self._plan
 
     @plan.setter
-    def plan(self, plan: Any) -> None:
-        self._active = bridge.resolve_plan(plan)  # validates level names now, not mid-run
+    def plan(self, plan: PlanLike | None) -> None:
+        self._active = as_active_plan(plan)  # validates level names now, not mid-run
         self._plan = plan
         if plan is not None:
             self.plan_book = None  # an explicit plan wins over looking one up
 
-    def with_plan(self, plan: Any) -> MixpertFunction:
+    @property
+    def active_plan(self) -> ActivePlan:
+        """The plan calls run under when no plan book chooses one per call."""
+        return self._active
+
+    def with_plan(self, plan: PlanLike | None) -> MixpertFunction:
         """The same compiled function under another plan (shares the dispatchers: no recompile)."""
         return MixpertFunction(
             self.py_func,
@@ -96,27 +105,22 @@ class MixpertFunction:
     def _numba_type_(self) -> types.Type:  # lets other jitted code call this function
         return types.Dispatcher(self.dispatcher)
 
-    def _active_for(self, args: tuple[Any, ...]) -> bridge.ActivePlan:
+    def _active_for(self, args: tuple[Any, ...]) -> ActivePlan:
         if self.plan_book is None:
             return self._active
         plan = self.plan_book.plan_for(self, args)
         if self._resolved is None or self._resolved[0] is not plan:
-            self._resolved = (plan, bridge.resolve_plan(plan))
+            self._resolved = (plan, as_active_plan(plan))
         return self._resolved[1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
-        previous = bridge.swap_plan(self._active_for(args))
-        try:
-            return disp(*args, **kwargs)
-        except bridge.MixpertRuntimeError:
-            pending = bridge.take_pending_error()
-            if pending is None:
-                raise
-            raise pending from None
-        finally:
-            bridge.swap_plan(previous)
+        with activate(self._active_for(args)):
+            try:
+                return disp(*args, **kwargs)
+            except MixpertRuntimeError as relay:
+                reraise_pending(relay)
 
     # --- what the passes found -------------------------------------------------------------
     @property
@@ -139,16 +143,16 @@ def jit(
     func: Callable[..., Any] | None = None,
     *,
     tol: float | None = None,
-    plan: Any = None,
+    plan: PlanLike | None = None,
     plan_file: str | Path | None = None,
     on_missing: OnMissing | None = None,
-    default_level: str = "fp32",
+    default_level: str = NATIVE_LEVEL,
     cache: bool = False,
     **options: Any,
 ) -> Any:
     """Compile ``func`` with Numba (nopython) so its matmuls run on the mixpert runtime.
 
-    ``plan``: op id -> level name (or an object with ``.levels``); ops it leaves out run at
+    ``plan``: a ``Plan`` or a mapping op id -> level name; ops it leaves out run at
     ``mixpert.runtime.DEFAULT_LEVEL``. ``tol`` without ``plan``: each call runs a tuned plan whose
     output error (MixPert Eq. 10 against float64) was within tol on representative inputs; it is
     read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and

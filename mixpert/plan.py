@@ -17,10 +17,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
+from .execution import EMPTY_PLAN, ActivePlan
 from .runtime.levels import get_level
 
 FORMAT = "mixpert-plan/1"
@@ -154,3 +155,20 @@ class Plan:
         if func is not None:
             plan.check(func)
         return plan
+
+
+PlanLike: TypeAlias = Plan | Mapping[str, str]  # what users hand to jit, with_plan and the CLI
+
+
+def as_active_plan(plan: PlanLike | None) -> ActivePlan:
+    """The one normalisation: a ``Plan`` or a mapping op id -> level name becomes the plan the
+    run time reads (None: every op at the default level). Unknown level names raise here."""
+    if plan is None:
+        return EMPTY_PLAN
+    if isinstance(plan, Plan):
+        return ActivePlan.from_levels(plan.levels)
+    if isinstance(plan, Mapping):
+        return ActivePlan.from_levels(plan)
+    raise TypeError(
+        f"plan is a {type(plan).__name__}; pass a mixpert.Plan or a mapping op id -> level name"
+    )

@@ -8,7 +8,8 @@ rather than running). With no matching plan, ``on_missing`` decides:
 
 - ``"tune"`` (default): tune now on this call's arguments (they are the representative inputs),
   keep the plan, and save it to ``plan_file`` when given;
-- ``"default"``: run every op at ``default_level`` (``"fp32"``: native float32, always safe);
+- ``"default"``: run every op at ``default_level`` (``NATIVE_LEVEL``: native float32, always
+  safe);
 - ``"raise"``: raise ``MissingPlanError`` (for deployments that must only run tuned plans).
 
 The default for ``on_missing`` comes from the ``MIXPERT_ON_MISSING_PLAN`` environment variable.
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .plan import Plan
+from .runtime.levels import NATIVE_LEVEL
+from .tuner import tune
 
 if TYPE_CHECKING:
     from .jit import MixpertFunction
@@ -42,7 +45,7 @@ class PlanBook:
         tol: float,
         plan_file: str | Path | None = None,
         on_missing: OnMissing | None = None,
-        default_level: str = "fp32",
+        default_level: str = NATIVE_LEVEL,
     ):
         on_missing = on_missing or os.environ.get(ON_MISSING_ENV, "tune")  # type: ignore[assignment]
         if on_missing not in get_args(OnMissing):
@@ -70,8 +73,6 @@ class PlanBook:
             )
         if self.on_missing == "default":
             return dict.fromkeys(func.ops, self.default_level)
-        from .tuner import tune  # the tuner imports jit, which imports this module
-
         plan = tune(func, args, tol=self.tol)
         self.plans.append(plan)
         if self.plan_file is not None:

@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 
 from .jit import MixpertFunction
+from .metrics import output_error, reference_outputs
 from .plan import Plan
 from .runtime import device
 from .timing import best_time, synchronizer
-from .tuner import output_error, reference_outputs, tune
+from .tuner import tune
 
 MODULE_PREFIX = "mixpert_sample_"  # sample modules import as mixpert_sample_<name>
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
@@ -203,12 +204,6 @@ def run_sample(
     )
 
 
-def gemmul8(xp: Any, rng: Any, shape: tuple[int, ...], phi: float = 0.5) -> Any:
-    """GEMMul8's test data (U - 0.5) * exp(phi * N(0, 1)) as float32 on ``xp``'s device."""
-    u = rng.random(shape, dtype=xp.float32) - xp.float32(0.5)
-    return u * xp.exp(xp.float32(phi) * rng.standard_normal(shape, dtype=xp.float32))
-
-
 def to_host(x: Any) -> np.ndarray:
     """A NumPy copy of a NumPy or CuPy array (for checks that compare on the host)."""
     return np.asarray(x.get() if hasattr(x, "get") else x)
@@ -219,7 +214,6 @@ __all__ = [
     "Sample",
     "SampleRun",
     "array_module",
-    "gemmul8",
     "load_sample",
     "run_sample",
     "sample_paths",

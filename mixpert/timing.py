@@ -38,3 +38,12 @@ def best_time(
         sync()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def gpu_median_seconds(fn: Callable[[], Any], flops: float) -> float:
+    """Median GPU time of ``fn`` (CUDA events, after warm-up); fewer repeats for long calls."""
+    from cupyx.profiler import benchmark
+
+    repeats = 5 if flops > 2 * 4096**3 else 20
+    result = benchmark(fn, n_repeat=repeats, n_warmup=2)
+    return float(sorted(result.gpu_times[0])[repeats // 2])

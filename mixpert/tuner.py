@@ -1,4 +1,4 @@
-"""The greedy per-op level tuner of MixPert section 3.4, and ``mixpert.tune``.
+"""The greedy per-op level tuner of MixPert section 3.4 (behind ``mixpert.tune``).
 
 Each *profiling run* executes the jitted function once under a candidate plan and measures its
 output error, MixPert Eq. 10 over all floating-point outputs together:
@@ -30,20 +30,33 @@ import itertools
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-import numpy as np
+import networkx as nx
 
-from .jit import MixpertFunction
-from .jit import jit as _jit
-from .passes import bridge
+from .execution import record_calls
+from .metrics import output_error, reference_outputs
 from .plan import OpReport, Plan, function_identity, op_table_hash, signature_of
 from .runtime import device
-from .runtime.levels import LADDER, Level, get_level
+from .runtime.levels import LADDER, NATIVE_LEVEL, Level, get_level
 from .timing import best_time, synchronizer_for
 
 INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
-BASELINE_LEVEL = "fp32"  # speedups are over every op at native float32
+BASELINE_LEVEL = NATIVE_LEVEL  # speedups are over every op at native float32
+
+
+class Tunable(Protocol):
+    """What the tuner needs of a jitted function (``mixpert.jit`` gives one)."""
+
+    py_func: Callable[..., Any]
+
+    @property
+    def ops(self) -> Mapping[str, Any]: ...
+
+    @property
+    def graph(self) -> nx.DiGraph: ...
+
+    def with_plan(self, plan: Mapping[str, str]) -> Callable[..., Any]: ...
 
 
 class TolUnreachableWarning(UserWarning):
@@ -65,50 +78,12 @@ def pareto_levels(ladder: Iterable[Level] = LADDER) -> tuple[str, ...]:
 DEFAULT_CANDIDATES = pareto_levels()  # tf32, I, T6, IV, V, fp64
 
 
-# --- error -----------------------------------------------------------------------------------
-def _float_leaves(value: Any) -> list[Any]:
-    """The floating-point arrays in an output (nested tuples/lists), NumPy or CuPy as they are."""
-    if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in _float_leaves(item)]
-    array = value if device.is_cupy_array(value) else np.asarray(value)
-    return [array] if np.issubdtype(array.dtype, np.floating) else []
-
-
-def _sum_of_squares(x: Any) -> float:
-    return float((x * x).sum())  # on the array's own device; float() brings one number back
-
-
-def output_error(outputs: Any, reference: Any) -> float:
-    """MixPert Eq. 10 over all floating-point outputs together (inf if any is non-finite)."""
-    got, want = _float_leaves(outputs), _float_leaves(reference)
-    if len(got) != len(want):
-        raise ValueError(f"{len(got)} float outputs, reference has {len(want)}")
-    num = sum(
-        _sum_of_squares(g.astype(np.float64) - w.astype(np.float64))
-        for g, w in zip(got, want, strict=True)
-    )
-    den = sum(_sum_of_squares(w.astype(np.float64)) for w in want)
-    if not np.isfinite(num):
-        return float("inf")
-    return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
-
-
-def _is_float_array(a: Any) -> bool:
-    return hasattr(a, "dtype") and hasattr(a, "shape") and np.issubdtype(a.dtype, np.floating)
-
-
-def reference_outputs(py_func: Callable[..., Any], args: Sequence[Any]) -> Any:
-    """The undecorated function on float64 copies of the float inputs, on their own device
-    (NumPy arrays under NumPy, CuPy arrays under CuPy: float64 GEMMs there are exact enough)."""
-    return py_func(*(a.astype(np.float64) if _is_float_array(a) else a for a in args))
-
-
 # --- profiling -------------------------------------------------------------------------------
 @dataclass
 class Profiler:
     """Runs the function under candidate plans; caches errors; counts runs."""
 
-    func: MixpertFunction
+    func: Tunable
     args: tuple[Any, ...]
     budget: int | None = None
     on_run: Callable[[], None] | None = None
@@ -126,7 +101,7 @@ class Profiler:
             return self.errors[key]
         if self.budget is not None and self.runs >= self.budget:
             raise BudgetExhausted
-        with bridge.record_calls() as calls:
+        with record_calls() as calls:
             outputs = self.func.with_plan(dict(levels))(*self.args)
         self.runs += 1
         if not self.flops:  # shapes do not depend on levels: learn them from the first run
@@ -175,7 +150,7 @@ def _ordered(candidates: Sequence[str]) -> list[str]:
 
 
 def greedy(
-    func: MixpertFunction,
+    func: Tunable,
     args: Sequence[Any],
     tol: float,
     candidates: Sequence[str] = DEFAULT_CANDIDATES,
@@ -250,7 +225,7 @@ def greedy(
 
 
 def exhaustive(
-    func: MixpertFunction, args: Sequence[Any], tol: float, candidates: Sequence[str]
+    func: Tunable, args: Sequence[Any], tol: float, candidates: Sequence[str]
 ) -> tuple[dict[str, str], float, int]:
     """The cheapest plan within tol over all level assignments: (levels, error, runs).
 
@@ -272,22 +247,9 @@ def exhaustive(
     return best, prof.error(best), prof.runs
 
 
-# --- public API ------------------------------------------------------------------------------
-def _as_jitted(func: Any) -> MixpertFunction:
-    return func if isinstance(func, MixpertFunction) else _jit(func)
-
-
-def device_name() -> str:
-    if device.gpu_available():
-        cp = device.cupy_module()
-        props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-        name = props["name"]
-        return name.decode() if isinstance(name, bytes) else str(name)
-    return "cpu"
-
-
+# --- the tuned plan ---------------------------------------------------------------------------
 def tune(
-    func: Any,
+    jitted: Tunable,
     args: Sequence[Any],
     tol: float = 1e-6,
     *,
@@ -295,11 +257,11 @@ def tune(
     on_run: Callable[[], None] | None = None,
     measure: bool | None = None,
 ) -> Plan:
-    """Tune ``func`` (plain or ``mixpert.jit``-ed) on representative ``args``; return a Plan.
+    """Tune a ``mixpert.jit`` function on representative ``args``; return a Plan
+    (``mixpert.tune`` also takes plain functions).
 
     ``measure``: time the plan against all-fp32 (default: only on a GPU, where it means something).
     """
-    jitted = _as_jitted(func)
     args = tuple(args)
     result = greedy(jitted, args, tol, candidates, on_run)
     base = predicted_time(result.flops, {})
@@ -330,7 +292,7 @@ def tune(
         function=function_identity(jitted),
         op_hash=op_table_hash(ops),
         signature=signature_of(args),
-        device=device_name(),
+        device=device.device_name(),
         tol=tol,
         error=result.error,
         predicted_speedup=base / mine if mine else 1.0,

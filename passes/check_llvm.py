@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from numba.core.compiler import StateDict
 
+from . import stubs
 from .record import record_of
 
 BLAS_SYMBOLS = ("numba_xxgemm", "numba_xxgemv")
@@ -36,11 +37,9 @@ def _functions(llvm_ir: str) -> dict[str, str]:
     return bodies
 
 
-_STUB_MODULE = "7mixpert6passes5stubs"  # mangled prefix of every function in ``stubs``
-
-
 def _is_stub(name: str) -> bool:
-    return _STUB_MODULE in name
+    """A function of ``stubs`` (the rewritten sites' own code), by its demangled module."""
+    return demangle(name).startswith(stubs.__name__ + ".")
 
 
 def demangle(name: str) -> str:

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from numba.core.compiler import StateDict
 
-from . import bridge
 from .record import record_of
 from .sites import find_sites
 
@@ -18,6 +17,4 @@ class FindMatmulSites:
     def apply(self, state: StateDict) -> bool:
         record = record_of(state)
         record.sites = find_sites(state.func_ir)
-        for site in record.sites:
-            bridge.OP_NAMES[site.op.op_index] = site.op.op_id
         return False

@@ -1,4 +1,4 @@
-"""``gemm_call(index, a, b) -> (status, out)``: the call of ``mixpert_gemm`` from compiled code.
+"""``gemm_call(op_index, a, b) -> (status, out)``: the call of ``mixpert_gemm`` from compiled code.
 
 An intrinsic rather than Python-level code (``np.empty``, ``a.ctypes.data``, ``a.strides``):
 it allocates the float32 (m, n) output and passes the operands' data pointers, shapes and byte
@@ -15,14 +15,14 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.arrayobj import _empty_nd_impl, make_array
 
-from .bridge import SYMBOL
+from mixpert.execution.hook import GEMM_ARGUMENTS, SYMBOL
 
 _OUT = types.Array(types.float32, 2, "C")
 _I64 = llvm.IntType(64)
 
 
 @intrinsic
-def gemm_call(typingctx: Any, index: types.Type, a: types.Type, b: types.Type) -> Any:
+def gemm_call(typingctx: Any, op_index: types.Type, a: types.Type, b: types.Type) -> Any:
     sig = types.Tuple((types.int32, _OUT))(types.int64, a, b)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -35,7 +35,7 @@ def gemm_call(typingctx: Any, index: types.Type, a: types.Type, b: types.Type) -
         a_strides = cgutils.unpack_tuple(builder, a_arr.strides, 2)
         b_strides = cgutils.unpack_tuple(builder, b_arr.strides, 2)
         out = _empty_nd_impl(context, builder, _OUT, [a_shape[0], b_shape[1]])
-        fnty = llvm.FunctionType(llvm.IntType(32), [_I64] * 12)
+        fnty = llvm.FunctionType(llvm.IntType(32), [_I64] * GEMM_ARGUMENTS)
         fn = cgutils.get_or_insert_function(builder.module, fnty, SYMBOL)
         status = builder.call(
             fn,

@@ -3,12 +3,11 @@
 A site is one ``a @ b``, ``np.dot(a, b)``, ``np.matmul(a, b)`` or ``a.dot(b)`` in a function's
 untyped Numba IR. Its op id is ``module:qualname:line:ordinal`` (ordinal counts the sites of one
 source line in evaluation order), so ids survive edits elsewhere in the file and are the same in
-every process. The runtime sees the id's 63-bit hash (``op_index``), a constant baked into the code.
+every process. Compiled code carries the id's op index (``mixpert.execution.op_ids``), a constant.
 """
 
 from __future__ import annotations
 
-import hashlib
 import linecache
 import operator
 from collections import defaultdict
@@ -17,6 +16,8 @@ from typing import Literal
 
 from numba.core import ir
 from numba.core.ir_utils import find_callname, guard
+
+from mixpert.execution.op_ids import op_index
 
 # How the site was written; it decides which operation non-emulated operands fall back to.
 SiteKind = Literal["matmul", "dot", "method_dot"]
@@ -48,12 +49,6 @@ class Site:
     stmt: ir.Assign
     lhs: ir.Var
     rhs: ir.Var
-
-
-def op_index(op_id: str) -> int:
-    """The id's deterministic 63-bit hash (Python's ``hash`` is salted per process)."""
-    digest = hashlib.blake2b(op_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
 def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[SiteKind, ir.Var, ir.Var] | None:

@@ -8,11 +8,14 @@ class sums then go through ``combine.combine``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from . import fp16split, packer
 from .combine import combine, float64_k_block
-from .levels import Level
+from .levels import Kind, Level
+from .nonfinite import nonfinite_lines, patch_nonfinite
 
 TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
 
@@ -63,16 +66,45 @@ def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return fp16split.combine_parts(hh, cross, row_exp, col_exp)
 
 
-def product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
-    """a @ b at ``level`` for float32 matrices with finite entries (non-finite ones pack as 0)."""
-    if level.kind == "int8":
-        return int8_product(a, b, level)
-    if level.kind == "fp16":
-        return fp16_product(a, b)
-    if level.name == "fp32":
-        return np.matmul(a, b)
-    if level.name == "tf32":
-        return np.matmul(round_to_tf32(a), round_to_tf32(b))
-    if level.name == "fp64":
-        return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
-    raise ValueError(f"level {level.name!r} has no CPU implementation")
+def fp32_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.matmul(a, b)
+
+
+def tf32_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """TF32 inputs (rounded here), float32 products and sums (the BLAS's)."""
+    return np.matmul(round_to_tf32(a), round_to_tf32(b))
+
+
+def fp64_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+# Level kind -> a @ b for float32 matrices with finite entries and m, k, n > 0.
+PRODUCTS: dict[Kind, Callable[[np.ndarray, np.ndarray, Level], np.ndarray]] = {
+    "int8": int8_product,
+    "fp16": lambda a, b, level: fp16_product(a, b),
+    "tf32": lambda a, b, level: tf32_product(a, b),
+    "fp32": lambda a, b, level: fp32_product(a, b),
+    "fp64": lambda a, b, level: fp64_product(a, b),
+}
+
+
+def matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+    """The CPU backend's entry: a @ b at ``level`` (not "auto") for 2-D float NumPy arrays.
+
+    Operands are rounded to float32; empty dimensions give zeros. Emulated levels pack NaN and
+    Inf as 0 and then recompute the lines holding them (``nonfinite``); native ones see them.
+    """
+    product = PRODUCTS.get(level.kind)
+    if product is None:
+        raise ValueError(f"level {level.name!r} (kind {level.kind}) has no CPU implementation")
+    a = a.astype(np.float32, copy=False)
+    b = b.astype(np.float32, copy=False)
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        return np.zeros((m, n), dtype=np.float32)
+    if not level.emulated:
+        return product(a, b, level)
+    rows, cols = nonfinite_lines(np, a, b)
+    return patch_nonfinite(np, product(a, b, level), a, b, rows, cols)

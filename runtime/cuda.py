@@ -15,6 +15,7 @@ One call of an INT8 level is four steps on the current stream, with no host sync
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
@@ -23,8 +24,8 @@ from cupy.cuda import cublas
 
 from . import fp16split
 from .combine import int32_k_block
-from .cuda_kernels import COMBINE_SOURCE, PACK_SOURCE
-from .levels import Level
+from .cuda_kernels import COMBINE_SOURCE, PACK_SOURCE, render
+from .levels import Kind, Level
 from .packer import pair_exponent
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
@@ -43,12 +44,12 @@ _ZERO_F32 = np.array(0.0, dtype=np.float32)
 
 @functools.cache
 def _pack_module() -> cp.RawModule:
-    return cp.RawModule(code=PACK_SOURCE, options=("--std=c++17",))
+    return cp.RawModule(code=render(PACK_SOURCE), options=("--std=c++17",))
 
 
 @functools.cache
 def _combine_module() -> cp.RawModule:
-    return cp.RawModule(code=COMBINE_SOURCE, options=("--std=c++17",))
+    return cp.RawModule(code=render(COMBINE_SOURCE), options=("--std=c++17",))
 
 
 def _padded(k: int) -> int:
@@ -373,23 +374,29 @@ def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return c
 
 
-def product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
-    """a @ b at ``level`` for float32 CuPy matrices with m, n, k > 0."""
-    if level.kind == "int8":
-        return int8_product(a, b, level)
-    if level.kind == "fp16":
-        return fp16_product(a, b)
-    if level.name == "fp32":
-        return cp.matmul(a, b)
-    if level.name == "tf32":
-        return tf32_product(a, b)
-    if level.name == "fp64":
-        return cp.matmul(a.astype(cp.float64), b.astype(cp.float64)).astype(cp.float32)
-    raise ValueError(f"level {level.name!r} has no CUDA implementation")
+def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    return cp.matmul(a.astype(cp.float64), b.astype(cp.float64)).astype(cp.float32)
+
+
+# Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0.
+PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
+    "int8": int8_product,
+    "fp16": lambda a, b, level: fp16_product(a, b),
+    "tf32": lambda a, b, level: tf32_product(a, b),
+    "fp32": lambda a, b, level: cp.matmul(a, b),
+    "fp64": lambda a, b, level: fp64_product(a, b),
+}
 
 
 def matmul(a: Any, b: Any, level: Level) -> Any:
-    """The CUDA backend's entry: CuPy in, CuPy out; NumPy in, copied over and back."""
+    """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
+
+    CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
+    dimensions give zeros. NaN/Inf lines are handled inside the combine kernels.
+    """
+    product = PRODUCTS.get(level.kind)
+    if product is None:
+        raise ValueError(f"level {level.name!r} (kind {level.kind}) has no CUDA implementation")
     host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
     a = cp.asarray(a).astype(cp.float32, copy=False)
     b = cp.asarray(b).astype(cp.float32, copy=False)

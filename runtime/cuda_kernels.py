@@ -9,7 +9,24 @@ g are two contiguous spans and one GEMM over K = count * k_pad sums the whole cl
 
 from __future__ import annotations
 
-PACK_SOURCE = r"""
+from string import Template
+
+from . import fp16split, packer
+
+# The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
+CONSTANTS = {
+    "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
+    "LATER_SLICE_BITS": packer.LATER_SLICE_BITS,
+    "DIGIT_HALF": packer.DIGIT_HALF,
+    "DIGIT_MASK": packer.DIGIT_MASK,
+    "HEADROOM_NUM": packer.HEADROOM_NUMERATOR,
+    "HEADROOM_DEN": packer.HEADROOM_DENOMINATOR,
+    "ROW_TOP_EXPONENT": fp16split.ROW_TOP_EXPONENT,
+    "LO_SHIFT": fp16split.LO_SHIFT,
+}
+
+# Device helpers both modules use, defined once.
+DEVICE_HELPERS = r"""
 #include <cuda_fp16.h>
 
 // 2^e as a double, built from its bits (exact for -1022 <= e <= 1023); x * pow2(e) equals
@@ -18,7 +35,9 @@ __device__ __forceinline__ double pow2(int e)
 {
     return __longlong_as_double((long long)(e + 1023) << 52);
 }
+"""
 
+PACK_SOURCE = r"""
 // Largest finite |row[c]| over the block (returned to every thread); *any_bad flags NaN/Inf.
 __device__ float line_finite_max(const float* __restrict__ row, int k, int* any_bad)
 {
@@ -58,7 +77,13 @@ __device__ __forceinline__ int scale_exponent(float top)
 {
     int e;
     frexp((double)top, &e);
-    return (double)top * 128.0 >= ldexp(127.0, e) ? e + 1 : e;
+    return (double)top * ${HEADROOM_DEN}.0 >= ldexp(${HEADROOM_NUM}.0, e) ? e + 1 : e;
+}
+
+// packer.fraction_bits: P(s) = FIRST + LATER (s - 1).
+__device__ __forceinline__ int fraction_bits(int slices)
+{
+    return ${FIRST_SLICE_BITS} + ${LATER_SLICE_BITS} * (slices - 1);
 }
 
 // packer.slice_rows for one value: its digits, written slot_stride bytes apart. |X| < 127 * 2^24
@@ -73,9 +98,9 @@ __device__ __forceinline__ void write_digits(float v, int shift, int slices, int
 {
     int rest = rounded_scaled(v, shift);
     for (int i = slices - 1; i > 0; --i) {
-        const int low = ((rest + 128) & 255) - 128;
+        const int low = ((rest + ${DIGIT_HALF}) & ${DIGIT_MASK}) - ${DIGIT_HALF};
         dst[(reversed ? slices - 1 - i : i) * slot_stride] = (signed char)low;
-        rest = (rest - low) >> 8;
+        rest = (rest - low) >> ${LATER_SLICE_BITS};
     }
     dst[(reversed ? slices - 1 : 0) * slot_stride] = (signed char)rest;
 }
@@ -90,9 +115,10 @@ __device__ __forceinline__ void write_digits4(const float v[4], int shift, int s
         char4 word;
         signed char* bytes = reinterpret_cast<signed char*>(&word);
         for (int t = 0; t < 4; ++t) {
-            const int low = i > 0 ? ((rest[t] + 128) & 255) - 128 : rest[t];
+            const int low = i > 0 ? ((rest[t] + ${DIGIT_HALF}) & ${DIGIT_MASK}) - ${DIGIT_HALF}
+                                  : rest[t];
             bytes[t] = (signed char)low;
-            rest[t] = (rest[t] - low) >> 8;
+            rest[t] = (rest[t] - low) >> ${LATER_SLICE_BITS};
         }
         *reinterpret_cast<char4*>(dst + (reversed ? slices - 1 - i : i) * slot_stride) = word;
     }
@@ -111,7 +137,7 @@ extern "C" __global__ void pack_int8(
     const int e = scale_exponent(top);
     if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
 
-    const int shift = 7 + 8 * (slices - 1) - e;
+    const int shift = fraction_bits(slices) - e;
     signed char* dst = out + line * (long long)slices * k_pad;
     for (int c = 4 * threadIdx.x; c < k_pad; c += 4 * blockDim.x) {  // k_pad % 16 == 0
         float v[4];
@@ -150,7 +176,7 @@ extern "C" __global__ void pack_int8_columns(
     if (ty == 0) {
         for (int j = 1; j < 8; ++j) { top = fmaxf(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
         const int e = scale_exponent(top);
-        shift_of[tx] = 7 + 8 * (slices - 1) - e;
+        shift_of[tx] = fraction_bits(slices) - e;
         if (col < n) { exps[col] = e; nonfinite[col] = bad; }
     }
     __syncthreads();
@@ -172,8 +198,8 @@ extern "C" __global__ void pack_int8_columns(
     }
 }
 
-// fp16split: hi = fp16(x 2^(15 - e)), lo = fp16((x 2^(15 - e) - hi) 2^11); slots (hi, lo),
-// or (lo, hi) when reversed.
+// fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT); slots
+// (hi, lo), or (lo, hi) when reversed.
 extern "C" __global__ void pack_fp16(
     const float* __restrict__ x, long long line_stride, int k, int k_pad, int reversed,
     __half* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
@@ -188,9 +214,9 @@ extern "C" __global__ void pack_fp16(
     __half* dst = out + line * 2LL * k_pad;
     for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
         double scaled = 0.0;
-        if (c < k && isfinite(row[c])) scaled = ldexp((double)row[c], 15 - e);
+        if (c < k && isfinite(row[c])) scaled = ldexp((double)row[c], ${ROW_TOP_EXPONENT} - e);
         const __half hi = __double2half(scaled);
-        const __half lo = __double2half(ldexp(scaled - (double)__half2float(hi), 11));
+        const __half lo = __double2half(ldexp(scaled - (double)__half2float(hi), ${LO_SHIFT}));
         dst[(long long)(reversed ? 1 : 0) * k_pad + c] = hi;
         dst[(long long)(reversed ? 0 : 1) * k_pad + c] = lo;
     }
@@ -198,15 +224,6 @@ extern "C" __global__ void pack_fp16(
 """
 
 COMBINE_SOURCE = r"""
-#include <cuda_fp16.h>
-
-// 2^e as a double, built from its bits (exact for -1022 <= e <= 1023); x * pow2(e) equals
-// ldexp(x, e) whenever the result is a normal double, which the contract guarantees here.
-__device__ __forceinline__ double pow2(int e)
-{
-    return __longlong_as_double((long long)(e + 1023) << 52);
-}
-
 // C = float32(2^(row_exp + col_exp + exp_offset) * sum_g sums[g] * 2^-(w0 + step * g)),
 // summed from the largest g (smallest weight) down.
 template <typename Sum>
@@ -256,3 +273,8 @@ COMBINE_SOURCE += "".join(
     _COMBINE_ENTRY.format(name=name, sum=sum_type)
     for name, sum_type in (("int32", "int"), ("float64", "double"), ("float32", "float"))
 )
+
+
+def render(source: str) -> str:
+    """``source`` with the device helpers in front and the contract's constants filled in."""
+    return Template(DEVICE_HELPERS + source).substitute(CONSTANTS)

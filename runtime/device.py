@@ -38,3 +38,12 @@ def unavailable_reason() -> str:
 
 def is_cupy_array(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
+
+
+def device_name() -> str:
+    """The current GPU's name ("NVIDIA H100 80GB HBM3"), or "cpu" where none is usable."""
+    cp = cupy_module()
+    if cp is None:
+        return "cpu"
+    name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)

@@ -1,4 +1,8 @@
-"""``matmul``: validates, normalises and routes one product to a backend."""
+"""``matmul``: validates one product, routes it to a backend and resolves "auto" there.
+
+The backends (``cpu``, ``cuda``) each take ``matmul(a, b, level)`` with a concrete level; this
+module decides which one runs and, for the "auto" policy, which level.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ from typing import Any, Literal
 import numpy as np
 
 from . import cpu, device
-from .levels import DEFAULT_LEVEL, Level, get_level
-from .nonfinite import nonfinite_lines, patch_nonfinite
+from .levels import DEFAULT_LEVEL, NATIVE_LEVEL, Level, get_level
 from .validation import check_pair
 
 Backend = Literal["auto", "cpu", "cuda"]
+BACKENDS: tuple[Backend, ...] = ("auto", "cpu", "cuda")
 
 # NumPy operands go to the GPU only when the product is large enough to repay the copies.
 OFFLOAD_MIN_FLOPS = 2 * 512**3
@@ -24,23 +28,28 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 
 def matmul(a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: Backend = "auto") -> Any:
     """a @ b for 2-D float matrices at ``level`` (see ``mixpert.matmul`` for the contract)."""
-    if level == "auto" and backend == "auto":
+    if get_level(level).kind == "policy" and backend == "auto":
         routed = _native_gpu_fast_path(a, b)
         if routed is not None:
             return routed
-    get_level(level)  # unknown names fail before anything else
-    check_pair(a, b)
-    if backend not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"backend={backend!r} is not one of 'auto', 'cpu', 'cuda'")
-    chosen = choose_backend(a, b, backend)
-    spec = resolve_level(level, a, b, chosen)
+    chosen, concrete = route(a, b, level, backend)
     if chosen == "cuda":
         from . import cuda
 
-        return cuda.matmul(a, b, spec)
+        return cuda.matmul(a, b, concrete)
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
-    return cpu_matmul(np.asarray(a), np.asarray(b), spec)
+    return cpu.matmul(np.asarray(a), np.asarray(b), concrete)
+
+
+def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> tuple[str, Level]:
+    """(backend, concrete level) for one product, after checking the operands and names."""
+    requested = get_level(level)  # unknown names fail before anything else
+    check_pair(a, b)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
+    chosen = choose_backend(a, b, backend)
+    return chosen, resolve_level(requested, a, b, chosen)
 
 
 def _native_gpu_fast_path(a: Any, b: Any) -> Any | None:
@@ -68,14 +77,14 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; level IV elsewhere on the GPU.
     """
-    spec = get_level(level)
-    if spec.kind != "policy":
-        return spec
+    requested = get_level(level)
+    if requested.kind != "policy":
+        return requested
     m, k = a.shape
     n = b.shape[1]
     if backend == "cuda" and min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
-    return get_level("fp32")
+    return get_level(NATIVE_LEVEL)
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> str:
@@ -89,16 +98,3 @@ def choose_backend(a: Any, b: Any, backend: Backend) -> str:
     m, k = a.shape
     large = 2 * m * k * b.shape[1] >= OFFLOAD_MIN_FLOPS
     return "cuda" if large and device.gpu_available() else "cpu"
-
-
-def cpu_matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
-    a = a.astype(np.float32, copy=False)
-    b = b.astype(np.float32, copy=False)
-    m, k = a.shape
-    n = b.shape[1]
-    if m == 0 or n == 0 or k == 0:
-        return np.zeros((m, n), dtype=np.float32)
-    if level.kind == "native":
-        return cpu.product(a, b, level)
-    rows, cols = nonfinite_lines(np, a, b)
-    return patch_nonfinite(np, cpu.product(a, b, level), a, b, rows, cols)

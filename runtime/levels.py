@@ -17,7 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Kind = Literal["int8", "fp16", "native", "policy"]
+# How a level computes: INT8 slices, the FP16 split, one native product (TF32 inputs, float32,
+# float64), or "policy" (a rule that picks one of the others per call: "auto"). Each backend
+# keeps a table kind -> product function.
+Kind = Literal["int8", "fp16", "tf32", "fp32", "fp64", "policy"]
+EMULATED_KINDS: tuple[Kind, ...] = ("int8", "fp16")
 
 
 def triangle(a_slices: int, b_slices: int, max_sum: int) -> tuple[tuple[int, int], ...]:
@@ -52,6 +56,11 @@ class Level:
         return 3 if self.kind == "fp16" else 1
 
     @property
+    def emulated(self) -> bool:
+        """Sliced or split operands (INT8, FP16), as opposed to one native product."""
+        return self.kind in EMULATED_KINDS
+
+    @property
     def groups(self) -> tuple[int, ...]:
         """Weight classes i + j present in ``pairs``: pairs of one class share a place value."""
         return tuple(sorted({i + j for i, j in self.pairs}))
@@ -68,7 +77,7 @@ def _int8(
 LADDER: tuple[Level, ...] = (
     Level(
         "tf32",
-        "native",
+        "tf32",
         relative_cost=4.1,
         expected_error=2.9e-4,
         description="float32 inputs rounded to TF32 (10-bit mantissa), float32 accumulation",
@@ -88,14 +97,14 @@ LADDER: tuple[Level, ...] = (
     ),
     Level(
         "fp32",
-        "native",
+        "fp32",
         relative_cost=27.0,
         expected_error=1.6e-6,
         description="native float32 GEMM (cuBLAS SGEMM / NumPy)",
     ),
     Level(
         "fp64",
-        "native",
+        "fp64",
         relative_cost=30.0,
         expected_error=2.5e-8,
         description="float64 product of the float32 inputs, rounded once to float32",
@@ -107,7 +116,10 @@ LEVELS: dict[str, Level] = {level.name: level for level in LADDER}
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand
 # (dispatch.resolve_level): level IV where the INT8 tensor cores win, native float32 elsewhere.
 AUTO = Level("auto", "policy", description="fastest float32-grade level for the shape and device")
-DEFAULT_LEVEL = "auto"
+
+# The two defaults every layer names rather than spells:
+DEFAULT_LEVEL = AUTO.name  # mixpert.matmul's level, and that of ops a plan leaves out
+NATIVE_LEVEL = "fp32"  # native float32: compiled code runs its own product; the tuner's baseline
 
 
 def get_level(level: str | Level) -> Level:

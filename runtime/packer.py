@@ -27,9 +27,12 @@ import numpy as np
 
 FIRST_SLICE_BITS = 7  # fraction bits of slice 0 (the scale leaves 1/128 of headroom)
 LATER_SLICE_BITS = 8  # later slices: full signed INT8 digits
-HEADROOM = 127 / 128  # scaled magnitudes stay below this
+HEADROOM_NUMERATOR, HEADROOM_DENOMINATOR = 127, 128
+HEADROOM = HEADROOM_NUMERATOR / HEADROOM_DENOMINATOR  # scaled magnitudes stay below this
+DIGIT_HALF = 1 << (LATER_SLICE_BITS - 1)  # 128: a later digit is ((X + 128) mod 256) - 128
+DIGIT_MASK = (1 << LATER_SLICE_BITS) - 1  # 255
 DIGIT_BOUND_FIRST = 127  # |d_0| <= 127
-DIGIT_BOUND_LATER = 128  # -128 <= d_i <= 127
+DIGIT_BOUND_LATER = DIGIT_HALF  # -128 <= d_i <= 127
 
 
 def fraction_bits(slices: int) -> int:
@@ -71,7 +74,7 @@ def scale_exponents(x: np.ndarray, axis: int) -> np.ndarray:
     _, exponent = np.frexp(top)
     # top < 2^e already; it needs e + 1 only when it sits in the last 1/128 below 2^e.
     # Both sides of the test are exact in float64 (top has 24 significant bits).
-    needs_more = top * 128 >= np.ldexp(127.0, exponent)
+    needs_more = top * HEADROOM_DENOMINATOR >= np.ldexp(float(HEADROOM_NUMERATOR), exponent)
     return (exponent + needs_more).astype(np.int32)
 
 
@@ -82,7 +85,7 @@ def slice_rows(x: np.ndarray, exponents: np.ndarray, slices: int) -> np.ndarray:
     rest = np.rint(np.ldexp(finite, shift)).astype(np.int64)
     digits = np.empty((slices, *x.shape), dtype=np.int8)
     for i in range(slices - 1, 0, -1):
-        low = ((rest + 128) & 255) - 128
+        low = ((rest + DIGIT_HALF) & DIGIT_MASK) - DIGIT_HALF
         digits[i] = low
         rest = (rest - low) >> LATER_SLICE_BITS
     if rest.size and np.abs(rest).max() > DIGIT_BOUND_FIRST:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 import mixpert
-from mixpert.samples import Check, Sample, gemmul8
+from mixpert.samples import Check, Sample
+from mixpert.testdata import gemmul8
 
 
 @mixpert.jit(tol=1e-6)

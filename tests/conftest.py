@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
+from mixpert import metrics, testdata
 from mixpert.runtime import device
 
 settings.register_profile(
@@ -52,8 +53,7 @@ def gemmul8(phi: float) -> Generator:
     """GEMMul8's test matrices a = (U - 0.5) * exp(phi * N(0, 1)); phi widens the spread."""
 
     def make(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-        u = rng.random(shape) - 0.5
-        return (u * np.exp(phi * rng.standard_normal(shape))).astype(np.float32)
+        return testdata.gemmul8(np, rng, shape, phi)
 
     return make
 
@@ -89,11 +89,5 @@ GENERATORS: dict[str, Generator] = {
 }
 
 
-def relative_error(c: np.ndarray, c64: np.ndarray) -> float:
-    """||C - C64||_F / ||C64||_F (MixPert Eq. 10), in float64."""
-    return float(np.linalg.norm(c.astype(np.float64) - c64) / np.linalg.norm(c64))
-
-
-def oracle(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The float64 product of the float32 inputs."""
-    return a.astype(np.float32).astype(np.float64) @ b.astype(np.float32).astype(np.float64)
+relative_error = metrics.relative_error  # MixPert Eq. 10
+oracle = metrics.float64_product  # the float64 product of the float32 inputs

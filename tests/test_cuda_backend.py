@@ -137,13 +137,13 @@ def test_no_host_synchronisation_inside_a_call() -> None:
     n = 4096
     a = cp.random.standard_normal((n, n), dtype=cp.float32)
     b = cp.random.standard_normal((n, n), dtype=cp.float32)
-    cuda.product(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
+    cuda.matmul(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
     cp.cuda.Device().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         start = cp.cuda.Event()
         start.record(stream)
-        cuda.product(a, b, get_level("IV"))
+        cuda.matmul(a, b, get_level("IV"))
         end = cp.cuda.Event()
         end.record(stream)
         assert not end.done, "the call waited for the GPU (a host synchronisation inside it)"

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import mixpert
 from mixpert.cli import main
-from mixpert.passes.sites import op_index
+from mixpert.execution import op_index
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import mixpert
-from mixpert.passes import bridge
+from mixpert import execution
+from mixpert.execution import hook
+from mixpert.plan import as_active_plan
 from mixpert.passes.check_llvm import UnseenGemmWarning
 from mixpert.runtime import device
 
@@ -64,18 +66,17 @@ def test_swapping_plans_does_not_recompile() -> None:
     assert np.array_equal(high, mixpert.matmul(A, B, level="V"))
 
 
-def test_plan_setter_and_object_with_levels() -> None:
-    class Plan:
-        levels = dict.fromkeys(OPS, "II")
-
-    f = emulated.with_plan(Plan())
+def test_plan_setter_and_plan_types() -> None:
+    f = emulated.with_plan(dict.fromkeys(OPS, "II"))
     assert np.array_equal(f(A, B, C)[0], mixpert.matmul(A, B, level="II"))
     with pytest.raises(ValueError, match="not a known level"):
         f.plan = {OPS[0]: "VII"}
+    with pytest.raises(TypeError, match="pass a mixpert.Plan or a mapping"):
+        f.plan = [("op", "II")]  # type: ignore[assignment]
 
 
 def test_record_calls_profiles_each_op() -> None:
-    with bridge.record_calls() as calls:
+    with execution.record_calls() as calls:
         emulated.with_plan(PLAN)(A, B, C)
     assert [(c.op_id, c.m, c.k, c.n, c.level) for c in calls] == [
         (OPS[0], 12, 9, 7, "I"),
@@ -112,10 +113,10 @@ def test_unexpected_runtime_failure_is_raised_not_swallowed(monkeypatch) -> None
     def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("backend exploded")
 
-    monkeypatch.setattr(bridge.dispatch, "matmul", boom)
+    monkeypatch.setattr(hook.dispatch, "matmul", boom)
     with pytest.raises(RuntimeError, match="backend exploded"):
         emulated.with_plan(PLAN)(A, B, C)
-    assert bridge.take_pending_error() is None
+    assert execution.take_pending_error() is None
 
 
 def test_transposed_and_strided_views() -> None:
@@ -155,7 +156,7 @@ def test_blas_calls_the_pass_cannot_see_are_reported() -> None:
 def test_object_mode_pipeline_runs_the_same_ops() -> None:
     # The CuPy path, exercised with NumPy arrays: same op ids, plan and runtime calls.
     f = emulated.with_plan(PLAN)
-    with bridge.using_plan(PLAN), bridge.record_calls() as calls:
+    with execution.activate(as_active_plan(PLAN)), execution.record_calls() as calls:
         x, y, z = f.dispatcher_for("object")(A, B, C)
     assert [c.op_id for c in calls] == OPS
     assert np.array_equal(x, mixpert.matmul(A, B, level="I"))
@@ -203,7 +204,7 @@ def test_cupy_operands_run_on_the_gpu_with_the_same_ops_and_plan() -> None:
     cp = device.cupy_module()
     a, b, c = (cp.asarray(x) for x in (A, B, C))
     f = emulated.with_plan(PLAN)
-    with bridge.record_calls() as calls:
+    with execution.record_calls() as calls:
         x, y, z = f(a, b, c)
     assert all(type(r) is cp.ndarray for r in (x, y, z))  # no host copies of the results
     assert [c.op_id for c in calls] == OPS

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mixpert
-from mixpert.passes import bridge
+from mixpert.execution import record_calls
 from mixpert.samples import load_sample
 from mixpert.tuner import reference_outputs
 
@@ -45,7 +45,7 @@ def test_inputs_are_hpl_ai_matrices() -> None:
 def test_two_gemm_ops_the_rest_is_matrix_vector() -> None:
     assert len(gemm_ops()) == 2
     a_lo, a, b, nb = inputs(64)
-    with bridge.record_calls() as calls:
+    with record_calls() as calls:
         at("IV")(a_lo, a, b, nb)
     assert {call.op_id for call in calls} == set(gemm_ops())
 

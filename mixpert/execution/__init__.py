@@ -1,0 +1,39 @@
+"""The run time of a rewritten matmul site, between compiled code and the emulation runtime.
+
+- ``op_ids``: op id <-> op index (the constant compiled code carries);
+- ``state``: per thread, the active plan and the call records (profiling);
+- ``hook``: the ``mixpert_gemm`` C callback, its ``Status``, ``level_to_run`` (native here or the
+  runtime, for nopython and object mode alike) and the error relay.
+
+``passes`` (compile time) generates calls into this layer; the user layer activates plans and
+reads records through it; it calls ``mixpert.runtime`` for the products.
+"""
+
+from .hook import MixpertRuntimeError, Status, level_to_run, reraise_pending, take_pending_error
+from .op_ids import op_id_of, op_index
+from .state import (
+    EMPTY_PLAN,
+    ActivePlan,
+    CallRecord,
+    activate,
+    current_plan,
+    level_for,
+    record_calls,
+)
+
+__all__ = [
+    "EMPTY_PLAN",
+    "ActivePlan",
+    "CallRecord",
+    "MixpertRuntimeError",
+    "Status",
+    "activate",
+    "current_plan",
+    "level_for",
+    "level_to_run",
+    "op_id_of",
+    "op_index",
+    "record_calls",
+    "reraise_pending",
+    "take_pending_error",
+]

@@ -1,0 +1,150 @@
+"""The run-time hook of a rewritten site: the ``mixpert_gemm`` symbol, its status, the error relay.
+
+Compiled (nopython) code calls the external C symbol ``mixpert_gemm`` (a ctypes callback
+registered once with ``llvmlite.binding.add_symbol``) with the op's index, the shapes, raw
+pointers and byte strides; object-mode code (CuPy operands) calls ``run_site``. Both ask
+``level_to_run`` what to do, so the two modes decide alike. The callback's ``Status`` tells the
+compiled code what comes next:
+
+- ``OK``: the result is in the output the compiled code allocated.
+- ``NATIVE``: run Numba's own product (so a plan of native float32 everywhere gives exactly
+  plain ``numba.njit``'s bits).
+- ``ERROR``: the runtime raised. ctypes cannot carry an exception through C, so it waits in this
+  thread (``take_pending_error``); the compiled code raises ``MixpertRuntimeError`` and the
+  jitted function's wrapper raises the original in its place (``reraise_pending``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import numpy as np
+from llvmlite import binding
+
+from mixpert.runtime import dispatch
+from mixpert.runtime.levels import NATIVE_LEVEL, Level
+
+from .state import CallRecord, level_for, record, recording
+
+SYMBOL = "mixpert_gemm"
+
+
+class Status(enum.IntEnum):
+    """What ``mixpert_gemm`` returns to compiled code."""
+
+    OK = 0
+    NATIVE = 1
+    ERROR = 2
+
+
+class MixpertRuntimeError(RuntimeError):
+    """Raised by compiled code when the runtime failed; the wrapper re-raises the original."""
+
+
+class _Pending(threading.local):
+    error: BaseException | None = None
+
+
+_pending = _Pending()
+
+
+def take_pending_error() -> BaseException | None:
+    """The exception the last failed runtime call in this thread left, once."""
+    error, _pending.error = _pending.error, None
+    return error
+
+
+def reraise_pending(relay: MixpertRuntimeError) -> NoReturn:
+    """Raise the runtime's original exception in place of compiled code's ``relay``."""
+    pending = take_pending_error()
+    if pending is None:
+        raise relay
+    raise pending from None
+
+
+def level_to_run(op_index: int, a: Any, b: Any) -> Level | None:
+    """The level op ``op_index`` runs at on these operands, or None: the caller's own product.
+
+    The caller runs its own product where the plan says native float32, or says "auto" and
+    "auto" means native float32 on the CPU; except while calls are recorded, when every
+    product goes through the runtime to be timed. "auto" is resolved here (by the runtime's
+    rule) so that records and errors name the level that ran.
+    """
+    level = level_for(op_index)
+    native = level.name == NATIVE_LEVEL
+    if level.kind == "policy":
+        backend, level = dispatch.route(a, b, level)
+        native = level.name == NATIVE_LEVEL and backend == "cpu"
+    return None if native and not recording() else level
+
+
+def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
+    """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind."""
+    if not recording():
+        return dispatch.matmul(a, b, level=level)
+    start = time.perf_counter()
+    result = dispatch.matmul(a, b, level=level)
+    sync = getattr(getattr(result, "device", None), "synchronize", None)
+    if sync is not None:  # CuPy: time the kernels, not their launch
+        sync()
+    m, k = a.shape
+    n = b.shape[1]
+    record(CallRecord(op_index, m, k, n, level.name, time.perf_counter() - start))
+    return result
+
+
+def run_site(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any]) -> Any:
+    """An object-mode site: ``native(a, b)`` or the runtime, as ``level_to_run`` says."""
+    level = level_to_run(op_index, a, b)
+    return native(a, b) if level is None else run_product(op_index, a, b, level)
+
+
+def _matrix(ptr: int, rows: int, cols: int, s0: int, s1: int) -> np.ndarray:
+    """A float32 view of memory owned by compiled code (any strides, even negative ones)."""
+    if rows == 0 or cols == 0:
+        return np.empty((rows, cols), np.float32)
+    low = min(0, (rows - 1) * s0) + min(0, (cols - 1) * s1)
+    high = max(0, (rows - 1) * s0) + max(0, (cols - 1) * s1) + 4
+    buffer = (ctypes.c_char * (high - low)).from_address(ptr + low)
+    return np.ndarray((rows, cols), np.float32, buffer, -low, (s0, s1))
+
+
+def _gemm(
+    op_index: int,
+    m: int,
+    k: int,
+    b_rows: int,
+    n: int,
+    a_ptr: int,
+    a_s0: int,
+    a_s1: int,
+    b_ptr: int,
+    b_s0: int,
+    b_s1: int,
+    out_ptr: int,
+) -> int:
+    try:
+        a = _matrix(a_ptr, m, k, a_s0, a_s1)
+        b = _matrix(b_ptr, b_rows, n, b_s0, b_s1)
+        level = level_to_run(op_index, a, b)
+        if level is None:
+            return Status.NATIVE
+        result = run_product(op_index, a, b, level)
+        if m and n:
+            _matrix(out_ptr, m, n, 4 * n, 4)[...] = result
+        return Status.OK
+    except BaseException as error:  # ctypes would print and swallow it: hand it to the caller
+        _pending.error = error
+        return Status.ERROR
+
+
+_I64 = ctypes.c_int64
+GEMM_ARGUMENTS = 12  # op index, m, k, b_rows, n, A pointer and strides, B pointer and strides, C
+GEMM_CFUNC = ctypes.CFUNCTYPE(ctypes.c_int32, *([_I64] * GEMM_ARGUMENTS))
+_callback = GEMM_CFUNC(_gemm)  # module global: must outlive every compiled function
+binding.add_symbol(SYMBOL, ctypes.cast(_callback, ctypes.c_void_p).value)

@@ -1,0 +1,47 @@
+"""``mixpert levels``: one real-sized product at every level, beside native float32."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .metrics import float64_product, relative_error
+from .runtime import LADDER, device, dispatch
+from .testdata import gemmul8
+from .timing import best_time, synchronizer
+
+
+@dataclass(frozen=True)
+class LevelRow:
+    level: str
+    products: int
+    error: float
+    seconds: float
+
+
+def sweep_levels(
+    n: int, phi: float = 0.5, seed: int = 0, backend: dispatch.Backend = "auto"
+) -> list[LevelRow]:
+    """Error against float64 and time for every level on an n x n x n product."""
+    rng = np.random.default_rng(seed)
+    a = gemmul8(np, rng, (n, n), phi)
+    b = gemmul8(np, rng, (n, n), phi)
+    reference = float64_product(a, b)
+    chosen = dispatch.choose_backend(a, b, backend)
+    xp = device.cupy_module() if chosen == "cuda" else np
+    a, b = xp.asarray(a), xp.asarray(b)
+    sync = synchronizer(xp)
+    label = "numpy float32" if xp is np else "cupy float32"
+    rows = []
+    for name, products, product in [
+        (label, 1, lambda: xp.matmul(a, b)),
+        *(
+            (level.name, level.products, lambda lv=level: dispatch.matmul(a, b, lv, chosen))
+            for level in LADDER
+        ),
+    ]:
+        out = product()  # also the warm-up: kernel compilation, handles, workspaces
+        error = relative_error(xp.asarray(out), xp.asarray(reference))
+        rows.append(LevelRow(name, products, error, best_time(product, sync, 1, warm_up=False)))
+    return rows
