@@ -1,17 +1,12 @@
 #!/usr/bin/env bash
-# Run on the lent GPU machine (no registry there): put the repo on PYTHONPATH in the installed
-# layout (mixpert, mixpert.runtime, mixpert.passes), run the GPU tests, then the benchmark.
+# Run on the lent GPU machine (no registry there): put the repo on PYTHONPATH (mixpert/passes and
+# mixpert/runtime are links to passes/ and runtime/: the installed layout), run the GPU tests,
+# then the benchmark.
 #   bash benchmarks/device_run.sh [tests|bench|quick|all] [pytest args]   (results land in $OUT)
 #   bash benchmarks/device_run.sh e2e [sample names] [--size-key KEY]     (samples end to end)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-site=/tmp/mixpert-site
-rm -rf "$site" && mkdir -p "$site"
-cp -r "$repo/mixpert" "$site/mixpert"
-cp -r "$repo/runtime" "$site/mixpert/runtime"
-cp -r "$repo/passes" "$site/mixpert/passes"
-cp -r "$repo/samples" "$site/samples"  # mixpert.samples finds them beside the package
-export PYTHONPATH=$site PYTHONUNBUFFERED=1
+export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 what=${1:-all}
