@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .runtime import LADDER, get_level
+from .runtime.levels import AUTO
 from .testdata import gemmul8
 from .timing import gpu_median_seconds
 
@@ -22,7 +23,7 @@ SQUARE = (128, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 DOUBLE_K = (4096, 8192)  # m = n, k = 2n
 SKINNY = ((65536, 4096, 16), (65536, 4096, 64), (65536, 4096, 128), (16384, 16384, 64))
 DISTRIBUTIONS = ("phi0.5", "normal")
-METHODS = ("sgemm", "tf32") + tuple(level.name for level in LADDER if level.emulated) + ("auto",)
+METHODS = ("sgemm", "tf32") + tuple(level.name for level in LADDER if level.emulated) + (AUTO.name,)
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,9 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
         return (lambda: cp.matmul(a, b)), "sgemm"
     if name == "tf32":
         return (lambda: cuda.tf32_product(a, b)), "tf32"
-    if name == "auto":
-        chosen = dispatch.resolve_level("auto", a, b, "cuda")
-        return (lambda: dispatch.matmul(a, b, "auto", "cuda")), chosen.name
+    if name == AUTO.name:
+        chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
+        return (lambda: dispatch.matmul(a, b, AUTO, "cuda")), chosen.name
     level = get_level(name)
     product = cuda.PRODUCTS[level.kind]
     return (lambda: product(a, b, level)), name
