@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 import mixpert
+from mixpert import testdata
+from mixpert.metrics import float64_product, relative_error
 from mixpert.runtime.levels import LADDER, LEVELS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cpu"
@@ -76,8 +78,7 @@ def gemmul8(phi: float) -> Callable[[np.random.Generator, tuple[int, int]], np.n
     """GEMMul8's test matrices: (U - 0.5) * exp(phi * N(0, 1)), as float32."""
 
     def make(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-        u = rng.random(shape) - 0.5
-        return (u * np.exp(phi * rng.standard_normal(shape))).astype(np.float32)
+        return testdata.gemmul8(np, rng, shape, phi)
 
     return make
 
@@ -97,11 +98,6 @@ DATASETS: dict[str, Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
 }
 
 
-def relative_error(c: np.ndarray, c64: np.ndarray) -> float:
-    """||C - C64||_F / ||C64||_F (MixPert Eq. 10), computed in float64."""
-    return float(np.linalg.norm(c.astype(np.float64) - c64) / np.linalg.norm(c64))
-
-
 def measure(
     n: int, dataset: str, levels: Iterable[str], seed: int, on_result: Callable[[dict], None]
 ) -> None:
@@ -109,7 +105,7 @@ def measure(
     rng = np.random.default_rng([seed, n, list(DATASETS).index(dataset)])
     make = DATASETS[dataset]
     a, b = make(rng, (n, n)), make(rng, (n, n))
-    c64 = a.astype(np.float64) @ b.astype(np.float64)
+    c64 = float64_product(a, b)
     start = time.perf_counter()
     c32 = a @ b
     seconds = time.perf_counter() - start
