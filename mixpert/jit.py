@@ -27,10 +27,11 @@ from .execution import ActivePlan, MixpertRuntimeError, activate, reraise_pendin
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, make_dispatcher
 from .passes.sites import OpInfo
-from .plan import PlanLike, as_active_plan
+from .plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .plan_lookup import OnMissing, PlanBook
 from .runtime.device import is_cupy_array
 from .runtime.levels import NATIVE_LEVEL
+from .runtime.validation import refuse_masked
 
 
 class MixpertFunction:
@@ -68,8 +69,22 @@ class MixpertFunction:
     def plan(self, plan: PlanLike | None) -> None:
         self._active = as_active_plan(plan)  # validates level names now, not mid-run
         self._plan = plan
+        self._plan_checked = plan is None  # against the ops at the first call (check_plan_covers)
         if plan is not None:
             self.plan_book = None  # an explicit plan wins over looking one up
+
+    @property
+    def plans(self) -> list[Plan]:
+        """The tuned plans this function holds: the explicit one, or its book's (per input)."""
+        if isinstance(self._plan, Plan):
+            return [self._plan]
+        return list(self.plan_book.plans) if self.plan_book is not None else []
+
+    def plan_for(self, *args: Any) -> PlanLike | None:
+        """The plan a call with ``args`` runs (for a ``tol=`` function this may tune now)."""
+        if self.plan_book is None:
+            return self._plan
+        return self.plan_book.plan_for(self, args)
 
     @property
     def active_plan(self) -> ActivePlan:
@@ -107,6 +122,9 @@ class MixpertFunction:
 
     def _active_for(self, args: tuple[Any, ...]) -> ActivePlan:
         if self.plan_book is None:
+            if not self._plan_checked:
+                check_plan_covers(self._plan, self)  # type: ignore[arg-type]
+                self._plan_checked = True
             return self._active
         plan = self.plan_book.plan_for(self, args)
         if self._resolved is None or self._resolved[0] is not plan:
@@ -114,6 +132,7 @@ class MixpertFunction:
         return self._resolved[1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        refuse_masked(args)
         mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
         with activate(self._active_for(args)):

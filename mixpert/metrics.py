@@ -47,14 +47,30 @@ def relative_error(c: Any, reference: Any) -> float:
     return output_error(c, reference)
 
 
-def _is_float_array(a: Any) -> bool:
-    return hasattr(a, "dtype") and hasattr(a, "shape") and np.issubdtype(a.dtype, np.floating)
+def is_array(a: Any) -> bool:
+    return hasattr(a, "dtype") and hasattr(a, "shape") and hasattr(a, "copy")
+
+
+def is_float_array(a: Any) -> bool:
+    return is_array(a) and np.issubdtype(a.dtype, np.floating)
+
+
+def copies(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The arguments with every array copied (on its own device): a run may write into them."""
+    return tuple(a.copy() if is_array(a) else a for a in args)
+
+
+def float64_copies(args: Sequence[Any]) -> tuple[Any, ...]:
+    """``copies``, with the floating-point arrays as float64."""
+    return tuple(
+        a.astype(np.float64) if is_float_array(a) else a.copy() if is_array(a) else a for a in args
+    )
 
 
 def reference_outputs(py_func: Callable[..., Any], args: Sequence[Any]) -> Any:
-    """The undecorated function on float64 copies of the float inputs, on their own device
+    """The undecorated function on float64 copies of the inputs, on their own device
     (NumPy arrays under NumPy, CuPy arrays under CuPy: float64 GEMMs there are exact enough)."""
-    return py_func(*(a.astype(np.float64) if _is_float_array(a) else a for a in args))
+    return py_func(*float64_copies(args))
 
 
 def float64_product(a: Any, b: Any) -> Any:

@@ -1,19 +1,22 @@
-"""A tuned plan: op id -> level for one function, with what it was tuned for, saved as JSON.
+"""A tuned plan: op id -> level for one function, with what it was tuned for.
 
-A plan records the function's identity (``module:qualname``), a hash of its op table (op ids and
-their source lines), the input signature, the device, ``tol`` and what tuning measured. Before a
-plan is applied, ``Plan.check`` compares the hash with the function's current ops: a plan whose
-ops have changed is *stale* and raises ``StalePlanError`` instead of running with wrong levels.
+A plan records the function's qualified name, each op's source hash (``OpInfo.source_hash``), the
+input signature, the device, ``tol`` and what tuning measured. Before a plan is applied,
+``Plan.check`` compares it with the function's current ops: a plan whose products changed is
+*stale* and raises ``StalePlanError`` naming them, instead of running with wrong levels. Op ids
+carry no module name and no line (``passes.sites``), so a plan applies whether the file is
+imported or run as a script, and across edits that do not touch the products.
 
 The signature matches on dtype and number of dimensions, not on sizes: a plan tuned on
-representative sizes is meant to serve other sizes of the same kind of input.
+representative sizes is meant to serve other sizes of the same kind of input. Files hold several
+plans side by side (``plan_file``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,23 +25,24 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from .execution import EMPTY_PLAN, ActivePlan
-from .runtime.levels import get_level
-
-FORMAT = "mixpert-plan/1"
+from .runtime.levels import DEFAULT_LEVEL, get_level
 
 
 class StalePlanError(ValueError):
-    """The plan was tuned for a different op table (the function's matmuls changed)."""
+    """The plan was tuned for other products (the function's matmuls changed)."""
 
 
 class PlanMismatchError(ValueError):
-    """The plan belongs to another function or another kind of input."""
+    """The plan belongs to another function, names ops it lacks, or another kind of input."""
+
+
+class PlanCoverageWarning(UserWarning):
+    """A plan leaves out some of the function's ops; they run at the default level."""
 
 
 def function_identity(func: Any) -> str:
-    """``module:qualname`` of a Python function or of a jitted one (its ``py_func``)."""
-    py = getattr(func, "py_func", func)
-    return f"{py.__module__}:{py.__qualname__}"
+    """The qualified name of a Python function or of a jitted one (its ``py_func``)."""
+    return getattr(func, "py_func", func).__qualname__
 
 
 def op_table_hash(ops: Mapping[str, Any]) -> str:
@@ -52,6 +56,11 @@ def op_table_hash(ops: Mapping[str, Any]) -> str:
     return h.hexdigest()[:16]
 
 
+def op_sources(ops: Mapping[str, Any]) -> dict[str, str]:
+    """Op id -> source hash, as a plan stores them."""
+    return {op_id: op.source_hash for op_id, op in sorted(ops.items())}
+
+
 def describe_arg(arg: Any) -> str:
     """'float32[64x128]' for arrays, the type name otherwise."""
     if hasattr(arg, "dtype") and hasattr(arg, "shape"):
@@ -63,12 +72,16 @@ def signature_of(args: Sequence[Any]) -> list[str]:
     return [describe_arg(a) for a in args]
 
 
-def _kind(description: str) -> str:
-    """The part of a signature entry plans match on: dtype and ndim ('float32/2')."""
-    if "[" not in description:
-        return description
-    dtype, dims = description[:-1].split("[", 1)
-    return f"{dtype}/{len(dims.split('x')) if dims else 0}"
+def signature_kind(signature: Sequence[str]) -> list[str]:
+    """What plans match on: dtype and ndim of each argument ('float32/2')."""
+    kinds = []
+    for description in signature:
+        if "[" not in description:
+            kinds.append(description)
+            continue
+        dtype, dims = description[:-1].split("[", 1)
+        kinds.append(f"{dtype}/{len(dims.split('x')) if dims else 0}")
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -76,7 +89,7 @@ class OpReport:
     """Per-op figures from tuning (for the CLI table and the saved file)."""
 
     op_id: str
-    location: str
+    location: str  # file:line, the file relative to the working directory when under it
     level: str
     share: float  # share of the plan's predicted time
     contribution: float  # error added when the tuner set this op's level (0 at the top level)
@@ -84,7 +97,7 @@ class OpReport:
 
 @dataclass
 class Plan:
-    """``levels``: op id -> level name; ``mixpert.jit(func, plan=plan)`` reads ``.levels``."""
+    """``levels``: op id -> level name; ``mixpert.jit(func, plan=plan)`` runs with it."""
 
     levels: dict[str, str]
     function: str
@@ -98,6 +111,7 @@ class Plan:
     met_tol: bool = True  # False: tol is tighter than any level reaches; levels are the accurate
     profiling_runs: int = 0
     ops: list[OpReport] = field(default_factory=list)
+    op_sources: dict[str, str] = field(default_factory=dict)  # op id -> source hash
 
     def __post_init__(self) -> None:
         for level in self.levels.values():
@@ -107,54 +121,90 @@ class Plan:
     def check(self, func: Any, args: Sequence[Any] | None = None) -> None:
         """Raise if this plan must not be applied to ``func`` (and ``args``)."""
         name = function_identity(func)
-        if name != self.function:
+        if self.function.rpartition(":")[2] != name:  # files of mixpert 0.1 say module:qualname
             raise PlanMismatchError(f"plan is for {self.function}, not {name}")
         ops = getattr(func, "ops", None)
         if ops is not None:
-            current = op_table_hash(ops)
-            if current != self.op_hash:
-                missing = sorted(set(self.levels) - set(ops))
-                raise StalePlanError(
-                    f"stale plan for {self.function}: op table hash {self.op_hash} was tuned, "
-                    f"the function now has {current} ({len(ops)} ops"
-                    + (f"; gone: {', '.join(missing)}" if missing else "")
-                    + "); re-run `mixpert tune`"
-                )
+            self._check_ops(ops)
         if args is not None and not self.matches(args):
             raise PlanMismatchError(
-                f"plan tuned for inputs {self.signature}, called with {signature_of(args)}"
+                f"plan for {self.function} was tuned for inputs {self.signature}, "
+                f"called with {signature_of(args)}"
+            )
+
+    def _check_ops(self, ops: Mapping[str, Any]) -> None:
+        if self.op_sources:
+            now = op_sources(ops)
+            gone = sorted(set(self.op_sources) - set(now))
+            new = sorted(set(now) - set(self.op_sources))
+            edited = sorted(op for op in now if self.op_sources.get(op, now[op]) != now[op])
+            stale = bool(gone or new or edited)
+        else:  # files of mixpert 0.1 keep only the hash of the whole table
+            gone = sorted(set(self.levels) - set(ops))
+            new = sorted(set(ops) - set(self.levels))
+            edited = []
+            stale = op_table_hash(ops) != self.op_hash
+        if stale:
+            parts = [
+                f"{what}: {', '.join(names)}"
+                for what, names in (("edited", edited), ("gone", gone), ("new", new))
+                if names
+            ]
+            raise StalePlanError(
+                f"stale plan for {self.function}: its products changed since tuning "
+                f"({'; '.join(parts) or 'op table hash ' + self.op_hash}); re-run `mixpert tune`"
             )
 
     def matches(self, args: Sequence[Any]) -> bool:
         """Same number of arguments with the same dtypes and dimensions."""
-        mine = [_kind(s) for s in self.signature]
-        return mine == [_kind(s) for s in signature_of(args)]
+        return signature_kind(self.signature) == signature_kind(signature_of(args))
 
     # --- files -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, **dataclasses.asdict(self)}
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Plan:
-        if data.get("format") != FORMAT:
-            raise ValueError(f"not a mixpert plan (format {data.get('format')!r}, want {FORMAT})")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        values["ops"] = [OpReport(**row) for row in values.get("ops", [])]
-        return cls(**values)
+    def from_json(cls, data: Mapping[str, Any], where: str = "plan") -> Plan:
+        """A plan from its JSON object, every field checked (``plan_file.PlanFileError``)."""
+        from .plan_file import plan_from_json
+
+        return plan_from_json(data, where)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        return path
+        """Write this plan into the plan file ``path``, beside plans for other inputs."""
+        from .plan_file import save_plan
+
+        return save_plan(path, self)
 
     @classmethod
-    def load(cls, path: str | Path, func: Any = None) -> Plan:
-        """Read a plan; with ``func``, also ``check`` it (stale plans raise here)."""
-        plan = cls.from_json(json.loads(Path(path).read_text()))
-        if func is not None:
-            plan.check(func)
-        return plan
+    def load(cls, path: str | Path, func: Any = None, args: Sequence[Any] | None = None) -> Plan:
+        """The plan in file ``path`` for ``func`` (and ``args``); ``check``-ed when ``func`` is
+        given (stale plans raise here). A file with plans for several inputs needs ``args``."""
+        from .plan_file import read_plans
+
+        return select_plan(read_plans(path), func, args, str(path))
+
+
+def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, where: str) -> Plan:
+    """The one plan of ``plans`` for ``func`` and ``args`` (PlanMismatchError otherwise)."""
+    if func is not None:
+        name = function_identity(func)
+        mine = [p for p in plans if p.function.rpartition(":")[2] == name]
+        if not mine:
+            found = sorted({p.function for p in plans})
+            raise PlanMismatchError(f"{where} holds no plan for {name} (it has: {found})")
+        plans = mine
+    if args is not None:
+        plans = [p for p in plans if p.matches(args)] or [plans[0]]
+    if len(plans) > 1:
+        kinds = [signature_kind(p.signature) for p in plans]
+        raise PlanMismatchError(
+            f"{where} holds plans for several kinds of input ({kinds}); give the inputs"
+        )
+    plan = plans[0]
+    if func is not None:
+        plan.check(func, args)
+    return plan
 
 
 PlanLike: TypeAlias = Plan | Mapping[str, str]  # what users hand to jit, with_plan and the CLI
@@ -172,3 +222,26 @@ def as_active_plan(plan: PlanLike | None) -> ActivePlan:
     raise TypeError(
         f"plan is a {type(plan).__name__}; pass a mixpert.Plan or a mapping op id -> level name"
     )
+
+
+def check_plan_covers(plan: PlanLike, func: Any) -> None:
+    """Raise if ``plan`` names ops ``func`` lacks (or is stale for it); warn if it leaves
+    some out. Nothing about a plan is silently ignored."""
+    ops = func.ops
+    if isinstance(plan, Plan):
+        plan.check(func)
+    levels = plan.levels if isinstance(plan, Plan) else plan
+    unknown = sorted(set(levels) - set(ops))
+    if unknown:
+        raise PlanMismatchError(
+            f"plan names ops {function_identity(func)} does not have: {', '.join(unknown)} "
+            f"(its ops: {', '.join(sorted(ops)) or 'none'})"
+        )
+    missing = sorted(set(ops) - set(levels))
+    if missing:
+        warnings.warn(
+            f"plan for {function_identity(func)} leaves out ops {', '.join(missing)}; "
+            f"they run at {DEFAULT_LEVEL!r}",
+            PlanCoverageWarning,
+            stacklevel=4,
+        )

@@ -2,35 +2,43 @@
 
 A function jitted with ``tol`` and no explicit ``plan`` looks, on each call, for a plan matching
 the arguments' signature (dtype and ndim; see ``mixpert.plan``) whose tol is at least as tight:
-first among the plans it already holds, then in ``plan_file`` when given (read on the first call
-and ``check``-ed against the function's current ops, so a stale plan raises ``StalePlanError``
-rather than running). With no matching plan, ``on_missing`` decides:
+first among the plans it already holds, then in ``plan_file`` when given (read on the first call;
+its plans for this function are ``check``-ed against the current ops, so a stale plan raises
+``StalePlanError`` rather than running). With no matching plan, ``on_missing`` decides:
 
-- ``"tune"`` (default): tune now on this call's arguments (they are the representative inputs),
-  keep the plan, and save it to ``plan_file`` when given;
+- ``"tune"`` (default): tune now on this call's arguments (they are the representative inputs;
+  the tuner profiles copies), keep the plan, and save it into ``plan_file`` when given, beside
+  the plans for other inputs;
 - ``"default"``: run every op at ``default_level`` (``NATIVE_LEVEL``: native float32, always
   safe);
 - ``"raise"``: raise ``MissingPlanError`` (for deployments that must only run tuned plans).
 
 The default for ``on_missing`` comes from the ``MIXPERT_ON_MISSING_PLAN`` environment variable.
+Tuning is logged at INFO on the ``"mixpert"`` logger. Lookups hold the book's lock: threads that
+call a function for the first time at once wait for one tuning and then share its plan.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from .plan import Plan
-from .runtime.levels import NATIVE_LEVEL
-from .tuner import tune
+from .plan import Plan, function_identity, signature_of
+from .plan_file import check_folder, read_plans
+from .runtime.levels import NATIVE_LEVEL, get_level
+from .tuner import checked_tol, tune
 
 if TYPE_CHECKING:
     from .jit import MixpertFunction
 
 OnMissing = Literal["tune", "default", "raise"]
 ON_MISSING_ENV = "MIXPERT_ON_MISSING_PLAN"
+log = logging.getLogger("mixpert")
 
 
 class MissingPlanError(LookupError):
@@ -47,33 +55,52 @@ class PlanBook:
         on_missing: OnMissing | None = None,
         default_level: str = NATIVE_LEVEL,
     ):
+        source = "argument on_missing" if on_missing else f"${ON_MISSING_ENV}"
         on_missing = on_missing or os.environ.get(ON_MISSING_ENV, "tune")  # type: ignore[assignment]
         if on_missing not in get_args(OnMissing):
-            raise ValueError(
-                f"on_missing={on_missing!r}: use 'tune', 'default' or 'raise' "
-                f"(argument or ${ON_MISSING_ENV})"
-            )
-        self.tol, self.on_missing, self.default_level = tol, on_missing, default_level
-        self.plan_file = Path(plan_file) if plan_file else None
+            raise ValueError(f"{source} is {on_missing!r}; it must be 'tune', 'default' or 'raise'")
+        get_level(default_level)  # unknown names fail at decoration
+        self.tol = checked_tol(tol)
+        self.on_missing, self.default_level = on_missing, default_level
+        self.plan_file = check_folder(plan_file) if plan_file else None
         self.plans: list[Plan] = []
         self._file_read = False
+        self._lock = threading.RLock()
 
     def plan_for(self, func: MixpertFunction, args: Sequence[Any]) -> Plan | dict[str, str]:
+        with self._lock:
+            return self._plan_for(func, args)
+
+    def _plan_for(self, func: MixpertFunction, args: Sequence[Any]) -> Plan | dict[str, str]:
         if not self._file_read:
             self._file_read = True
             if self.plan_file is not None and self.plan_file.exists():
-                self.plans.append(Plan.load(self.plan_file, func))  # stale: raises here
+                name = function_identity(func)
+                for plan in read_plans(self.plan_file):
+                    if plan.function.rpartition(":")[2] == name:
+                        plan.check(func)  # stale: raises here
+                        self.plans.append(plan)
         for plan in self.plans:
             if plan.matches(args) and plan.tol <= self.tol:
                 return plan
         if self.on_missing == "raise":
             raise MissingPlanError(
-                f"no plan for {func!r} with tol {self.tol:g} and inputs like these; "
-                "run `mixpert tune` or use on_missing='tune'"
+                f"no plan for {func!r} with tol {self.tol:g} and inputs {signature_of(args)}"
+                + (f" in {self.plan_file}" if self.plan_file else "")
+                + "; run `mixpert tune` or use on_missing='tune'"
             )
         if self.on_missing == "default":
             return dict.fromkeys(func.ops, self.default_level)
+        log.info("tuning %s on its first call (tol %g) ...", function_identity(func), self.tol)
+        start = time.perf_counter()
         plan = tune(func, args, tol=self.tol)
+        log.info(
+            "tuned %s: %d profiling runs, %.1f s -> %s",
+            function_identity(func),
+            plan.profiling_runs,
+            time.perf_counter() - start,
+            ", ".join(plan.levels[op] for op in sorted(plan.levels)),
+        )
         self.plans.append(plan)
         if self.plan_file is not None:
             plan.save(self.plan_file)

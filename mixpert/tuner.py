@@ -27,16 +27,19 @@ ops x levels.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import networkx as nx
+import numpy as np
 
 from .execution import record_calls
-from .metrics import output_error, reference_outputs
-from .plan import OpReport, Plan, function_identity, op_table_hash, signature_of
+from .metrics import copies, float64_copies, is_float_array, output_error
+from .plan import OpReport, Plan, function_identity, op_sources, op_table_hash, signature_of
 from .runtime import device
 from .runtime.levels import LADDER, NATIVE_LEVEL, Level, get_level
 from .timing import best_time, synchronizer_for
@@ -92,8 +95,17 @@ class Profiler:
     errors: dict[tuple[tuple[str, str], ...], float] = field(default_factory=dict)
     flops: dict[str, float] = field(default_factory=dict)  # op id -> sum of 2*m*k*n
 
+    written: tuple[int, ...] = ()  # arguments the function writes into: outputs too
+
     def __post_init__(self) -> None:
-        self.reference = reference_outputs(self.func.py_func, self.args)
+        reference_args = float64_copies(self.args)
+        result = self.func.py_func(*reference_args)
+        self.written = tuple(
+            i
+            for i, (given, ran) in enumerate(zip(self.args, reference_args, strict=True))
+            if is_float_array(given) and not _same_values(given, ran)
+        )
+        self.reference = (result, *(reference_args[i] for i in self.written))
 
     def error(self, levels: Mapping[str, str]) -> float:
         key = tuple(sorted(levels.items()))
@@ -101,8 +113,10 @@ class Profiler:
             return self.errors[key]
         if self.budget is not None and self.runs >= self.budget:
             raise BudgetExhausted
+        args = copies(self.args)  # the caller's arrays are never written by a profiling run
         with record_calls() as calls:
-            outputs = self.func.with_plan(dict(levels))(*self.args)
+            result = self.func.with_plan(dict(levels))(*args)
+        outputs = (result, *(args[i] for i in self.written))
         self.runs += 1
         if not self.flops:  # shapes do not depend on levels: learn them from the first run
             for call in calls:
@@ -113,6 +127,12 @@ class Profiler:
             self.on_run()
         self.errors[key] = output_error(outputs, self.reference)
         return self.errors[key]
+
+
+def _same_values(given: Any, ran: Any) -> bool:
+    """Whether a float64 copy still holds the values of the argument it was made from."""
+    xp = device.cupy_module() if device.is_cupy_array(given) else np
+    return bool(xp.array_equal(given.astype(xp.float64), ran, equal_nan=True))
 
 
 class BudgetExhausted(Exception):
@@ -262,6 +282,7 @@ def tune(
 
     ``measure``: time the plan against all-fp32 (default: only on a GPU, where it means something).
     """
+    tol = checked_tol(tol)
     args = tuple(args)
     result = greedy(jitted, args, tol, candidates, on_run)
     base = predicted_time(result.flops, {})
@@ -271,14 +292,15 @@ def tune(
         sync = synchronizer_for(args)  # CuPy calls return before the GPU is done
         fp32 = jitted.with_plan(dict.fromkeys(result.levels, BASELINE_LEVEL))
         tuned = jitted.with_plan(result.levels)
-        measured = best_time(lambda: fp32(*args), sync, 3) / best_time(
-            lambda: tuned(*args), sync, 3
+        scratch = copies(args)  # timed calls may write into their arguments
+        measured = best_time(lambda: fp32(*scratch), sync, 3) / best_time(
+            lambda: tuned(*scratch), sync, 3
         )
     ops = jitted.ops
     reports = [
         OpReport(
             op,
-            f"{ops[op].file}:{ops[op].line}",
+            f"{relative_path(ops[op].file)}:{ops[op].line}",
             level,
             get_level(level).relative_cost * result.flops.get(op, 0.0) / INT8_RATE / mine
             if mine
@@ -300,4 +322,26 @@ def tune(
         met_tol=result.met_tol,
         profiling_runs=result.runs,
         ops=reports,
+        op_sources=op_sources(ops),
     )
+
+
+def relative_path(file: str) -> str:
+    """``file`` relative to the working directory when it lies below it, else its name."""
+    path = Path(file)
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def checked_tol(tol: Any) -> float:
+    """``tol`` as a float, or TypeError/ValueError saying why it cannot be one."""
+    if isinstance(tol, (bool, np.bool_)) or not isinstance(
+        tol, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(f"tol={tol!r} is a {type(tol).__name__}; tol must be a positive number")
+    value = float(tol)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"tol={tol!r}: tol must be a positive finite number")
+    return value

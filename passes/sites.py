@@ -1,16 +1,19 @@
 """Matmul sites: where a function multiplies matrices, and the stable op id each site gets.
 
 A site is one ``a @ b``, ``np.dot(a, b)``, ``np.matmul(a, b)`` or ``a.dot(b)`` in a function's
-untyped Numba IR. Its op id is ``module:qualname:line:ordinal`` (ordinal counts the sites of one
-source line in evaluation order), so ids survive edits elsewhere in the file and are the same in
-every process. Compiled code carries the id's op index (``mixpert.execution.op_ids``), a constant.
+untyped Numba IR. Its op id is ``qualname:ordinal``: the function's qualified name and the site's
+place among the function's sites in source order (line, then evaluation order). Neither the module
+name (``__main__`` when the file runs as a script) nor line numbers enter it, so ids are the same
+imported or run, in every process, and across edits that add or move lines. ``source_hash``, a
+hash of the product's source line, lets a plan see that a product itself changed. Compiled code
+carries the id's op index (``mixpert.execution.op_ids``), a constant.
 """
 
 from __future__ import annotations
 
+import hashlib
 import linecache
 import operator
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +38,11 @@ class OpInfo:
     ordinal: int
     kind: SiteKind
     source: str
+
+    @property
+    def source_hash(self) -> str:
+        """Hash of the product's source text (whitespace at the ends ignored)."""
+        return source_hash(self.source)
 
     @property
     def op_index(self) -> int:
@@ -68,10 +76,13 @@ def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[SiteKind, ir.Var, i
     return None
 
 
+def source_hash(source: str) -> str:
+    return hashlib.blake2b(source.strip().encode(), digest_size=6).hexdigest()
+
+
 def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
-    """Every matmul site of ``func_ir``, in block then statement order (deterministic)."""
+    """Every matmul site of ``func_ir``, in source order (deterministic)."""
     fid = func_ir.func_id
-    per_line: dict[int, int] = defaultdict(int)
     found: list[tuple[int, ir.Assign, tuple[SiteKind, ir.Var, ir.Var]]] = []
     for label in sorted(func_ir.blocks):
         for stmt in func_ir.blocks[label].body:
@@ -79,13 +90,12 @@ def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
                 hit = classify(func_ir, stmt.value)
                 if hit is not None:
                     found.append((stmt.loc.line, stmt, hit))
-    # Ordinals follow source order within a line, whatever order the blocks were laid out in.
+    # Ordinals follow source lines, then evaluation order within a line, whatever order the
+    # blocks were laid out in (the sort is stable).
     found.sort(key=lambda item: item[0])
     sites = []
-    for line, stmt, (kind, lhs, rhs) in found:
-        ordinal = per_line[line]
-        per_line[line] += 1
-        op_id = f"{fid.modname}:{fid.func_qualname}:{line}:{ordinal}"
+    for ordinal, (line, stmt, (kind, lhs, rhs)) in enumerate(found):
+        op_id = f"{fid.func_qualname}:{ordinal}"
         source = linecache.getline(fid.filename, line).strip()
         qualname = fid.func_qualname
         info = OpInfo(op_id, fid.modname, qualname, fid.filename, line, ordinal, kind, source)

@@ -9,8 +9,21 @@ import numpy as np
 ACCEPTED_FLOATS = (np.float16, np.float32, np.float64)
 
 
+def refuse_masked(values: Any, names: Any = None) -> None:
+    """TypeError for a NumPy masked array with masked entries: the mask would be dropped."""
+    for position, x in enumerate(values):
+        if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+            name = names[position] if names else f"argument {position}"
+            raise TypeError(
+                f"{name} is a masked array with {int(np.ma.count_masked(x))} masked entries; "
+                "mixpert would compute with the values under the mask: pass x.filled(fill) or "
+                "np.ma.getdata(x) to say which values to use"
+            )
+
+
 def check_operand(name: str, x: Any) -> None:
     """Raise TypeError/ValueError unless ``x`` is a 2-D real floating-point array."""
+    refuse_masked([x], [f"operand {name}"])
     dtype = getattr(x, "dtype", None)
     ndim = getattr(x, "ndim", None)
     if dtype is None or ndim is None:

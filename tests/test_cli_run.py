@@ -19,7 +19,7 @@ def test_run_prints_ops_levels_error_and_time(tmp_path) -> None:
         assert text in result.output
     assert "mixpert (within tol 1e-06)" in result.output
     assert "speedup over native float32" in result.output
-    saved = json.loads(plan.read_text())
+    saved = json.loads(plan.read_text())["plans"][0]
     assert saved["error"] <= 1e-6 and len(saved["levels"]) == 1
 
     again = CliRunner().invoke(main, ["run", "gemm", "--size", "64", "--plan", str(plan)])

@@ -57,7 +57,8 @@ def test_a_stale_plan_file_is_refused(tmp_path) -> None:
     path = tmp_path / "mlp.plan.json"
     mixpert.jit(mlp, tol=1e-5, plan_file=path)(*ARGS)
     data = json.loads(path.read_text())
-    data["op_hash"] = "0" * 16  # as if the function's matmuls had changed since tuning
+    sources = data["plans"][0]["op_sources"]
+    sources[next(iter(sources))] = "0" * 12  # as if that product had been edited since tuning
     path.write_text(json.dumps(data))
     with pytest.raises(mixpert.StalePlanError, match="stale plan"):
         mixpert.jit(mlp, tol=1e-5, plan_file=path)(*ARGS)
@@ -74,8 +75,8 @@ def test_cli_tune_writes_a_plan(tmp_path, monkeypatch) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "predicted speedup over fp32" in result.output and "wrote p.json" in result.output
-    data = json.loads((tmp_path / "p.json").read_text())
-    assert data["function"] == "fn_cli:f" and len(data["levels"]) == 2
+    data = json.loads((tmp_path / "p.json").read_text())["plans"][0]
+    assert data["function"] == "f" and len(data["levels"]) == 2
     assert data["error"] <= 1e-5 and data["profiling_runs"] <= 2 * 6
 
 

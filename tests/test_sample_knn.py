@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mixpert.samples import load_sample
-from mixpert.tuner import reference_outputs
+from mixpert.metrics import reference_outputs
 
 N = 512  # the ci size: 512 queries and references in 32 dimensions
 

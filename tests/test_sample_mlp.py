@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mixpert.samples import load_sample
-from mixpert.tuner import output_error, reference_outputs
+from mixpert.metrics import output_error, reference_outputs
 
 WIDTH = 32
 

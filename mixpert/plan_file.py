@@ -1,0 +1,210 @@
+"""Plan files: the one loader and writer, with every field checked.
+
+A plan file is JSON: ``{"format": "mixpert-plans/2", "plans": [plan, ...]}``, plans for several
+kinds of input side by side (files of mixpert 0.1, one plan with ``"format": "mixpert-plan/1"``,
+are read too). Reading accepts regular files only (a FIFO would hang, ``/dev/zero`` never ends)
+of at most ``MAX_BYTES``, and checks every field against ``PLAN_FIELDS``; any problem raises a
+``PlanFileError`` naming the file, the field and the rule. Writing goes to a temporary file in
+the same folder and replaces the old one atomically. A plan is data: nothing in it is executed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .plan import OpReport, Plan, signature_kind
+from .runtime.levels import get_level
+
+FORMAT = "mixpert-plans/2"
+SINGLE_PLAN_FORMAT = "mixpert-plan/1"  # mixpert 0.1: the file is one plan
+MAX_BYTES = 8 * 2**20
+
+
+class PlanFileError(ValueError):
+    """A plan file that cannot be used; the message names the file, the field and the rule."""
+
+
+# --- field rules -------------------------------------------------------------------------------
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _rule(check: Callable[[Any], bool], text: str) -> tuple[Callable[[Any], bool], str]:
+    return check, text
+
+
+def _level_name(value: Any) -> bool:
+    try:
+        get_level(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+_STR = _rule(lambda v: isinstance(v, str), "a string")
+_NUMBER = _rule(_number, "a number")
+_COUNT = _rule(
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"
+)
+_POSITIVE = _rule(lambda v: _number(v) and math.isfinite(v) and v > 0, "a positive finite number")
+_LEVELS = _rule(
+    lambda v: (
+        isinstance(v, dict)
+        and all(isinstance(k, str) and isinstance(x, str) and _level_name(x) for k, x in v.items())
+    ),
+    "an object op id -> known level name",
+)
+_SOURCES = _rule(
+    lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()),
+    "an object op id -> source hash",
+)
+PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "levels": _LEVELS,
+    "function": _STR,
+    "op_hash": _STR,
+    "signature": _rule(
+        lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"
+    ),
+    "device": _STR,
+    "tol": _POSITIVE,
+    "error": _NUMBER,
+    "predicted_speedup": _NUMBER,
+    "measured_speedup": _rule(lambda v: v is None or _number(v), "a number or null"),
+    "met_tol": _rule(lambda v: isinstance(v, bool), "true or false"),
+    "profiling_runs": _COUNT,
+    "ops": _rule(lambda v: isinstance(v, list), "a list of objects"),
+    "op_sources": _SOURCES,
+}
+REQUIRED = ("levels", "function", "op_hash", "signature", "device", "tol", "error",
+            "predicted_speedup")  # fmt: skip
+OP_FIELDS = {"op_id": _STR, "location": _STR, "level": _rule(_level_name, "a known level name"),
+             "share": _NUMBER, "contribution": _NUMBER}  # fmt: skip
+
+
+def _checked(data: Any, rules: Mapping[str, tuple[Callable[[Any], bool], str]],
+             required: tuple[str, ...], where: str) -> dict[str, Any]:  # fmt: skip
+    if not isinstance(data, dict):
+        raise PlanFileError(f"{where}: must be a JSON object, found {type(data).__name__}")
+    for name in required:
+        if name not in data:
+            raise PlanFileError(f"{where}: field {name!r} is missing")
+    values = {}
+    for name, value in data.items():
+        if name == "format":
+            continue
+        if name not in rules:
+            raise PlanFileError(f"{where}: unknown field {name!r} (known: {', '.join(rules)})")
+        check, text = rules[name]
+        if not check(value):
+            raise PlanFileError(f"{where}: field {name!r} must be {text}, found {value!r:.80}")
+        values[name] = value
+    return values
+
+
+def plan_from_json(data: Any, where: str = "plan") -> Plan:
+    """A ``Plan`` from its JSON object, every field checked."""
+    values = _checked(data, PLAN_FIELDS, REQUIRED, where)
+    values["ops"] = [
+        OpReport(**_checked(row, OP_FIELDS, tuple(OP_FIELDS), f"{where}, ops[{i}]"))
+        for i, row in enumerate(values.get("ops", []))
+    ]
+    return Plan(**values)
+
+
+# --- reading -----------------------------------------------------------------------------------
+def _read_text(path: Path) -> str:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise PlanFileError(f"plan file {path}: does not exist") from None
+    except OSError as error:
+        raise PlanFileError(f"plan file {path}: cannot be read ({error.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise PlanFileError(f"plan file {path}: must be a regular file (a FIFO, device or "
+                            "folder is never read)")  # fmt: skip
+    if info.st_size > MAX_BYTES:
+        raise PlanFileError(
+            f"plan file {path}: {info.st_size} bytes, more than the {MAX_BYTES} "
+            "a plan file may have"
+        )
+    with open(path, "rb") as handle:
+        raw = handle.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise PlanFileError(f"plan file {path}: grew beyond {MAX_BYTES} bytes while read")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PlanFileError(f"plan file {path}: not UTF-8 text ({error.reason})") from None
+
+
+def read_plans(path: str | Path) -> list[Plan]:
+    """Every plan in the file (PlanFileError for anything that is not a valid plan file)."""
+    path = Path(path)
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as error:
+        raise PlanFileError(
+            f"plan file {path}: not JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise PlanFileError(f"plan file {path}: must hold a JSON object, found "
+                            f"{type(data).__name__}")  # fmt: skip
+    kind = data.get("format")
+    if kind == SINGLE_PLAN_FORMAT:
+        return [plan_from_json(data, f"plan file {path}")]
+    if kind != FORMAT:
+        raise PlanFileError(
+            f"plan file {path}: field 'format' is {kind!r}; a mixpert plan file has {FORMAT!r}"
+        )
+    _checked(data, {"plans": _rule(lambda v: isinstance(v, list), "a list of plans")},
+             ("plans",), f"plan file {path}")  # fmt: skip
+    return [
+        plan_from_json(item, f"plan file {path}, plans[{i}]")
+        for i, item in enumerate(data["plans"])
+    ]
+
+
+# --- writing -----------------------------------------------------------------------------------
+def check_folder(path: str | Path) -> Path:
+    """``path`` itself, after checking that its folder exists (before any tuning starts)."""
+    path = Path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        raise PlanFileError(f"plan file {path}: its folder {folder} does not exist")
+    if path.exists() and not path.is_file():
+        raise PlanFileError(f"plan file {path}: exists and is not a regular file")
+    return path
+
+
+def write_plans(path: str | Path, plans: list[Plan]) -> Path:
+    """Write ``plans`` to ``path`` atomically (a temporary file, then a rename)."""
+    path = check_folder(path)
+    text = json.dumps({"format": FORMAT, "plans": [p.to_json() for p in plans]}, indent=2) + "\n"
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_plan(path: str | Path, plan: Plan) -> Path:
+    """Put ``plan`` into the file at ``path``: it replaces a plan for the same function and
+    kind of input, and sits beside plans for others."""
+    path = check_folder(path)
+    plans = read_plans(path) if path.exists() else []
+    key = (plan.function, signature_kind(plan.signature))
+    kept = [p for p in plans if (p.function, signature_kind(p.signature)) != key]
+    return write_plans(path, [*kept, plan])
