@@ -1,6 +1,7 @@
 """mixpert: float32 matrix products on INT8/FP16 tensor cores at float32 accuracy (MixPert)."""
 
 from .api import matmul, tune
+from .execution import record_calls as record
 from .inspection import inspect
 from .jit import jit
 from .plan import Plan, StalePlanError
@@ -20,6 +21,7 @@ __all__ = [
     "inspect",
     "jit",
     "matmul",
+    "record",
     "tune",
 ]
 __version__ = "0.1.0"

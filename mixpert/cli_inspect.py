@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .cli_common import console, load_function, parse_shapes
+from .plan import Plan
 
 
 @click.command("inspect")
@@ -18,7 +18,9 @@ from .cli_common import console, load_function, parse_shapes
 @click.option(
     "--shapes", default=None, help="float32 arguments to compile and run with: 64x32,32x16"
 )
-@click.option("--plan", "plan_file", type=click.Path(exists=True), help="JSON op id -> level")
+@click.option(
+    "--plan", "plan_file", type=click.Path(exists=True), help="a plan file (mixpert tune)"
+)
 @click.option("--print-ir-after", "ir_after", multiple=True, help="pass name, or 'all'")
 @click.option("--dot", "dot_file", type=click.Path(), help="write the graph as Graphviz DOT")
 @click.option("--png", "png_file", type=click.Path(), help="draw the graph (needs matplotlib)")
@@ -41,22 +43,22 @@ def inspect(
     from .jit import MixpertFunction, jit
 
     func = load_function(target)
-    if plan_file is not None:
-        plan = json.loads(Path(plan_file).read_text())
-        plan = plan.get("levels", plan)
-        base = func.py_func if isinstance(func, MixpertFunction) else func
-        func = jit(getattr(base, "py_func", base), plan=plan)
     args = parse_shapes(shapes, seed) if shapes else ()
+    if plan_file is not None:  # the lookup `mixpert run --plan` uses
+        jitted = func if isinstance(func, MixpertFunction) else jit(func)
+        func = jitted.with_plan(Plan.load(plan_file, jitted, args or None))
     result = inspection.inspect(func, *args, print_ir_after=list(ir_after) or None)
 
     console.print(f"[bold]{escape(result.function)}[/bold]  {escape(result.signature or '')}")
-    table = Table("op id", "line", "source", "kind", "level", "shapes (m,k,n)", "pred. cost")
+    table = Table(
+        "op id", "line", "source", "kind", "plan level", "ran at", "shapes (m,k,n)", "pred. cost"
+    )  # fmt: skip
     for row in result.ops:
         shapes_text = ", ".join("x".join(map(str, s)) for s in sorted(set(row.shapes)))
         cost = f"{row.predicted_cost:.3g}" if row.predicted_cost is not None else ""
         table.add_row(
             escape(row.op_id), str(row.line), escape(row.source), row.kind, row.level,
-            shapes_text, cost,
+            escape(row.ran_at), shapes_text, cost,
         )  # fmt: skip
     console.print(table)
 
@@ -102,7 +104,7 @@ def _draw(result: Any, png_file: str) -> None:
         raise click.ClickException("--png needs matplotlib (pip install 'mixpert[plot]')") from None
     fig, ax = plt.subplots(figsize=(8, 6))
     graph = result.graph
-    labels = {n: f"{n.rsplit(':', 2)[-2]}:{n.rsplit(':', 1)[-1]}" for n in graph.nodes}
+    labels = {n: n for n in graph.nodes}
     pos = nx.spring_layout(graph, seed=0)
     nx.draw_networkx(graph, pos, ax=ax, labels=labels, node_color="#cde", node_size=900)
     ax.set_axis_off()

@@ -20,9 +20,16 @@ from .cli_common import console, load_function, load_inputs, plan_summary, plan_
 def tune(target: str, tol: float, inputs: str, out: str | None, levels: str | None) -> None:
     """Pick each op's level so the output stays within TOL of float64, as fast as possible."""
     from .jit import MixpertFunction, jit
-    from .tuner import DEFAULT_CANDIDATES, _ordered
+    from .plan_file import check_folder
+    from .tuner import DEFAULT_CANDIDATES, _ordered, checked_tol
     from .tuner import tune as run_tune
 
+    try:
+        tol = checked_tol(tol)
+        if out:
+            check_folder(out)  # before any tuning
+    except (TypeError, ValueError) as error:  # PlanFileError included: it names the file
+        raise click.BadParameter(str(error)) from None
     func = load_function(target)
     jitted = func if isinstance(func, MixpertFunction) else jit(func)
     args = load_inputs(inputs)

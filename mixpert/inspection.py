@@ -20,6 +20,7 @@ from .execution import EMPTY_PLAN, activate, op_index, record_calls
 from .passes import pipeline
 from .passes.dispatcher import make_dispatcher
 from .passes.record import KEY, CompileRecord, RewriteNote
+from .plan import as_active_plan
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,16 @@ class OpRow:
     line: int
     source: str
     kind: str
-    level: str
+    level: str  # the plan's level for the op ("auto" included)
     shapes: tuple[tuple[int, int, int], ...] = ()
     predicted_cost: float | None = None  # sum of 2mkn x level.relative_cost (INT8-GEMM op units)
+    ran: tuple[str, ...] = ()  # per call: "IV on cuda", the concrete level and the backend
+
+    @property
+    def ran_at(self) -> str:
+        """The concrete levels the op ran at ("auto" resolved), or its plan level if it did not
+        run."""
+        return ", ".join(dict.fromkeys(self.ran)) or self.level
 
 
 @dataclass
@@ -78,6 +86,8 @@ def inspect(
     """
     py_func = _py_func(f)
     active = getattr(f, "active_plan", EMPTY_PLAN)
+    if args and getattr(f, "plan_book", None) is not None:  # a tol= function: the plan it runs
+        active = as_active_plan(f.plan_for(*args))
     wanted = [print_ir_after] if isinstance(print_ir_after, str) else list(print_ir_after or [])
     ir_after: dict[str, str] = {}
     seconds: dict[str, float] = {}
@@ -107,12 +117,14 @@ def inspect(
     summary = record.summary
     assert summary is not None
     shapes: dict[str, list[tuple[int, int, int]]] = {}
+    ran: dict[str, list[str]] = {}
     if args and run:
-        runner = f if callable(getattr(f, "with_plan", None)) else None
+        runner = f if hasattr(f, "with_plan") else disp  # f activates its own plan
         with record_calls() as calls, activate(active):
-            (runner or disp)(*args)
+            runner(*args)
         for call in calls:
-            shapes.setdefault(call.op_id, []).append((call.m, call.k, call.n))
+            shapes.setdefault(call.op_id, []).append(call.shape)
+            ran.setdefault(call.op_id, []).append(f"{call.level} on {call.backend}")
     rows = []
     for op in sorted(summary.ops.values(), key=lambda o: (o.file, o.line, o.ordinal)):
         level = active.level_of(op_index(op.op_id))
@@ -120,7 +132,12 @@ def inspect(
         cost = None
         if seen:
             cost = sum(2.0 * m * k * n for m, k, n in seen) * level.relative_cost
-        rows.append(OpRow(op.op_id, op.file, op.line, op.source, op.kind, level.name, seen, cost))
+        rows.append(
+            OpRow(
+                op.op_id, op.file, op.line, op.source, op.kind, level.name, seen, cost,
+                tuple(ran.get(op.op_id, ())),
+            )
+        )  # fmt: skip
     return Inspection(
         function=f"{py_func.__module__}.{py_func.__qualname__}",
         ops=rows,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,9 +30,11 @@ from llvmlite import binding
 from mixpert.runtime import dispatch
 from mixpert.runtime.levels import NATIVE_LEVEL, Level
 
+from .op_ids import op_id_of
 from .state import CallRecord, level_for, record, recording
 
 SYMBOL = "mixpert_gemm"
+log = logging.getLogger("mixpert")
 
 
 class Status(enum.IntEnum):
@@ -80,21 +83,27 @@ def level_to_run(op_index: int, a: Any, b: Any) -> Level | None:
     if level.kind == "policy":
         backend, level = dispatch.route(a, b, level)
         native = level.name == NATIVE_LEVEL and backend == "cpu"
-    return None if native and not recording() else level
+    if native and not recording():
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: %s x %s runs natively", op_id_of(op_index), a.shape, b.shape)
+        return None
+    return level
 
 
 def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind."""
-    if not recording():
+    if not (recording() or log.isEnabledFor(logging.DEBUG)):
         return dispatch.matmul(a, b, level=level)
+    backend, level = dispatch.route(a, b, level)
+    m, k = a.shape
+    n = b.shape[1]
+    log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, level.name, backend)
     start = time.perf_counter()
-    result = dispatch.matmul(a, b, level=level)
+    result = dispatch.matmul(a, b, level, backend)  # type: ignore[arg-type]
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
-    m, k = a.shape
-    n = b.shape[1]
-    record(CallRecord(op_index, m, k, n, level.name, time.perf_counter() - start))
+    record(CallRecord(op_index, m, k, n, level.name, time.perf_counter() - start, backend))
     return result
 
 

@@ -46,8 +46,14 @@ class CallRecord:
     m: int
     k: int
     n: int
-    level: str
+    level: str  # the level that ran ("auto" resolved)
     seconds: float
+    backend: str = ""  # "cpu" or "cuda"
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(m, k, n)."""
+        return self.m, self.k, self.n
 
     @property
     def op_id(self) -> str:
@@ -93,7 +99,8 @@ def record(entry: CallRecord) -> None:
 
 @contextmanager
 def record_calls() -> Iterator[list[CallRecord]]:
-    """Collect a ``CallRecord`` (op, m, k, n, level, seconds) for every runtime call in the body.
+    """Collect a ``CallRecord`` (op id, m, k, n, level, seconds, backend) for every product of a
+    jitted function run in the body, in this thread (public as ``mixpert.record``).
 
     While recording, native float32 ops run through the runtime too (so they can be timed);
     their bits may then differ from Numba's BLAS in the last place.
