@@ -22,6 +22,7 @@ from typing import Any
 
 import networkx as nx
 from numba.core import types
+from numba.core.compiler_lock import global_compiler_lock
 
 from .execution import ActivePlan, MixpertRuntimeError, activate, reraise_pending
 from .passes import callees
@@ -106,9 +107,12 @@ class MixpertFunction:
     def dispatcher_for(self, mode: callees.Mode) -> MixpertDispatcher:
         disp = self._dispatchers.get(mode)
         if disp is None:
-            cache = self.cache and mode == "nopython"
-            disp = make_dispatcher(self.py_func, mode, self.options, cache=cache)
-            self._dispatchers[mode] = disp
+            with global_compiler_lock:  # threads racing a first call share one dispatcher
+                disp = self._dispatchers.get(mode)
+                if disp is None:
+                    cache = self.cache and mode == "nopython"
+                    disp = make_dispatcher(self.py_func, mode, self.options, cache=cache)
+                    self._dispatchers[mode] = disp
         return disp
 
     @property

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from numba.core import ir
 from numba.core.compiler import StateDict
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
 from .dataflow import FunctionSummary
@@ -42,19 +43,27 @@ def summary_of(obj: object) -> FunctionSummary | None:
     the call conservatively.
     """
     py_func = python_function(obj)
-    if py_func is None or py_func in _IN_PROGRESS:
+    if py_func is None:
         return None
     summary = _SUMMARIES.get(py_func)
-    if summary is None:
-        from .pipeline import analyse_function
+    if summary is not None:
+        return summary
+    # Under Numba's (reentrant) compiler lock: threads asking at once wait for one analysis,
+    # and _IN_PROGRESS only ever holds this thread's recursion.
+    with global_compiler_lock:
+        if py_func in _IN_PROGRESS:
+            return None
+        summary = _SUMMARIES.get(py_func)
+        if summary is None:
+            from .pipeline import analyse_function
 
-        _IN_PROGRESS.add(py_func)
-        try:
-            summary = analyse_function(py_func).summary
-        finally:
-            _IN_PROGRESS.discard(py_func)
-        assert summary is not None
-        _SUMMARIES[py_func] = summary
+            _IN_PROGRESS.add(py_func)
+            try:
+                summary = analyse_function(py_func).summary
+            finally:
+                _IN_PROGRESS.discard(py_func)
+            assert summary is not None
+            _SUMMARIES[py_func] = summary
     return summary
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
 from .callees import Mode, python_function
@@ -70,7 +71,8 @@ def variant_for(callee: Any, mode: Mode) -> MixpertDispatcher:
         return own(mode)
     py_func = python_function(callee)
     key = (py_func, mode)
-    if key not in _VARIANTS:
-        options = dict(getattr(callee, "targetoptions", {}))
-        _VARIANTS[key] = make_dispatcher(py_func, mode, options)
-    return _VARIANTS[key]
+    with global_compiler_lock:  # one variant per key, whichever threads ask
+        if key not in _VARIANTS:
+            options = dict(getattr(callee, "targetoptions", {}))
+            _VARIANTS[key] = make_dispatcher(py_func, mode, options)
+        return _VARIANTS[key]

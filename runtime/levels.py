@@ -14,8 +14,9 @@ only compares costs, so one consistent unit is all it needs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 # How a level computes: INT8 slices, the FP16 split, one native product (TF32 inputs, float32,
 # float64), or "policy" (a rule that picks one of the others per call: "auto"). Each backend
@@ -48,6 +49,9 @@ class Level:
     expected_error: float = 0.0
     description: str = ""
 
+    def __post_init__(self) -> None:
+        check_level(self)
+
     @property
     def products(self) -> int:
         """Low-precision GEMMs one call runs (1 for a native level)."""
@@ -64,6 +68,44 @@ class Level:
     def groups(self) -> tuple[int, ...]:
         """Weight classes i + j present in ``pairs``: pairs of one class share a place value."""
         return tuple(sorted({i + j for i, j in self.pairs}))
+
+
+# The CUDA packer holds a line's rounded scaled value, 7 + 8 (s - 1) bits plus sign, in a 32-bit
+# integer: at most 4 slices per operand.
+MAX_SLICES = 4
+
+
+def check_level(level: Level) -> None:
+    """ValueError naming the level, the field and the rule when ``level`` cannot run correctly."""
+
+    def refuse(rule: str) -> None:
+        raise ValueError(f"level {level.name!r}: {rule}")
+
+    if not isinstance(level.name, str) or not level.name:
+        refuse("the name must be a non-empty string")
+    if level.kind not in get_args(Kind):
+        refuse(f"kind {level.kind!r} is not one of {', '.join(get_args(Kind))}")
+    if not (math.isfinite(level.relative_cost) and level.relative_cost > 0):
+        refuse(f"relative_cost {level.relative_cost!r} must be a positive finite number")
+    if level.kind != "int8":
+        if level.a_slices or level.b_slices or level.pairs:
+            refuse(f"a {level.kind} level takes no slices or pairs")
+        return
+    for side, count in (("a_slices", level.a_slices), ("b_slices", level.b_slices)):
+        if not (isinstance(count, int) and 1 <= count <= MAX_SLICES):
+            refuse(f"{side} = {count!r}; an INT8 level has 1 to {MAX_SLICES} slices per operand")
+    if not level.pairs:
+        refuse("an INT8 level needs at least one slice pair")
+    if len(set(level.pairs)) != len(level.pairs):
+        refuse(f"pairs {level.pairs} repeat a pair")
+    for pair in level.pairs:
+        i, j = pair
+        if not (0 <= i < level.a_slices and 0 <= j < level.b_slices):
+            refuse(f"pair {pair} is outside {level.a_slices} x {level.b_slices} slices")
+    for g in {i + j for i, j in level.pairs}:  # the CUDA backend sums a class in one GEMM
+        members = sorted(i for i, j in level.pairs if i + j == g)
+        if members != list(range(members[0], members[0] + len(members))):
+            refuse(f"the pairs of weight class i + j = {g} must be consecutive slices")
 
 
 def _int8(
@@ -128,10 +170,11 @@ def get_level(level: str | Level) -> Level:
         return level
     if level == "auto":
         return AUTO
-    try:
+    if isinstance(level, str) and level in LEVELS:
         return LEVELS[level]
-    except (KeyError, TypeError):
-        known = ", ".join(["auto", *LEVELS])
-        raise ValueError(
-            f"level={level!r} is not a known level; the known levels are: {known}"
-        ) from None
+    what = "is not a known level" if isinstance(level, str) else (
+        f"is a {type(level).__name__}, not a level name or a mixpert.Level"
+    )  # fmt: skip
+    raise ValueError(
+        f"level={level!r} {what}; the known levels are: {', '.join(['auto', *LEVELS])}"
+    )
