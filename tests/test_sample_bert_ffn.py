@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixpert.samples import load_sample
 from mixpert.metrics import output_error, reference_outputs
+from mixpert.samples import load_sample
 
 TOKENS = 24  # a model 96 wide, 384 inside
 

@@ -7,8 +7,8 @@ import pytest
 
 import mixpert
 from mixpert.execution import record_calls
-from mixpert.samples import load_sample
 from mixpert.metrics import reference_outputs
+from mixpert.samples import load_sample
 
 SAMPLE = load_sample("hpl_ai")
 FUNC = SAMPLE.func

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from mixpert.samples import load_sample
 from mixpert.metrics import reference_outputs
+from mixpert.samples import load_sample
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from mixpert.samples import load_sample
 from mixpert.metrics import reference_outputs
+from mixpert.samples import load_sample
 
 N = 512  # the ci size: 512 queries and references in 32 dimensions
 

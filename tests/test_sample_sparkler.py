@@ -7,10 +7,10 @@ import importlib
 import numpy as np
 import pytest
 
+from mixpert.metrics import output_error, reference_outputs
 from mixpert.runtime.combine import int32_k_block
 from mixpert.runtime.levels import get_level
 from mixpert.samples import load_sample
-from mixpert.metrics import output_error, reference_outputs
 
 M = 24  # vectors per set; k = 48 M
 
