@@ -9,17 +9,19 @@ from . import tuner
 from .jit import MixpertFunction, jit
 from .plan import Plan
 from .runtime import dispatch
-from .runtime.levels import DEFAULT_LEVEL, Level
+from .runtime.levels import Level, LevelName
 
 
 def matmul(
-    a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: dispatch.Backend = "auto"
+    a: Any, b: Any, level: LevelName | Level | None = None, backend: dispatch.Backend = "auto"
 ) -> Any:
     """Emulated float32 ``a @ b`` on INT8 (or FP16) products at ``level``.
 
     ``a`` (m, k) and ``b`` (k, n) are 2-D NumPy or CuPy arrays of any strides and order. Levels are
-    named ("I".."V", "fp16", "tf32", "fp32", "fp64"; see ``mixpert.runtime.LADDER``); the default
-    "IV" is float32-grade (at or below cuBLAS SGEMM's error). The result is a float32 array of
+    named ("I".."V", "T6", "fp16", "tf32", "fp32", "fp64", "auto"; any case; see
+    ``mixpert.LADDER``); None takes the default level (``mixpert.set_default_level``,
+    ``mixpert.default_level``, ``$MIXPERT_DEFAULT_LEVEL``; initially "auto": the fastest
+    float32-grade way for the shape and device). The result is a float32 array of
     shape (m, n) of the operands' kind: CuPy arrays stay on their GPU with no host copy; NumPy
     arrays run on the exact CPU backend, or on the GPU (copied there and back) when one is usable
     and the product is large enough to win (``backend="auto"``; force with "cpu" or "cuda").

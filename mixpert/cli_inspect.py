@@ -9,11 +9,11 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_common import console, load_function, parse_shapes
+from .cli_common import CONTEXT, console, load_function, parse_shapes, print_json, user_errors
 from .plan import Plan
 
 
-@click.command("inspect")
+@click.command("inspect", context_settings=CONTEXT)
 @click.argument("target")
 @click.option(
     "--shapes", default=None, help="float32 arguments to compile and run with: 64x32,32x16"
@@ -25,6 +25,7 @@ from .plan import Plan
 @click.option("--dot", "dot_file", type=click.Path(), help="write the graph as Graphviz DOT")
 @click.option("--png", "png_file", type=click.Path(), help="draw the graph (needs matplotlib)")
 @click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print ops, graph and levels as JSON only")
 def inspect(
     target: str,
     shapes: str | None,
@@ -33,6 +34,7 @@ def inspect(
     dot_file: str | None,
     png_file: str | None,
     seed: int,
+    as_json: bool,
 ) -> None:
     """Show the matmul ops mixpert finds in TARGET (path/to/file.py:func) and what it does to them.
 
@@ -46,13 +48,19 @@ def inspect(
     args = parse_shapes(shapes, seed) if shapes else ()
     if plan_file is not None:  # the lookup `mixpert run --plan` uses
         jitted = func if isinstance(func, MixpertFunction) else jit(func)
-        func = jitted.with_plan(Plan.load(plan_file, jitted, args or None))
-    result = inspection.inspect(func, *args, print_ir_after=list(ir_after) or None)
+        with user_errors(f"--plan {plan_file}"):
+            func = jitted.with_plan(Plan.load(plan_file, jitted, args or None))
+    with user_errors(f"--shapes {shapes}" if shapes else target):
+        result = inspection.inspect(func, *args, print_ir_after=list(ir_after) or None)
+    if as_json:
+        print_json(result.to_json())
+        return
 
     console.print(f"[bold]{escape(result.function)}[/bold]  {escape(result.signature or '')}")
-    table = Table(
-        "op id", "line", "source", "kind", "plan level", "ran at", "shapes (m,k,n)", "pred. cost"
-    )  # fmt: skip
+    table = Table()
+    table.add_column("op id", overflow="fold")  # never cut
+    for name in ("line", "source", "kind", "plan level", "ran at", "shapes (m,k,n)", "pred. cost"):
+        table.add_column(name)
     for row in result.ops:
         shapes_text = ", ".join("x".join(map(str, s)) for s in sorted(set(row.shapes)))
         cost = f"{row.predicted_cost:.3g}" if row.predicted_cost is not None else ""
@@ -90,7 +98,7 @@ def inspect(
         console.print(f"[yellow]warning: BLAS GEMM the pass could not see, in {escape(name)}")
     for name, text in result.ir_after.items():
         console.print(f"[bold]--- IR after {escape(name)} ---[/bold]")
-        console.print(escape(text), highlight=False)
+        console.print(escape(text), highlight=False, soft_wrap=True)  # unwrapped
 
 
 def _draw(result: Any, png_file: str) -> None:

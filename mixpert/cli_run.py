@@ -13,26 +13,46 @@ from pathlib import Path
 import click
 from rich.markup import escape
 from rich.table import Table
-from tqdm import tqdm
 
-from .cli_common import console, plan_summary, plan_table
+from .cli_common import (
+    CONTEXT,
+    console,
+    plan_summary,
+    plan_table,
+    print_json,
+    progress,
+    user_errors,
+)
 from .plan import Plan
 from .samples import Sample, SampleRun, load_sample, run_sample, sample_paths
 
 
 def ops_table(sample: Sample) -> Table:
-    table = Table("op", "line", "source", title=f"matmul ops found in {sample.name}")
-    for op in sample.func.ops.values():
-        table.add_row(f"{op.qualname}:{op.line}", str(op.line), escape(op.source))
+    table = Table(title=f"matmul ops found in {sample.name}")
+    table.add_column("op", overflow="fold")  # never cut
+    table.add_column("line")
+    table.add_column("source")
+    for op_id, op in sample.func.ops.items():
+        table.add_row(escape(op_id), str(op.line), escape(op.source))
     return table
 
 
 def graph_lines(sample: Sample) -> list[str]:
-    """'line 12 -> line 15' for each edge (output of one op reaches the input of the other)."""
-    ops, graph = sample.func.ops, sample.func.graph
-    name = {op_id: f"{op.qualname}:{op.line}" for op_id, op in ops.items()}
-    edges = [f"  {name[a]} -> {name[b]}" for a, b in sorted(graph.edges) if a in name and b in name]
+    """'mlp:0 -> mlp:1' for each edge (output of one op reaches the input of the other)."""
+    edges = [f"  {a} -> {b}" for a, b in sorted(sample.func.graph.edges)]
     return edges or ["  (no edges: the ops are independent)"]
+
+
+def run_json(run: SampleRun) -> dict:
+    """What ``--json`` prints: the plan, the errors, the checks and the times."""
+    return {
+        "sample": run.name, "size": run.size, "device": run.device, "tol": run.tol,
+        "ok": run.ok, "error": run.error, "native_error": run.native_error,
+        "native_seconds": run.native_seconds, "mixpert_seconds": run.mixpert_seconds,
+        "speedup": run.speedup, "plan": run.plan.to_json(),
+        "checks": [{"name": c.name, "value": c.value, "limit": c.limit, "ok": c.ok}
+                   for c in run.checks],
+    }  # fmt: skip
 
 
 def result_table(run: SampleRun) -> Table:
@@ -53,7 +73,7 @@ def result_table(run: SampleRun) -> Table:
     return table
 
 
-@click.command("run")
+@click.command("run", context_settings=CONTEXT)
 @click.argument("sample_file", metavar="SAMPLE")
 @click.option("--size", type=int, default=None, help="problem size (default: the sample's demo)")
 @click.option("--tol", type=float, default=None, help="error bound (default: the sample's)")
@@ -64,6 +84,7 @@ def result_table(run: SampleRun) -> Table:
     "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
 )
 @click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the results as JSON only")
 def run(
     sample_file: str,
     size: int | None,
@@ -73,15 +94,30 @@ def run(
     save_plan: str | None,
     backend: str,
     seed: int,
+    as_json: bool,
 ) -> None:
-    """Run SAMPLE (samples/<name>.py, or a bare name) end to end: ops, graph, tuned levels,
-    error against float64 and time with native float32 and with mixpert."""
+    """Run SAMPLE (a sample's name, or path/to/file.py defining SAMPLE) end to end: ops, graph,
+    tuned levels, error against float64 and time with native float32 and with mixpert.
+
+    Exits 1 when the error passes tol or a sample's own check fails."""
     try:
         sample = load_sample(sample_file)
-    except (FileNotFoundError, TypeError) as error:
+    except (FileNotFoundError, TypeError, ValueError) as error:
         names = ", ".join(p.stem for p in sample_paths())
-        raise click.BadParameter(f"{error} (samples here: {names})") from None
+        raise click.BadParameter(f"{error} (samples: {names})", param_hint="SAMPLE") from None
     size = size or sample.sizes["demo"]
+    plan = None
+    if plan_file:
+        with user_errors(f"--plan {plan_file}"):
+            plan = Plan.load(plan_file, sample.func)
+    if as_json:
+        with user_errors(sample.name):
+            result = run_sample(sample, size, backend=backend, tol=tol, tune_size=tune_size,
+                                plan=plan, seed=seed)  # fmt: skip
+        if save_plan:
+            result.plan.save(Path(save_plan))
+        print_json(run_json(result))
+        raise SystemExit(0 if result.ok else 1)
     doc = (sys.modules[sample.func.py_func.__module__].__doc__ or "").strip()
     console.print(f"[bold]{escape(doc.splitlines()[0] if doc else sample.name)}[/bold]")
     console.print(f"size {size} ({escape(sample.size_doc)})")
@@ -89,8 +125,10 @@ def run(
     console.print("[bold]GEMM dependency graph[/bold] (edge: output reaches input)")
     console.print("\n".join(graph_lines(sample)), highlight=False)
 
-    plan = Plan.load(plan_file, sample.func) if plan_file else None
-    with tqdm(desc="tuning: profiling runs", unit="run", disable=plan is not None) as bar:
+    with (
+        progress("tuning: profiling runs", None, plan is None) as advance,
+        user_errors(sample.name),
+    ):
         result = run_sample(
             sample,
             size,
@@ -99,7 +137,7 @@ def run(
             tune_size=tune_size,
             plan=plan,
             seed=seed,
-            on_run=bar.update,
+            on_run=advance,
         )
     console.print(plan_table(result.plan, title=f"levels for tol {result.tol:g}"))
     console.print(plan_summary(result.plan))

@@ -8,6 +8,7 @@ calls the function once under ``record_calls`` to learn each op's shapes and pre
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,14 @@ import networkx as nx
 from numba import typeof
 from numba.core.dispatcher import Dispatcher
 
-from .execution import EMPTY_PLAN, activate, op_index, record_calls
+from .execution import (
+    EMPTY_PLAN,
+    MixpertRuntimeError,
+    activate,
+    op_index,
+    record_calls,
+    reraise_pending,
+)
 from .passes import pipeline
 from .passes.dispatcher import make_dispatcher
 from .passes.record import KEY, CompileRecord, RewriteNote
@@ -56,6 +64,20 @@ class Inspection:
     ir_after: dict[str, str] = field(default_factory=dict)  # pass name -> Numba IR dump
     pass_seconds: dict[str, float] = field(default_factory=dict)
     callees: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Ops, graph edges and what ran, for scripts (``mixpert inspect --json``)."""
+        return {
+            "function": self.function,
+            "signature": self.signature,
+            "ops": [
+                {**dataclasses.asdict(row), "ran_at": row.ran_at, "shapes": list(row.shapes)}
+                for row in self.ops
+            ],
+            "edges": sorted(self.graph.edges),
+            "callees": self.callees,
+            "unseen_gemm": self.unseen_gemm,
+        }
 
     def op(self, op_id: str) -> OpRow:
         return next(row for row in self.ops if row.op_id == op_id)
@@ -121,7 +143,10 @@ def inspect(
     if args and run:
         runner = f if hasattr(f, "with_plan") else disp  # f activates its own plan
         with record_calls() as calls, activate(active):
-            runner(*args)
+            try:
+                runner(*args)
+            except MixpertRuntimeError as relay:  # a bare dispatcher: raise the runtime's error
+                reraise_pending(relay)
         for call in calls:
             shapes.setdefault(call.op_id, []).append(call.shape)
             ran.setdefault(call.op_id, []).append(f"{call.level} on {call.backend}")
@@ -139,7 +164,7 @@ def inspect(
             )
         )  # fmt: skip
     return Inspection(
-        function=f"{py_func.__module__}.{py_func.__qualname__}",
+        function=py_func.__qualname__,
         ops=rows,
         graph=summary.graph.copy(),
         rewrites=list(record.rewrites),

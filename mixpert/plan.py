@@ -25,7 +25,8 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from .execution import EMPTY_PLAN, ActivePlan
-from .runtime.levels import DEFAULT_LEVEL, get_level
+from .runtime.levels import get_level
+from .runtime.precision import get_default_level
 
 
 class StalePlanError(ValueError):
@@ -241,7 +242,7 @@ def check_plan_covers(plan: PlanLike, func: Any) -> None:
     if missing:
         warnings.warn(
             f"plan for {function_identity(func)} leaves out ops {', '.join(missing)}; "
-            f"they run at {DEFAULT_LEVEL!r}",
+            f"they run at the default level ({get_default_level().name})",
             PlanCoverageWarning,
             stacklevel=4,
         )

@@ -39,7 +39,9 @@ from .timing import best_time, synchronizer
 from .tuner import tune
 
 MODULE_PREFIX = "mixpert_sample_"  # sample modules import as mixpert_sample_<name>
-SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+# The samples ship inside the package: mixpert/sample_files is the top-level samples/ folder
+# (a link in the source tree, a copy in a wheel).
+SAMPLES_DIR = Path(__file__).resolve().parent / "sample_files"
 MakeInputs = Callable[[Any, Any, int], tuple[Any, ...]]
 
 
@@ -84,10 +86,13 @@ class Sample:
 
 
 def load_sample(path: str | Path) -> Sample:
-    """Import ``samples/<name>.py`` (a path or a bare name) once and return its ``SAMPLE``."""
+    """Import a sample (a sample's name, or the path of a .py file defining ``SAMPLE``) once,
+    from exactly that file (nothing is added to ``sys.path``), and return its ``SAMPLE``."""
     path = Path(path)
-    if not path.suffix:
+    if not path.suffix and path.parent == Path("."):
         path = SAMPLES_DIR / f"{path}.py"
+    if path.suffix != ".py":
+        raise ValueError(f"{str(path)!r} is not a Python file: samples are .py files")
     if not path.is_file():
         raise FileNotFoundError(f"sample file {path} does not exist")
     name = MODULE_PREFIX + path.stem
@@ -97,8 +102,12 @@ def load_sample(path: str | Path) -> Sample:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # Numba and the op ids need the module importable by name
-    spec.loader.exec_module(module)
+    sys.modules[name] = module  # dataclasses and Numba look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[name]
+        raise
     sample = getattr(module, "SAMPLE", None)
     if not isinstance(sample, Sample):
         raise TypeError(f"{path} defines no SAMPLE = mixpert.samples.Sample(...)")

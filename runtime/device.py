@@ -28,7 +28,10 @@ def unavailable_reason() -> str:
     try:
         import cupy
     except ImportError:
-        return "CuPy is not installed (pip install 'mixpert[cuda]')"
+        return (
+            "CuPy is not installed (pip install 'mixpert[cuda12]' or 'mixpert[cuda13]', "
+            "as the driver's CUDA major)"
+        )
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as error:  # driver missing or broken

@@ -11,7 +11,8 @@ from typing import Any, Literal
 import numpy as np
 
 from . import cpu, device
-from .levels import DEFAULT_LEVEL, NATIVE_LEVEL, Level, get_level
+from .levels import NATIVE_LEVEL, Level, get_level
+from .precision import get_default_level
 from .validation import check_pair
 
 Backend = Literal["auto", "cpu", "cuda"]
@@ -26,8 +27,10 @@ AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
 
 
-def matmul(a: Any, b: Any, level: str | Level = DEFAULT_LEVEL, backend: Backend = "auto") -> Any:
-    """a @ b for 2-D float matrices at ``level`` (see ``mixpert.matmul`` for the contract)."""
+def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
+    """a @ b for 2-D float matrices at ``level`` (None: the default level, ``precision``; see
+    ``mixpert.matmul`` for the contract)."""
+    level = get_default_level() if level is None else level
     if get_level(level).kind == "policy" and backend == "auto":
         routed = _native_gpu_fast_path(a, b)
         if routed is not None:

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from .packer import fraction_bits
+
 # How a level computes: INT8 slices, the FP16 split, one native product (TF32 inputs, float32,
 # float64), or "policy" (a rule that picks one of the others per call: "auto"). Each backend
 # keeps a table kind -> product function.
@@ -58,6 +60,16 @@ class Level:
         if self.kind == "int8":
             return len(self.pairs)
         return 3 if self.kind == "fp16" else 1
+
+    @property
+    def bits(self) -> str:
+        """Significand bits each operand keeps, "A x B" (INT8 levels: relative to the line's
+        largest entry, which sets the scale; FP16: per entry, within 30 binades of it)."""
+        if self.kind == "int8":
+            return f"{fraction_bits(self.a_slices)} x {fraction_bits(self.b_slices)}"
+        return {"fp16": "22 x 22", "tf32": "11 x 11", "fp32": "24 x 24", "fp64": "24 x 24"}.get(
+            self.kind, "-"
+        )
 
     @property
     def emulated(self) -> bool:
@@ -154,24 +166,24 @@ LADDER: tuple[Level, ...] = (
 )
 
 LEVELS: dict[str, Level] = {level.name: level for level in LADDER}
+LevelName = Literal["auto", "tf32", "I", "II", "III", "T6", "IV", "V", "fp16", "fp32", "fp64"]
 
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand
 # (dispatch.resolve_level): level IV where the INT8 tensor cores win, native float32 elsewhere.
 AUTO = Level("auto", "policy", description="fastest float32-grade level for the shape and device")
 
 # The two defaults every layer names rather than spells:
-DEFAULT_LEVEL = AUTO.name  # mixpert.matmul's level, and that of ops a plan leaves out
+DEFAULT_LEVEL = AUTO.name  # the initial default level (``precision``): matmul's, unplanned ops'
+_BY_LOWER_NAME = {level.name.lower(): level for level in (*LADDER, AUTO)}
 NATIVE_LEVEL = "fp32"  # native float32: compiled code runs its own product; the tuner's baseline
 
 
 def get_level(level: str | Level) -> Level:
-    """The level called ``level`` ("auto" included); ValueError listing the known names."""
+    """The level called ``level`` ("auto" included, any case); ValueError listing the names."""
     if isinstance(level, Level):
         return level
-    if level == "auto":
-        return AUTO
-    if isinstance(level, str) and level in LEVELS:
-        return LEVELS[level]
+    if isinstance(level, str) and level.lower() in _BY_LOWER_NAME:  # case does not matter
+        return _BY_LOWER_NAME[level.lower()]
     what = "is not a known level" if isinstance(level, str) else (
         f"is a {type(level).__name__}, not a level name or a mixpert.Level"
     )  # fmt: skip

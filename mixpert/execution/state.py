@@ -12,30 +12,34 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from mixpert.runtime.levels import DEFAULT_LEVEL, Level, get_level
+from mixpert.runtime.levels import Level, get_level
+from mixpert.runtime.precision import get_default_level
 
 from .op_ids import op_id_of, op_index
 
 
 @dataclass(frozen=True)
 class ActivePlan:
-    """A plan as the run time reads it: op index -> Level, and the level of unlisted ops."""
+    """A plan as the run time reads it: op index -> Level; unlisted ops run at ``default``, or
+    when that is None at the default level in force (``mixpert.runtime.precision``)."""
 
     levels: Mapping[int, Level]
-    default: Level
+    default: Level | None = None
 
     @classmethod
     def from_levels(
-        cls, levels: Mapping[str, str | Level], default: str | Level = DEFAULT_LEVEL
+        cls, levels: Mapping[str, str | Level], default: str | Level | None = None
     ) -> ActivePlan:
         """From op id -> level (name or Level); unknown level names raise ValueError here."""
-        return cls({op_index(op): get_level(lv) for op, lv in levels.items()}, get_level(default))
+        fallback = None if default is None else get_level(default)
+        return cls({op_index(op): get_level(lv) for op, lv in levels.items()}, fallback)
 
     def level_of(self, op_index: int) -> Level:
-        return self.levels.get(op_index, self.default)
+        level = self.levels.get(op_index, self.default)
+        return get_default_level() if level is None else level
 
 
-EMPTY_PLAN = ActivePlan({}, get_level(DEFAULT_LEVEL))  # every op at DEFAULT_LEVEL
+EMPTY_PLAN = ActivePlan({})  # every op at the default level
 
 
 @dataclass(frozen=True)
