@@ -6,7 +6,8 @@ phi in {0, 0.5, 1, 1.5}, standard normal and uniform [0, 1); square n x n x n pr
 Beside every level: NumPy float32 (``a @ b`` on this CPU's BLAS) and the cuBLAS SGEMM errors
 measured on an H200 (``shared/reference/baselines-h200.md``).
 
-    python benchmarks/accuracy.py                          # n = 1024 and 4096, all levels
+    python benchmarks/accuracy.py                          # n = 1024 and 4096 -> ./accuracy-results
+    python benchmarks/accuracy.py --out benchmarks/results/cpu   # re-record the tracked table
     python benchmarks/accuracy.py --sizes 256 --levels IV V --out /tmp/acc
     python benchmarks/accuracy.py --render-only            # re-render .md/.png from the .json
 
@@ -31,7 +32,8 @@ from mixpert import testdata
 from mixpert.metrics import float64_product, relative_error
 from mixpert.runtime.levels import LADDER, LEVELS
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "cpu"
+# Written where the user runs it; the recorded table is re-made with --out benchmarks/results/cpu.
+DEFAULT_OUT = Path("accuracy-results")
 DEFAULT_SIZES = (1024, 4096)
 PHIS = (0.0, 0.5, 1.0, 1.5)
 

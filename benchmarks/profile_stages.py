@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import sys
 
-import cupy as cp
+from mixpert.runtime import device
+
+device.exit_without_gpu("benchmarks/profile_stages.py")
+
+import cupy as cp  # noqa: E402
 
 from mixpert.benchmark import breakdown
 from mixpert.runtime import cuda

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mixpert.runtime.device import device_name
+from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.samples import SampleRun, load_sample, run_sample, sample_paths
 
 console = Console(width=160)
@@ -179,6 +179,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--report", action="store_true", help="only merge the per-sample JSON")
     args = parser.parse_args()
+    if args.backend == "cuda":
+        exit_without_gpu("benchmarks/samples_e2e.py (or --backend cpu)")
     out = args.out or Path("benchmarks/results") / device_name().replace(" ", "-")
     if not args.report:
         measure(args.names or [p.stem for p in sample_paths()], out, args.size_key, args.backend)

@@ -98,7 +98,8 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
 
     from . import bench_report, benchmark
 
-    rows = benchmark.run(quick=quick, progress=console.print)
+    with user_errors("mixpert bench"):
+        rows = benchmark.run(quick=quick, progress=console.print)
     stages = benchmark.breakdown(breakdown_n)
     gpu = rows[0].gpu if rows else "gpu"
     folder = Path(out_dir) if out_dir else Path("benchmarks/results") / gpu.replace(" ", "-")

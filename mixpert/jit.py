@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import networkx as nx
 from numba.core import types
@@ -34,13 +34,17 @@ from .runtime.device import is_cupy_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class MixpertFunction:
-    """A jitted function; see the module docstring. ``.ops`` and ``.graph`` describe its GEMMs."""
+
+class MixpertFunction(Generic[P, R]):
+    """A jitted function; see the module docstring. ``.ops`` and ``.graph`` describe its GEMMs.
+    It keeps the decorated function's signature for type checkers."""
 
     def __init__(
         self,
-        py_func: Callable[..., Any],
+        py_func: Callable[P, R],
         *,
         tol: float | None = None,
         plan: PlanLike | None = None,
@@ -92,7 +96,7 @@ class MixpertFunction:
         """The plan calls run under when no plan book chooses one per call."""
         return self._active
 
-    def with_plan(self, plan: PlanLike | None) -> MixpertFunction:
+    def with_plan(self, plan: PlanLike | None) -> MixpertFunction[P, R]:
         """The same compiled function under another plan (shares the dispatchers: no recompile)."""
         return MixpertFunction(
             self.py_func,
@@ -135,7 +139,7 @@ class MixpertFunction:
             self._resolved = (plan, as_active_plan(plan))
         return self._resolved[1]
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         refuse_masked(args)
         mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
@@ -162,8 +166,9 @@ class MixpertFunction:
         return f"<mixpert.jit {self.py_func.__module__}.{self.py_func.__qualname__}>"
 
 
+@overload
 def jit(
-    func: Callable[..., Any] | None = None,
+    func: Callable[P, R],
     *,
     tol: float | None = None,
     plan: PlanLike | None = None,
@@ -172,20 +177,47 @@ def jit(
     default_level: str = NATIVE_LEVEL,
     cache: bool = False,
     **options: Any,
-) -> Any:
+) -> MixpertFunction[P, R]: ...
+
+
+@overload
+def jit(
+    func: None = None,
+    *,
+    tol: float | None = None,
+    plan: PlanLike | None = None,
+    plan_file: str | Path | None = None,
+    on_missing: OnMissing | None = None,
+    default_level: str = NATIVE_LEVEL,
+    cache: bool = False,
+    **options: Any,
+) -> Callable[[Callable[P, R]], MixpertFunction[P, R]]: ...
+
+
+def jit(
+    func: Callable[P, R] | None = None,
+    *,
+    tol: float | None = None,
+    plan: PlanLike | None = None,
+    plan_file: str | Path | None = None,
+    on_missing: OnMissing | None = None,
+    default_level: str = NATIVE_LEVEL,
+    cache: bool = False,
+    **options: Any,
+) -> MixpertFunction[P, R] | Callable[[Callable[P, R]], MixpertFunction[P, R]]:
     """Compile ``func`` with Numba (nopython) so its matmuls run on the mixpert runtime.
 
-    ``plan``: a ``Plan`` or a mapping op id -> level name; ops it leaves out run at
-    ``mixpert.runtime.DEFAULT_LEVEL``. ``tol`` without ``plan``: each call runs a tuned plan whose
-    output error (MixPert Eq. 10 against float64) was within tol on representative inputs; it is
-    read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and
+    ``plan``: a ``Plan`` or a mapping op id -> level name; ops it leaves out run at the default
+    level (``mixpert.set_default_level``). ``tol`` without ``plan``: each call runs a tuned plan
+    whose output error (MixPert Eq. 10 against float64) was within tol on representative inputs;
+    it is read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and
     ``on_missing`` ("tune", "default": every op at ``default_level``, "raise") says what happens
     when none matches; see ``mixpert.plan_lookup``. ``cache=True`` caches the compiled code on
     disk, apart from plain Numba's entries. Other keywords go to Numba (``fastmath``,
     ``boundscheck``, ...). Use as ``@mixpert.jit`` or ``@mixpert.jit(...)``.
     """
 
-    def wrap(f: Callable[..., Any]) -> MixpertFunction:
+    def wrap(f: Callable[P, R]) -> MixpertFunction[P, R]:
         book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level)
         return MixpertFunction(f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book)
 

@@ -50,3 +50,9 @@ def device_name() -> str:
         return "cpu"
     name = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def exit_without_gpu(what: str) -> None:
+    """End a GPU-only script with one line saying why, where no GPU is usable."""
+    if not gpu_available():
+        raise SystemExit(f"{what} needs a CUDA GPU: {unavailable_reason()}")
