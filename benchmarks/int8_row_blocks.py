@@ -14,7 +14,7 @@ from mixpert.runtime import device
 
 device.exit_without_gpu("benchmarks/int8_row_blocks.py")
 
-import cupy as cp  # noqa: E402
+import cupy as cp
 
 from mixpert.runtime import cuda
 from mixpert.timing import gpu_median_seconds as median_seconds

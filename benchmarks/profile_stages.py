@@ -11,7 +11,7 @@ from mixpert.runtime import device
 
 device.exit_without_gpu("benchmarks/profile_stages.py")
 
-import cupy as cp  # noqa: E402
+import cupy as cp
 
 from mixpert.benchmark import breakdown
 from mixpert.runtime import cuda
