@@ -125,19 +125,22 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mixpert.plot_style import COLORS
+
     names = [r["sample"] for r in rows]
     x = range(len(rows))
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
-    left.bar([i - 0.2 for i in x], [r["speedup"] for r in rows], 0.4, label="mixpert (tuned)")
-    left.bar([i + 0.2 for i in x], [r["tf32_speedup"] for r in rows], 0.4, label="TF32")
-    left.axhline(1.0, color="black", linewidth=0.8)
-    left.axhline(1.7, color="gray", linestyle="--", linewidth=0.8, label="1.7x target (mean)")
+    left.bar([i - 0.2 for i in x], [r["speedup"] for r in rows], 0.4, label="mixpert (tuned)",
+             color=COLORS["mixpert"])  # fmt: skip
+    left.bar([i + 0.2 for i in x], [r["tf32_speedup"] for r in rows], 0.4, label="TF32",
+             color=COLORS["TF32"])  # fmt: skip
+    left.axhline(1.0, color=COLORS["fp32"], linestyle="--", linewidth=1, label="native float32")
     left.set_xticks(list(x), names, rotation=30)
     left.set_ylabel("speedup over native float32")
     left.legend(loc="upper left", fontsize=8)
     for key, label in (("error", "mixpert"), ("native_error", "fp32"), ("tf32_error", "TF32")):
-        right.scatter(names, [max(r[key], 1e-17) for r in rows], label=label)
-    right.scatter(names, [r["tol"] for r in rows], marker="_", s=400, color="red", label="tol")
+        right.scatter(names, [max(r[key], 1e-17) for r in rows], label=label, color=COLORS[label])
+    right.scatter(names, [r["tol"] for r in rows], marker="_", s=400, color="black", label="tol")
     right.set_yscale("log")
     right.set_ylabel("error vs float64 (Eq. 10)")
     right.tick_params(axis="x", rotation=30)

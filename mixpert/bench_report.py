@@ -94,18 +94,20 @@ def plot(rows: Sequence[Any], path: Path, dist: str = "phi0.5") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .plot_style import style
+
     square = [r for r in rows if r.shape == "square" and r.dist == dist]
     fig, (speed, error) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in dict.fromkeys(r.level for r in square):
         mine = sorted((r for r in square if r.level == name), key=lambda r: r.n)
         sizes = [r.n for r in mine]
-        speed.plot(sizes, [r.ratio_to_sgemm for r in mine], marker="o", label=name)
-        error.plot(sizes, [r.error for r in mine], marker="o", label=name)
+        look = style(name)
+        speed.plot(sizes, [r.ratio_to_sgemm for r in mine], marker="o", label=name, **look)
+        error.plot(sizes, [r.error for r in mine], marker="o", label=name, **look)
     for ax in (speed, error):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("n (square n x n x n)")
         ax.grid(True, which="both", alpha=0.3)
-    speed.axhline(1.0, color="black", lw=0.8)
     speed.set_ylabel("throughput / cuBLAS SGEMM (same run)")
     error.set_yscale("log")
     error.set_ylabel("||C - C64||_F / ||C64||_F")

@@ -102,19 +102,12 @@ def inspect(
 
 
 def _draw(result: Any, png_file: str) -> None:
-    try:
-        import matplotlib
+    from .graph_picture import draw_png
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import networkx as nx
+    try:
+        tool = draw_png(result.ops, result.graph, png_file)
     except ImportError:
-        raise click.ClickException("--png needs matplotlib (pip install 'mixpert[plot]')") from None
-    fig, ax = plt.subplots(figsize=(8, 6))
-    graph = result.graph
-    labels = {n: n for n in graph.nodes}
-    pos = nx.spring_layout(graph, seed=0)
-    nx.draw_networkx(graph, pos, ax=ax, labels=labels, node_color="#cde", node_size=900)
-    ax.set_axis_off()
-    fig.savefig(png_file, dpi=120, bbox_inches="tight")
-    console.print(f"PNG written to {escape(png_file)}")
+        raise click.ClickException(
+            "--png needs Graphviz's dot or matplotlib (pip install 'mixpert[plot]')"
+        ) from None
+    console.print(f"PNG written to {escape(png_file)} ({tool})")

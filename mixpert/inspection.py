@@ -17,6 +17,7 @@ import networkx as nx
 from numba import typeof
 from numba.core.dispatcher import Dispatcher
 
+from . import graph_picture
 from .execution import (
     EMPTY_PLAN,
     MixpertRuntimeError,
@@ -83,13 +84,9 @@ class Inspection:
         return next(row for row in self.ops if row.op_id == op_id)
 
     def to_dot(self) -> str:
-        """The graph in Graphviz DOT, nodes labelled with line and source."""
-        lines = ["digraph gemm {", "  node [shape=box, fontname=monospace];"]
-        for row in self.ops:
-            label = f"{row.op_id}\\n{row.source}\\nlevel {row.level}".replace('"', '\\"')
-            lines.append(f'  "{row.op_id}" [label="{label}"];')
-        lines += [f'  "{u}" -> "{v}";' for u, v in sorted(self.graph.edges)]
-        return "\n".join([*lines, "}"]) + "\n"
+        """The graph in Graphviz DOT (``graph_picture``): op id, source and level per node,
+        loop-carried edges dashed."""
+        return graph_picture.to_dot(self.ops, self.graph)
 
 
 def _py_func(f: Any) -> Any:
