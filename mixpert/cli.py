@@ -13,7 +13,7 @@ from .cli_tune import tune as tune_command
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(package_name="mixpert")
+@click.version_option(package_name="mixpert", prog_name="mixpert")
 def main() -> None:
     """mixpert: float32 GEMMs of NumPy code on INT8/FP16 tensor cores at float32 accuracy.
 
