@@ -143,3 +143,9 @@ def test_a_wheel_runs_the_demo_and_the_samples(tmp_path) -> None:
         done = subprocess.run([python, "-P", "-m", "mixpert.cli", *args], cwd=work,
                               capture_output=True, text=True, check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr
+
+
+def test_the_library_imports_without_the_cli_and_plot_libraries() -> None:
+    code = "import sys, mixpert; print(sorted(m for m in ('click', 'rich', 'matplotlib') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
