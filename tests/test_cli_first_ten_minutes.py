@@ -146,6 +146,9 @@ def test_a_wheel_runs_the_demo_and_the_samples(tmp_path) -> None:
 
 
 def test_the_library_imports_without_the_cli_and_plot_libraries() -> None:
-    code = "import sys, mixpert; print(sorted(m for m in ('click', 'rich', 'matplotlib') if m in sys.modules))"
+    code = (
+        "import sys, mixpert; "
+        "print(sorted(m for m in ('click', 'rich', 'matplotlib') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
