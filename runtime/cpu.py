@@ -76,7 +76,9 @@ def tf32_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def fp64_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    """float64 product rounded once to float32; NaN as the canonical quiet NaN (as on the GPU)."""
+    product = a.astype(np.float64) @ b.astype(np.float64)
+    return np.where(np.isnan(product), np.float32(np.nan), product.astype(np.float32))
 
 
 # Level kind -> a @ b for float32 matrices with finite entries and m, k, n > 0.

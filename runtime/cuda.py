@@ -24,7 +24,7 @@ from cupy.cuda import cublas
 
 from . import fp16split
 from .combine import int32_k_block
-from .cuda_kernels import COMBINE_SOURCE, PACK_SOURCE, render
+from .cuda_kernels import COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
 from .levels import Kind, Level
 from .packer import pair_exponent
 
@@ -367,8 +367,17 @@ def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return c
 
 
+@functools.cache
+def _conversion(spec: tuple[str, str, str], name: str) -> cp.ElementwiseKernel:
+    return cp.ElementwiseKernel(*spec, name=name, preamble=render(""))
+
+
 def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    return cp.matmul(a.astype(cp.float64), b.astype(cp.float64)).astype(cp.float32)
+    """float64 product of the float32 inputs, rounded once: exact widening and narrowing (no
+    flush of subnormals), the canonical NaN (the CPU backend's bits where sums agree)."""
+    widen = _conversion(WIDEN, "mixpert_widen")
+    product = cp.matmul(widen(a), widen(b))
+    return _conversion(NARROW, "mixpert_narrow")(product)
 
 
 # Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0.
@@ -381,6 +390,13 @@ PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
 }
 
 
+def _as_float32(x: cp.ndarray) -> cp.ndarray:
+    """``x`` rounded to float32 as NumPy rounds it (CuPy's astype would flush subnormals)."""
+    if x.dtype == cp.float64:
+        return _conversion(ROUND, "mixpert_round")(x)
+    return x.astype(cp.float32, copy=False)  # float16 -> float32 is exact
+
+
 def matmul(a: Any, b: Any, level: Level) -> Any:
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
 
@@ -391,8 +407,7 @@ def matmul(a: Any, b: Any, level: Level) -> Any:
     if product is None:
         raise ValueError(f"level {level.name!r} (kind {level.kind}) has no CUDA implementation")
     host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
-    a = cp.asarray(a).astype(cp.float32, copy=False)
-    b = cp.asarray(b).astype(cp.float32, copy=False)
+    a, b = _as_float32(cp.asarray(a)), _as_float32(cp.asarray(b))
     m, k = a.shape
     n = b.shape[1]
     empty = m == 0 or n == 0 or k == 0

@@ -25,7 +25,11 @@ CONSTANTS = {
     "LO_SHIFT": fp16split.LO_SHIFT,
 }
 
-# Device helpers both modules use, defined once.
+# Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
+# (user options cannot undo it), which flushes subnormal operands and results of float32
+# instructions to zero: so the kernels never do float32 arithmetic on data. They read float32
+# values as bits (magnitudes compare as unsigned integers), widen them to double exactly, compute
+# in double, and round back to float32 with their own subnormal-aware rounding.
 DEVICE_HELPERS = r"""
 #include <cuda_fp16.h>
 
@@ -35,23 +39,67 @@ __device__ __forceinline__ double pow2(int e)
 {
     return __longlong_as_double((long long)(e + 1023) << 52);
 }
+
+// |x| as float32 bits: for finite values, unsigned order is magnitude order.
+__device__ __forceinline__ unsigned int magnitude_bits(float x)
+{
+    return __float_as_uint(x) & 0x7fffffffu;
+}
+
+__device__ __forceinline__ bool finite_bits(float x)
+{
+    return magnitude_bits(x) < 0x7f800000u;
+}
+
+// float32 -> float64, exactly, subnormals, infinities and NaN payloads included.
+__device__ __forceinline__ double exact_double(float x)
+{
+    const unsigned int u = __float_as_uint(x);
+    const unsigned long long sign = (unsigned long long)(u >> 31) << 63;
+    const unsigned int exponent = (u >> 23) & 0xffu, fraction = u & 0x7fffffu;
+    if (exponent == 0) {  // zero or subnormal: fraction * 2^-149, exact in double
+        const double v = (double)fraction * pow2(-149);
+        return sign ? -v : v;
+    }
+    const unsigned long long e64 = exponent == 0xffu ? 0x7ffull : exponent - 127ull + 1023ull;
+    const unsigned long long bits = sign | (e64 << 52) | ((unsigned long long)fraction << 29);
+    return __longlong_as_double((long long)bits);
+}
+
+__device__ __forceinline__ double exact_double(double x) { return x; }
+__device__ __forceinline__ double exact_double(int x) { return (double)x; }
+
+// float64 -> float32, round to nearest even, subnormal results kept (NumPy's astype).
+__device__ __forceinline__ float round_to_float(double d)
+{
+    if (!(fabs(d) < pow2(-126))) return (float)d;  // normal, overflow to inf, or NaN
+    const int m = __double2int_rn(fabs(d) * pow2(149));  // < 2^23 (2^23: the smallest normal)
+    return __uint_as_float((signbit(d) ? 0x80000000u : 0u) | (unsigned int)m);
+}
+
+// The canonical quiet NaN every backend writes (nonfinite.py).
+__device__ __forceinline__ float canonical(double d)
+{
+    return isnan(d) ? __uint_as_float(0x7fc00000u) : round_to_float(d);
+}
 """
 
 PACK_SOURCE = r"""
-// Largest finite |row[c]| over the block (returned to every thread); *any_bad flags NaN/Inf.
-__device__ float line_finite_max(const float* __restrict__ row, int k, int* any_bad)
+// Largest finite |row[c]| over the block, exactly as a double (returned to every thread);
+// *any_bad flags NaN/Inf.
+__device__ double line_finite_max(const float* __restrict__ row, int k, int* any_bad)
 {
-    __shared__ float block_max[32];
+    __shared__ unsigned int block_max[32];
     __shared__ int block_bad[32];
 
-    float top = 0.0f;
+    unsigned int top = 0u;
     int bad = 0;
     for (int c = threadIdx.x; c < k; c += blockDim.x) {
-        float v = fabsf(row[c]);
-        if (isfinite(v)) top = fmaxf(top, v); else bad = 1;
+        const unsigned int v = magnitude_bits(row[c]);
+        if (v < 0x7f800000u) top = max(top, v); else bad = 1;
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
-        top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+        top = max(top, __shfl_xor_sync(0xffffffffu, top, offset));
         bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -59,25 +107,25 @@ __device__ float line_finite_max(const float* __restrict__ row, int k, int* any_
     __syncthreads();
     if (warp == 0) {
         const int warps = blockDim.x >> 5;
-        top = lane < warps ? block_max[lane] : 0.0f;
+        top = lane < warps ? block_max[lane] : 0u;
         bad = lane < warps ? block_bad[lane] : 0;
         for (int offset = 16; offset > 0; offset >>= 1) {
-            top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+            top = max(top, __shfl_xor_sync(0xffffffffu, top, offset));
             bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
         }
         if (lane == 0) { block_max[0] = top; block_bad[0] = bad; }
     }
     __syncthreads();
     *any_bad = block_bad[0];
-    return block_max[0];
+    return exact_double(__uint_as_float(block_max[0]));
 }
 
 // packer.scale_exponents: the smallest e with top < (127/128) 2^e.
-__device__ __forceinline__ int scale_exponent(float top)
+__device__ __forceinline__ int scale_exponent(double top)
 {
     int e;
-    frexp((double)top, &e);
-    return (double)top * ${HEADROOM_DEN}.0 >= ldexp(${HEADROOM_NUM}.0, e) ? e + 1 : e;
+    frexp(top, &e);
+    return top * ${HEADROOM_DEN}.0 >= ldexp(${HEADROOM_NUM}.0, e) ? e + 1 : e;
 }
 
 // packer.fraction_bits: P(s) = FIRST + LATER (s - 1).
@@ -90,7 +138,7 @@ __device__ __forceinline__ int fraction_bits(int slices)
 // for up to 4 slices, so 32-bit integers hold it; __double2int_rn rounds half to even like rint.
 __device__ __forceinline__ int rounded_scaled(float v, int shift)
 {
-    return isfinite(v) ? __double2int_rn((double)v * pow2(shift)) : 0;
+    return finite_bits(v) ? __double2int_rn(exact_double(v) * pow2(shift)) : 0;
 }
 
 __device__ __forceinline__ void write_digits(float v, int shift, int slices, int reversed,
@@ -132,7 +180,7 @@ extern "C" __global__ void pack_int8(
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
     int bad;
-    const float top = line_finite_max(row, k, &bad);
+    const double top = line_finite_max(row, k, &bad);
 
     const int e = scale_exponent(top);
     if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
@@ -155,27 +203,27 @@ extern "C" __global__ void pack_int8_columns(
     int* __restrict__ nonfinite)
 {
     __shared__ float tile[32][33];
-    __shared__ float col_max[8][32];
+    __shared__ unsigned int col_max[8][32];
     __shared__ int col_bad[8][32];
     __shared__ int shift_of[32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * 32;
     const int col = col0 + tx;
 
-    float top = 0.0f;
+    unsigned int top = 0u;
     int bad = 0;
     if (col < n) {
         for (int q = ty; q < k; q += 8) {
-            float v = fabsf(x[q * row_stride + col]);
-            if (isfinite(v)) top = fmaxf(top, v); else bad = 1;
+            const unsigned int v = magnitude_bits(x[q * row_stride + col]);
+            if (v < 0x7f800000u) top = max(top, v); else bad = 1;
         }
     }
     col_max[ty][tx] = top;
     col_bad[ty][tx] = bad;
     __syncthreads();
     if (ty == 0) {
-        for (int j = 1; j < 8; ++j) { top = fmaxf(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
-        const int e = scale_exponent(top);
+        for (int j = 1; j < 8; ++j) { top = max(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
+        const int e = scale_exponent(exact_double(__uint_as_float(top)));
         shift_of[tx] = fraction_bits(slices) - e;
         if (col < n) { exps[col] = e; nonfinite[col] = bad; }
     }
@@ -207,16 +255,18 @@ extern "C" __global__ void pack_fp16(
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
     int bad;
-    const float top = line_finite_max(row, k, &bad);
+    const double top = line_finite_max(row, k, &bad);
     int e;
-    frexp((double)top, &e);
+    frexp(top, &e);
     if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
     __half* dst = out + line * 2LL * k_pad;
     for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
         double scaled = 0.0;
-        if (c < k && isfinite(row[c])) scaled = ldexp((double)row[c], ${ROW_TOP_EXPONENT} - e);
+        if (c < k && finite_bits(row[c]))
+            scaled = ldexp(exact_double(row[c]), ${ROW_TOP_EXPONENT} - e);
         const __half hi = __double2half(scaled);
-        const __half lo = __double2half(ldexp(scaled - (double)__half2float(hi), ${LO_SHIFT}));
+        const double hi_value = __half2float(hi);  // half -> float is exact and never subnormal
+        const __half lo = __double2half(ldexp(scaled - hi_value, ${LO_SHIFT}));
         dst[(long long)(reversed ? 1 : 0) * k_pad + c] = hi;
         dst[(long long)(reversed ? 0 : 1) * k_pad + c] = lo;
     }
@@ -244,13 +294,14 @@ __device__ void combine_impl(
             if (row_bad[r] | col_bad[col]) {
                 // A NaN or Inf reaches this entry: its value is the same in any order.
                 for (int q = 0; q < k; ++q)
-                    acc += (double)a[r * a_rs + q * a_cs] * (double)b[q * b_rs + col * b_cs];
-                c[idx] = isnan(acc) ? __int_as_float(0x7fc00000) : (float)acc;  // canonical
+                    acc += exact_double(a[r * a_rs + q * a_cs])
+                           * exact_double(b[q * b_rs + col * b_cs]);
+                c[idx] = canonical(acc);
                 continue;
             }
             for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
-                acc = acc + (double)sums[g * group_stride + idx] * pow2(-(w0 + step * g));
-            c[idx] = (float)(acc * pow2(row_exp[r] + col_exp[col] + exp_offset));
+                acc = acc + exact_double(sums[g * group_stride + idx]) * pow2(-(w0 + step * g));
+            c[idx] = round_to_float(acc * pow2(row_exp[r] + col_exp[col] + exp_offset));
         }
     }
 }
@@ -278,3 +329,9 @@ COMBINE_SOURCE += "".join(
 def render(source: str) -> str:
     """``source`` with the device helpers in front and the contract's constants filled in."""
     return Template(DEVICE_HELPERS + source).substitute(CONSTANTS)
+
+
+# Elementwise conversions for the native float64 level (CuPy's astype flushes subnormals).
+WIDEN = ("float32 x", "float64 y", "y = exact_double(x)")
+NARROW = ("float64 d", "float32 y", "y = canonical(d)")
+ROUND = ("float64 d", "float32 y", "y = round_to_float(d)")  # float64 operands -> float32
