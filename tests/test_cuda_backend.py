@@ -148,3 +148,60 @@ def test_no_host_synchronisation_inside_a_call() -> None:
         end.record(stream)
         assert not end.done, "the call waited for the GPU (a host synchronisation inside it)"
     stream.synchronize()
+
+
+# ---- subnormals and NaN payloads: CuPy compiles with -ftz=true, the kernels must not flush ------
+
+EXACT_LEVELS = [*INT8_LEVELS, "fp64"]
+
+
+def subnormal_inputs(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of subnormal entries, rows mixing subnormals with normal ones, subnormal outputs."""
+    exps = rng.integers(-149, -126, size=(24, 40))
+    a = np.ldexp(rng.uniform(0.5, 1, size=(24, 40)), exps) * rng.choice([-1, 1], size=(24, 40))
+    a = a.astype(np.float32)
+    a[::3, ::5] = rng.standard_normal((8, 8)).astype(np.float32) * 1e-30
+    b = rng.standard_normal((40, 16)).astype(np.float32)
+    b[:, :4] *= np.float32(2.0**-60)  # products far below the smallest normal
+    return a, b
+
+
+@pytest.mark.parametrize("level", EXACT_LEVELS)
+def test_subnormal_inputs_and_outputs_bit_identical(level: str) -> None:
+    a, b = subnormal_inputs(np.random.default_rng(11))
+    expected = dispatch.matmul(a, b, level, backend="cpu")
+    assert (np.abs(expected[expected != 0]) < np.finfo(np.float32).tiny).any()  # subnormal out
+    c = cp.full((24, 16), np.nan, dtype=cp.float32)  # poison: the result must not reuse it
+    c[...] = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    np.testing.assert_array_equal(cp.asnumpy(c).view(np.uint32), expected.view(np.uint32))
+    # column-major operands take the other pack kernels
+    a_f, b_f = cp.asfortranarray(cp.asarray(a)), cp.asfortranarray(cp.asarray(b))
+    got_f = cp.asnumpy(dispatch.matmul(a_f, b_f, level, backend="cuda"))
+    np.testing.assert_array_equal(got_f.view(np.uint32), expected.view(np.uint32))
+
+
+def test_subnormal_operands_of_the_fp16_split_are_kept() -> None:
+    a = np.array([[1e-40, 3e-42], [1e-39, -2e-44]], np.float32)
+    b = np.eye(2, dtype=np.float32)
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "fp16", backend="cuda"))
+    np.testing.assert_array_equal(got, dispatch.matmul(a, b, "fp16", backend="cpu"))
+    assert (got != 0).all()
+
+
+@pytest.mark.parametrize("level", ["fp64", "IV", "fp16"])
+def test_nan_payloads_come_out_canonical_on_both_backends(level: str) -> None:
+    a = np.ones((3, 4), np.float32)
+    a.view(np.uint32)[1, 2] = 0x7FC01234  # a NaN with a payload
+    a.view(np.uint32)[2, 0] = 0xFFA00001  # a negative signalling NaN
+    b = np.ones((4, 5), np.float32)
+    cpu = dispatch.matmul(a, b, level, backend="cpu")
+    gpu = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    np.testing.assert_array_equal(gpu.view(np.uint32), cpu.view(np.uint32))
+    assert (cpu.view(np.uint32)[1:] == 0x7FC00000).all()
+
+
+def test_float64_operands_round_as_numpy_rounds_them() -> None:
+    a = np.array([[1e-41, 2.5e-39, 1.0]], np.float64)
+    b = np.array([[1.0], [1.0], [0.0]], np.float64)
+    gpu = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda"))
+    np.testing.assert_array_equal(gpu, dispatch.matmul(a, b, "IV", backend="cpu"))
