@@ -13,8 +13,8 @@ from collections.abc import Callable
 import numpy as np
 
 from . import fp16split, packer
-from .combine import combine, float64_k_block
-from .levels import Kind, Level
+from .combine import combine, float64_k_block, overflow_slack
+from .levels import Kind, Level, get_level
 from .nonfinite import nonfinite_lines, patch_nonfinite
 
 TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
@@ -51,7 +51,8 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     col_exp = packer.scale_exponents(b, axis=0)
     a_digits = packer.slice_rows(a, row_exp, level.a_slices)
     b_digits = packer.slice_columns(b, col_exp, level.b_slices)
-    return combine(exact_class_sums(a_digits, b_digits, level), row_exp, col_exp)
+    k_slack = a.shape[1] * overflow_slack(level)
+    return combine(exact_class_sums(a_digits, b_digits, level), row_exp, col_exp, k_slack)
 
 
 def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -63,7 +64,8 @@ def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a_hi, a_lo, b_hi, b_lo = (p.astype(np.float64) for p in (a_hi, a_lo, b_hi, b_lo))
     hh = a_hi @ b_hi.T
     cross = a_hi @ b_lo.T + a_lo @ b_hi.T
-    return fp16split.combine_parts(hh, cross, row_exp, col_exp)
+    k_slack = a.shape[1] * overflow_slack(get_level("fp16"))
+    return fp16split.combine_parts(hh, cross, row_exp, col_exp, k_slack)
 
 
 def fp32_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -78,7 +80,8 @@ def tf32_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def fp64_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """float64 product rounded once to float32; NaN as the canonical quiet NaN (as on the GPU)."""
     product = a.astype(np.float64) @ b.astype(np.float64)
-    return np.where(np.isnan(product), np.float32(np.nan), product.astype(np.float32))
+    with np.errstate(over="ignore"):
+        return np.where(np.isnan(product), np.float32(np.nan), product.astype(np.float32))
 
 
 # Level kind -> a @ b for float32 matrices with finite entries and m, k, n > 0.

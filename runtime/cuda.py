@@ -23,9 +23,9 @@ import numpy as np
 from cupy.cuda import cublas
 
 from . import fp16split
-from .combine import int32_k_block
+from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
-from .levels import Kind, Level
+from .levels import LEVELS, Kind, Level
 from .packer import pair_exponent
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
@@ -246,11 +246,13 @@ def _combine(
     w0: int,
     step: int,
     exp_offset: int,
+    slack: float,
     a_pack: PackedOperand,
     b_pack: PackedOperand,
     a: cp.ndarray,
     b: cp.ndarray,
 ) -> cp.ndarray:
+    """The combine kernel; ``slack``: ``combine.overflow_slack`` of the level."""
     m, k = a.shape
     n = b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
@@ -266,6 +268,7 @@ def _combine(
             np.int32(w0),
             np.int32(step),
             np.int32(exp_offset),
+            np.float64(k * slack),  # the same double as the CPU's k_slack
             a_pack.exponents,
             b_pack.exponents,
             a_pack.nonfinite,
@@ -286,11 +289,17 @@ def _combine(
 
 
 def _combine_int8(
-    sums: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand, a: cp.ndarray, b: cp.ndarray
+    sums: cp.ndarray,
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    a: cp.ndarray,
+    b: cp.ndarray,
+    level: Level,
 ) -> cp.ndarray:
     kernel = "combine_int32" if sums.dtype == cp.int32 else "combine_float64"
     step = pair_exponent(1) - pair_exponent(0)
-    return _combine(kernel, sums, pair_exponent(0), step, 0, a_pack, b_pack, a, b)
+    slack = overflow_slack(level)
+    return _combine(kernel, sums, pair_exponent(0), step, 0, slack, a_pack, b_pack, a, b)
 
 
 def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperand, PackedOperand]:
@@ -301,7 +310,7 @@ def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperan
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     a_pack, b_pack = _pack_both(a, b, level)
     sums = int8_class_sums(a_pack, b_pack, level)
-    return _combine_int8(sums, a_pack, b_pack, a, b)
+    return _combine_int8(sums, a_pack, b_pack, a, b, level)
 
 
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
@@ -312,7 +321,7 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
         "pack A": lambda: pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False),
         "pack B": lambda: _pack_b(b, level.b_slices),
         "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level),
-        "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b),
+        "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b, level),
     }
     for g in level.groups:
         a_slot, b_slot, count = class_spans(level, g)
@@ -332,9 +341,11 @@ def fp16_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     sums = cp.empty((2, m, n), dtype=cp.float32)
     gemm_tn(a_pack, 0, b_pack, 1, a_pack.k_pad, sums[0])  # hi_a hi_b
     gemm_tn(a_pack, 0, b_pack, 0, 2 * a_pack.k_pad, sums[1])  # hi_a lo_b + lo_a hi_b
+    slack = overflow_slack(LEVELS["fp16"])
     return _combine(
-        "combine_float32", sums, 0, fp16split.LO_SHIFT, -fp16split.SCALE_BACK, a_pack, b_pack, a, b
-    )
+        "combine_float32", sums, 0, fp16split.LO_SHIFT, -fp16split.SCALE_BACK, slack,
+        a_pack, b_pack, a, b,
+    )  # fmt: skip
 
 
 def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from string import Template
 
-from . import fp16split, packer
+from . import combine, fp16split, packer
 
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
@@ -23,6 +23,7 @@ CONSTANTS = {
     "HEADROOM_DEN": packer.HEADROOM_DENOMINATOR,
     "ROW_TOP_EXPONENT": fp16split.ROW_TOP_EXPONENT,
     "LO_SHIFT": fp16split.LO_SHIFT,
+    "OVERFLOW_THRESHOLD": combine.OVERFLOW_THRESHOLD.hex(),  # a C99 hex literal: exact
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -75,6 +76,15 @@ __device__ __forceinline__ float round_to_float(double d)
     if (!(fabs(d) < pow2(-126))) return (float)d;  // normal, overflow to inf, or NaN
     const int m = __double2int_rn(fabs(d) * pow2(149));  // < 2^23 (2^23: the smallest normal)
     return __uint_as_float((signbit(d) ? 0x80000000u : 0u) | (unsigned int)m);
+}
+
+// combine.saturate: float32(v), or +-FLT_MAX where v would overflow only by less than the
+// level's error bound k_slack * 2^scale.
+__device__ __forceinline__ float saturate(double v, int scale, double k_slack)
+{
+    if (fabs(v) >= ${OVERFLOW_THRESHOLD} && fabs(v) - k_slack * pow2(scale) < ${OVERFLOW_THRESHOLD})
+        return __uint_as_float((signbit(v) ? 0x80000000u : 0u) | 0x7f7fffffu);
+    return round_to_float(v);
 }
 
 // The canonical quiet NaN every backend writes (nonfinite.py).
@@ -279,7 +289,7 @@ COMBINE_SOURCE = r"""
 template <typename Sum>
 __device__ void combine_impl(
     const Sum* __restrict__ sums, int groups, long long group_stride, int w0, int step,
-    int exp_offset,
+    int exp_offset, double k_slack,
     const int* __restrict__ row_exp, const int* __restrict__ col_exp,
     const int* __restrict__ row_bad, const int* __restrict__ col_bad,
     const float* __restrict__ a, long long a_rs, long long a_cs,
@@ -301,7 +311,8 @@ __device__ void combine_impl(
             }
             for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
                 acc = acc + exact_double(sums[g * group_stride + idx]) * pow2(-(w0 + step * g));
-            c[idx] = round_to_float(acc * pow2(row_exp[r] + col_exp[col] + exp_offset));
+            const int scale = row_exp[r] + col_exp[col];
+            c[idx] = saturate(acc * pow2(scale + exp_offset), scale, k_slack);
         }
     }
 }
@@ -312,11 +323,11 @@ __device__ void combine_impl(
 _COMBINE_ENTRY = """
 extern "C" __global__ void combine_{name}(
     const {sum}* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
-    const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
+    double k_slack, const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
     const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
     int m, int n, int k, float* c)
 {{
-    combine_impl<{sum}>(sums, groups, group_stride, w0, step, exp_offset, row_exp, col_exp,
+    combine_impl<{sum}>(sums, groups, group_stride, w0, step, exp_offset, k_slack, row_exp, col_exp,
                         row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
 }}
 """

@@ -29,10 +29,16 @@ def split_rows(x: np.ndarray, exponents: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def combine_parts(
-    hh: np.ndarray, hl_plus_lh: np.ndarray, row_exp: np.ndarray, col_exp: np.ndarray
+    hh: np.ndarray,
+    hl_plus_lh: np.ndarray,
+    row_exp: np.ndarray,
+    col_exp: np.ndarray,
+    k_slack: float = 0.0,
 ) -> np.ndarray:
-    """float32 result from the hi@hi product and the sum of the two cross products."""
+    """float32 result from the hi@hi product and the sum of the two cross products (with
+    ``combine.saturate``'s rule at the top of the range)."""
+    from .combine import saturate
+
     acc = hh.astype(np.float64) + np.ldexp(hl_plus_lh.astype(np.float64), -LO_SHIFT)
-    scale = row_exp.astype(np.int32)[:, None] + col_exp.astype(np.int32)[None, :] - SCALE_BACK
-    with np.errstate(over="ignore"):
-        return np.ldexp(acc, scale).astype(np.float32)
+    scale = row_exp.astype(np.int32)[:, None] + col_exp.astype(np.int32)[None, :]
+    return saturate(np.ldexp(acc, scale - SCALE_BACK), scale, k_slack)

@@ -205,3 +205,16 @@ def test_float64_operands_round_as_numpy_rounds_them() -> None:
     b = np.array([[1.0], [1.0], [0.0]], np.float64)
     gpu = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda"))
     np.testing.assert_array_equal(gpu, dispatch.matmul(a, b, "IV", backend="cpu"))
+
+
+@pytest.mark.parametrize("level", [*INT8_LEVELS, "fp16", "fp64"])
+def test_the_top_of_the_range_bit_identical(level: str) -> None:
+    fmax = np.finfo(np.float32).max
+    a = np.array([[fmax, 0], [fmax / 2, fmax / 2], [3e38, 3e37], [2e38, 3e38], [-fmax, 1]])
+    b = np.array([[1.0, 2.0], [1.0, -1.0]])
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = dispatch.matmul(a, b, level, backend="cpu")
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+    assert np.isfinite(expected[:3, 0]).all() and expected[3, 0] == np.inf

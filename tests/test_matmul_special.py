@@ -166,3 +166,33 @@ def test_largest_float32_values_do_not_overflow_the_packer(name: str) -> None:
     a = np.array([[big, -big / 3]], dtype=np.float32)
     b = np.array([[2.0**-100], [2.0**-100]], dtype=np.float32)
     assert_within_bound(a, b, name)
+
+
+# ---- the top of the range -----------------------------------------------------------------------
+
+FLT_MAX = np.finfo(np.float32).max
+NO_TF32 = [name for name in ALL_LEVELS if name != "tf32"]  # TF32 inputs round FLT_MAX to inf
+
+
+@pytest.mark.parametrize("name", NO_TF32)
+def test_finite_exact_results_near_flt_max_stay_finite(name: str) -> None:
+    cases = [
+        (np.array([[FLT_MAX]]), np.array([[1.0]]), FLT_MAX),
+        (np.array([[-FLT_MAX]]), np.array([[1.0]]), -FLT_MAX),
+        (np.array([[FLT_MAX / 2, FLT_MAX / 2]]), np.ones((2, 1)), FLT_MAX),
+        (np.array([[FLT_MAX, 1.0]]), np.array([[1.0], [-1.0]]), FLT_MAX),
+        (np.array([[3e38, 3e37]]), np.array([[1.0], [1.0]]), 3.3e38),
+    ]
+    for a, b, exact in cases:
+        c = mixpert.matmul(a.astype(np.float32), b.astype(np.float32), level=name)
+        assert np.isfinite(c).all(), (name, a, b, c)
+        assert abs(float(c[0, 0]) - exact) <= max(2e-6, 2 * LEVELS[name].expected_error) * FLT_MAX
+
+
+@pytest.mark.parametrize("name", ALL_LEVELS)
+def test_true_overflows_still_give_inf(name: str) -> None:
+    a = np.array([[-2e38, -3e38], [3e38, 3e38], [FLT_MAX, 0.0]], np.float32)
+    b = np.array([[2.0], [2.0]], np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = mixpert.matmul(a, b, level=name)
+    assert c[0, 0] == -np.inf and c[1, 0] == np.inf and c[2, 0] == np.inf
