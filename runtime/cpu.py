@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import fp16split, packer
+from . import equilibrate, fp16split, packer
 from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 from .nonfinite import nonfinite_lines, patch_nonfinite
@@ -47,6 +47,7 @@ def exact_class_sums(
 
 
 def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+    a, b = equilibrate.rebalance(a, b, equilibrate.k_exponents(a, b))
     row_exp = packer.scale_exponents(a, axis=1)
     col_exp = packer.scale_exponents(b, axis=0)
     a_digits = packer.slice_rows(a, row_exp, level.a_slices)
@@ -57,6 +58,7 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
 
 def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The FP16 path with exact FP16 operands and float64 accumulation (GPUs accumulate in FP32)."""
+    a, b = equilibrate.rebalance(a, b, equilibrate.k_exponents(a, b))
     row_exp = packer.binade_exponents(a, axis=1)
     col_exp = packer.binade_exponents(b, axis=0)
     a_hi, a_lo = fp16split.split_rows(a, row_exp)

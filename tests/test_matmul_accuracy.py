@@ -54,6 +54,23 @@ def scales(x: np.ndarray, axis: int, headroom: float = 127 / 128) -> np.ndarray:
     return np.array(out, dtype=np.float64)
 
 
+def rebalanced(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The contract's equilibration along k, written out: per k-index j, a power of two moves
+    from A's column to B's row when their largest entries lie more than 4 binades apart
+    (floor half the gap); a k-index whose column or row is all zero is dropped."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    for j in range(a64.shape[1]):
+        col, row = np.abs(a64[:, j]).max(initial=0.0), np.abs(b64[j]).max(initial=0.0)
+        if col == 0 or row == 0:
+            a64[:, j], b64[j] = 0.0, 0.0
+            continue
+        gap = math.frexp(col)[1] - math.frexp(row)[1]
+        if abs(gap) > 4:
+            a64[:, j] = np.ldexp(a64[:, j], -(gap // 2))
+            b64[j] = np.ldexp(b64[j], gap // 2)
+    return a64, b64
+
+
 def dropped_bound(level: Level) -> float:
     bound = [127] + [128] * 3
     return sum(
@@ -66,6 +83,8 @@ def dropped_bound(level: Level) -> float:
 
 def error_bound(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """Worst-case |C - C64| for ``mixpert.matmul(a, b, level)``, elementwise (see module doc)."""
+    if level.emulated:  # the emulated levels slice the rebalanced operands
+        a, b = rebalanced(a, b)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     k = a.shape[1]
     c64 = a64 @ b64
@@ -110,6 +129,7 @@ def rounded(x: np.ndarray, axis: int, bits: int) -> np.ndarray:
 
 def rounding_model(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """fl32(x^ @ y^): the level's result with its dropped pairs put back (float64 sums)."""
+    a, b = rebalanced(a, b)
     xa = rounded(a, 1, CONTRACT_BITS[level.a_slices])
     yb = rounded(b, 0, CONTRACT_BITS[level.b_slices])
     return (xa @ yb).astype(np.float32)
@@ -173,7 +193,8 @@ def test_int8_levels_match_the_rounding_model(ab, name: str) -> None:
     c = mixpert.matmul(a, b, level=name).astype(np.float64)
     model = rounding_model(a, b, level).astype(np.float64)
     k = a.shape[1]
-    ea, eb = scales(a, 1)[:, None], scales(b, 0)[None, :]
+    ra, rb = rebalanced(a, b)
+    ea, eb = scales(ra, 1)[:, None], scales(rb, 0)[None, :]
     # |v - v_model| <= dropped pairs + float64 sums; then each side rounds once to float32.
     slack = k * np.exp2(ea + eb) * (dropped_bound(level) + 2.0**-49)
     assert (np.abs(c - model) <= slack + 2.0**-23 * np.abs(model) + 2.0**-148).all()
@@ -198,6 +219,7 @@ def combine_model(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     S_g = sum_k sum_{(i, j) kept, i + j = g} d_i d_j (exact integers); acc = 0.0 (float64);
     for g from largest to smallest: acc += S_g * 2^-(14 + 8 g); C = fl32(acc * 2^(ea + eb)).
     """
+    a, b = rebalanced(a, b)
     da = digits(a, 1, level.a_slices)
     db = digits(b, 0, level.b_slices)
     sums: dict[int, np.ndarray] = {}
