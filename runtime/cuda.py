@@ -107,15 +107,70 @@ def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: 
     )
 
 
-def pack_int8(lines: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOperand:
-    """``packer.slice_rows`` on the GPU: digits of each row of ``lines`` (rows contiguous)."""
+# k-exponents of equilibrate.k_exponents: A's columns are scaled by 2^-f (sign -1), B's rows by
+# 2^f (sign +1).
+A_SIDE, B_SIDE = -1, 1
+COLUMN_MAX_ROWS = 512  # rows per block of the column maxima: enough blocks to fill the GPU
+
+
+def _column_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
+    """Largest finite |x| of each column of a row-major ``x``, as float32 bits, into ``out``."""
+    rows, cols = x.shape
+    if rows == 0 or cols == 0:
+        return
+    _pack_module().get_function("column_max_bits")(
+        (-(-cols // 32), -(-rows // COLUMN_MAX_ROWS)),
+        (32, 8),
+        (x, np.int64(x.strides[0] // x.itemsize), np.int32(rows), np.int32(cols),
+         np.int32(COLUMN_MAX_ROWS), out),
+    )  # fmt: skip
+
+
+def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
+    rows, cols = x.shape
+    if rows == 0:
+        return
+    _pack_module().get_function("row_max_bits")(
+        (rows,), (PACK_THREADS,), (x, np.int64(x.strides[0] // x.itemsize), np.int32(cols), out)
+    )
+
+
+def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """``equilibrate.k_exponents`` on the GPU: ``a_rows`` is A with contiguous rows, ``b`` is B
+    (either layout); one read of each, no host synchronisation."""
+    k = a_rows.shape[1]
+    a_top = cp.zeros(k, dtype=cp.uint32)
+    b_top = cp.zeros(k, dtype=cp.uint32)
+    _column_max_bits(a_rows, a_top)
+    if _rows_contiguous(b):
+        _row_max_bits(b, b_top)
+    else:
+        _column_max_bits(_unit_inner(b.T), b_top)
+    f = cp.empty(k, dtype=cp.int32)
+    if k:
+        _pack_module().get_function("k_exponents")(
+            (-(-k // 256),), (256,), (a_top, b_top, np.int32(k), f)
+        )
+    return f
+
+
+def pack_int8(
+    lines: cp.ndarray, kexp: cp.ndarray, side: int, slices: int, reversed_slots: bool
+) -> PackedOperand:
+    """``packer.slice_rows`` on the GPU: digits of each rebalanced row of ``lines`` (rows
+    contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns."""
     packed = PackedOperand(lines.shape[0], slices, _padded(lines.shape[1]), cp.int8)
-    _launch_pack("pack_int8", lines, packed, np.int32(slices), np.int32(reversed_slots))
+    _launch_pack(
+        "pack_int8", lines, packed, kexp, np.int32(side), np.int32(slices),
+        np.int32(reversed_slots),
+    )  # fmt: skip
     return packed
 
 
-def pack_int8_columns(x: cp.ndarray, slices: int, reversed_slots: bool) -> PackedOperand:
-    """``packer.slice_columns`` on the GPU, reading a row-major (k, n) ``x`` in place."""
+def pack_int8_columns(
+    x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool
+) -> PackedOperand:
+    """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place."""
     k, n = x.shape
     packed = PackedOperand(n, slices, _padded(k), cp.int8)
     if n:
@@ -128,6 +183,7 @@ def pack_int8_columns(x: cp.ndarray, slices: int, reversed_slots: bool) -> Packe
                 np.int32(k),
                 np.int32(n),
                 np.int32(packed.k_pad),
+                kexp,
                 np.int32(slices),
                 np.int32(reversed_slots),
                 packed.data,
@@ -138,16 +194,18 @@ def pack_int8_columns(x: cp.ndarray, slices: int, reversed_slots: bool) -> Packe
     return packed
 
 
-def _pack_b(b: cp.ndarray, slices: int) -> PackedOperand:
+def _pack_b(b: cp.ndarray, kexp: cp.ndarray, slices: int) -> PackedOperand:
     """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
     if _rows_contiguous(b):
-        return pack_int8_columns(b, slices, reversed_slots=True)
-    return pack_int8(_unit_inner(b.T), slices, reversed_slots=True)
+        return pack_int8_columns(b, kexp, slices, reversed_slots=True)
+    return pack_int8(_unit_inner(b.T), kexp, B_SIDE, slices, reversed_slots=True)
 
 
-def pack_fp16(lines: cp.ndarray, reversed_slots: bool) -> PackedOperand:
+def pack_fp16(
+    lines: cp.ndarray, kexp: cp.ndarray, side: int, reversed_slots: bool
+) -> PackedOperand:
     packed = PackedOperand(lines.shape[0], 2, _padded(lines.shape[1]), cp.float16)
-    _launch_pack("pack_fp16", lines, packed, np.int32(reversed_slots))
+    _launch_pack("pack_fp16", lines, packed, kexp, np.int32(side), np.int32(reversed_slots))
     return packed
 
 
@@ -303,8 +361,10 @@ def _combine_int8(
 
 
 def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperand, PackedOperand]:
-    a_pack = pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False)
-    return a_pack, _pack_b(b, level.b_slices)
+    a_rows = _unit_inner(a)
+    kexp = k_exponents(a_rows, b)
+    a_pack = pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False)
+    return a_pack, _pack_b(b, kexp, level.b_slices)
 
 
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
@@ -317,9 +377,12 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
     """The stages of ``int8_product`` as separate calls, for a time breakdown."""
     a_pack, b_pack = _pack_both(a, b, level)
     sums = int8_class_sums(a_pack, b_pack, level)
+    a_rows = _unit_inner(a)
+    kexp = k_exponents(a_rows, b)
     stages: dict[str, Any] = {
-        "pack A": lambda: pack_int8(_unit_inner(a), level.a_slices, reversed_slots=False),
-        "pack B": lambda: _pack_b(b, level.b_slices),
+        "k-exponents": lambda: k_exponents(a_rows, b),
+        "pack A": lambda: pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False),
+        "pack B": lambda: _pack_b(b, kexp, level.b_slices),
         "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level),
         "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b, level),
     }
@@ -336,8 +399,10 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
 def fp16_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """``fp16split``: hh and the two cross products (one GEMM over [hi|lo] x [lo|hi])."""
     m, n = a.shape[0], b.shape[1]
-    a_pack = pack_fp16(_unit_inner(a), reversed_slots=False)  # slots (hi, lo)
-    b_pack = pack_fp16(_unit_inner(b.T), reversed_slots=True)  # slots (lo, hi)
+    a_rows = _unit_inner(a)
+    kexp = k_exponents(a_rows, b)
+    a_pack = pack_fp16(a_rows, kexp, A_SIDE, reversed_slots=False)  # slots (hi, lo)
+    b_pack = pack_fp16(_unit_inner(b.T), kexp, B_SIDE, reversed_slots=True)  # slots (lo, hi)
     sums = cp.empty((2, m, n), dtype=cp.float32)
     gemm_tn(a_pack, 0, b_pack, 1, a_pack.k_pad, sums[0])  # hi_a hi_b
     gemm_tn(a_pack, 0, b_pack, 0, 2 * a_pack.k_pad, sums[1])  # hi_a lo_b + lo_a hi_b

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from string import Template
 
-from . import combine, fp16split, packer
+from . import combine, equilibrate, fp16split, packer
 
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
@@ -24,6 +24,8 @@ CONSTANTS = {
     "ROW_TOP_EXPONENT": fp16split.ROW_TOP_EXPONENT,
     "LO_SHIFT": fp16split.LO_SHIFT,
     "OVERFLOW_THRESHOLD": combine.OVERFLOW_THRESHOLD.hex(),  # a C99 hex literal: exact
+    "DEAD": int(equilibrate.DEAD),
+    "IMBALANCE": equilibrate.IMBALANCE_BINADES,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -95,39 +97,106 @@ __device__ __forceinline__ float canonical(double d)
 """
 
 PACK_SOURCE = r"""
-// Largest finite |row[c]| over the block, exactly as a double (returned to every thread);
-// *any_bad flags NaN/Inf.
-__device__ double line_finite_max(const float* __restrict__ row, int k, int* any_bad)
+// equilibrate: an entry at k-index q, scaled by 2^(sign * f[q]) exactly; a dead k-index and a
+// non-finite entry give 0 (the entry's NaN/Inf is flagged separately, from its own bits).
+__device__ __forceinline__ double rebalanced(float v, int f, int sign)
 {
-    __shared__ unsigned int block_max[32];
-    __shared__ int block_bad[32];
+    return (f == ${DEAD} || !finite_bits(v)) ? 0.0 : exact_double(v) * pow2(sign * f);
+}
 
-    unsigned int top = 0u;
-    int bad = 0;
-    for (int c = threadIdx.x; c < k; c += blockDim.x) {
-        const unsigned int v = magnitude_bits(row[c]);
-        if (v < 0x7f800000u) top = max(top, v); else bad = 1;
-    }
+// Largest |value| (of rebalanced values, so finite) over the block, returned to every thread;
+// *any_bad flags a NaN/Inf among the original entries.
+__device__ double block_max(double top, int bad, int* any_bad)
+{
+    __shared__ double block_top[32];
+    __shared__ int block_bad[32];
     for (int offset = 16; offset > 0; offset >>= 1) {
-        top = max(top, __shfl_xor_sync(0xffffffffu, top, offset));
+        top = fmax(top, __shfl_xor_sync(0xffffffffu, top, offset));
         bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
     }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) { block_max[warp] = top; block_bad[warp] = bad; }
+    if (lane == 0) { block_top[warp] = top; block_bad[warp] = bad; }
     __syncthreads();
     if (warp == 0) {
         const int warps = blockDim.x >> 5;
-        top = lane < warps ? block_max[lane] : 0u;
+        top = lane < warps ? block_top[lane] : 0.0;
         bad = lane < warps ? block_bad[lane] : 0;
         for (int offset = 16; offset > 0; offset >>= 1) {
-            top = max(top, __shfl_xor_sync(0xffffffffu, top, offset));
+            top = fmax(top, __shfl_xor_sync(0xffffffffu, top, offset));
             bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
         }
-        if (lane == 0) { block_max[0] = top; block_bad[0] = bad; }
+        if (lane == 0) { block_top[0] = top; block_bad[0] = bad; }
     }
     __syncthreads();
     *any_bad = block_bad[0];
-    return exact_double(__uint_as_float(block_max[0]));
+    return block_top[0];
+}
+
+// Largest rebalanced |row[c]| of a line (k-index c), and its NaN/Inf flag.
+__device__ double line_max(const float* __restrict__ row, int k, const int* __restrict__ kexp,
+                           int sign, int* any_bad)
+{
+    double top = 0.0;
+    int bad = 0;
+    for (int c = threadIdx.x; c < k; c += blockDim.x) {
+        if (!finite_bits(row[c])) bad = 1;
+        top = fmax(top, fabs(rebalanced(row[c], kexp[c], sign)));
+    }
+    return block_max(top, bad, any_bad);
+}
+
+// equilibrate.k_exponents, step 1: the largest finite |x| of each column of a row-major
+// (rows, cols) matrix, as float32 magnitude bits (unsigned order is magnitude order); blocks
+// of 32 columns x 8 row strips, merged with atomicMax into a zeroed out.
+extern "C" __global__ void column_max_bits(
+    const float* __restrict__ x, long long row_stride, int rows, int cols, int rows_per_block,
+    unsigned int* __restrict__ out)
+{
+    __shared__ unsigned int part[8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
+    const int first = blockIdx.y * rows_per_block;
+    const int last = min(rows, first + rows_per_block);
+    unsigned int top = 0u;
+    if (col < cols)
+        for (int r = first + ty; r < last; r += 8) {
+            const unsigned int v = magnitude_bits(x[r * row_stride + col]);
+            if (v < 0x7f800000u) top = max(top, v);
+        }
+    part[ty][tx] = top;
+    __syncthreads();
+    if (ty == 0 && col < cols) {
+        for (int j = 1; j < 8; ++j) top = max(top, part[j][tx]);
+        atomicMax(out + col, top);
+    }
+}
+
+// ... and of each row (one block per row).
+extern "C" __global__ void row_max_bits(
+    const float* __restrict__ x, long long row_stride, int cols, unsigned int* __restrict__ out)
+{
+    const float* row = x + blockIdx.x * row_stride;
+    double top = 0.0;
+    int bad = 0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        if (finite_bits(row[c])) top = fmax(top, fabs(exact_double(row[c])));
+    top = block_max(top, bad, &bad);
+    if (threadIdx.x == 0) out[blockIdx.x] = magnitude_bits(round_to_float(top));  // exact
+}
+
+// equilibrate.k_exponents, step 2: f_q = floor(gap / 2) when the binades of A's column q and
+// B's row q lie more than IMBALANCE apart, 0 within the band, DEAD when either is all zero.
+extern "C" __global__ void k_exponents(
+    const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
+    int* __restrict__ f)
+{
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= k) return;
+    if (a_top[q] == 0u || b_top[q] == 0u) { f[q] = ${DEAD}; return; }
+    int ea, eb;
+    frexp(exact_double(__uint_as_float(a_top[q])), &ea);
+    frexp(exact_double(__uint_as_float(b_top[q])), &eb);
+    const int gap = ea - eb;
+    f[q] = abs(gap) > ${IMBALANCE} ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
 }
 
 // packer.scale_exponents: the smallest e with top < (127/128) 2^e.
@@ -144,17 +213,13 @@ __device__ __forceinline__ int fraction_bits(int slices)
     return ${FIRST_SLICE_BITS} + ${LATER_SLICE_BITS} * (slices - 1);
 }
 
-// packer.slice_rows for one value: its digits, written slot_stride bytes apart. |X| < 127 * 2^24
-// for up to 4 slices, so 32-bit integers hold it; __double2int_rn rounds half to even like rint.
-__device__ __forceinline__ int rounded_scaled(float v, int shift)
-{
-    return finite_bits(v) ? __double2int_rn(exact_double(v) * pow2(shift)) : 0;
-}
-
-__device__ __forceinline__ void write_digits(float v, int shift, int slices, int reversed,
+// packer.slice_rows for one rebalanced value: its digits, written slot_stride bytes apart.
+// |X| < 127 * 2^24 for up to 4 slices, so 32-bit integers hold it; __double2int_rn rounds half
+// to even like rint.
+__device__ __forceinline__ void write_digits(double v, int shift, int slices, int reversed,
                                              signed char* dst, long long slot_stride)
 {
-    int rest = rounded_scaled(v, shift);
+    int rest = __double2int_rn(v * pow2(shift));
     for (int i = slices - 1; i > 0; --i) {
         const int low = ((rest + ${DIGIT_HALF}) & ${DIGIT_MASK}) - ${DIGIT_HALF};
         dst[(reversed ? slices - 1 - i : i) * slot_stride] = (signed char)low;
@@ -164,11 +229,11 @@ __device__ __forceinline__ void write_digits(float v, int shift, int slices, int
 }
 
 // The same for four consecutive values, stored as one 4-byte word per slot (dst 4-aligned).
-__device__ __forceinline__ void write_digits4(const float v[4], int shift, int slices,
+__device__ __forceinline__ void write_digits4(const double v[4], int shift, int slices,
                                               int reversed, signed char* dst, long long slot_stride)
 {
     int rest[4];
-    for (int t = 0; t < 4; ++t) rest[t] = rounded_scaled(v[t], shift);
+    for (int t = 0; t < 4; ++t) rest[t] = __double2int_rn(v[t] * pow2(shift));
     for (int i = slices - 1; i >= 0; --i) {
         char4 word;
         signed char* bytes = reinterpret_cast<signed char*>(&word);
@@ -182,15 +247,16 @@ __device__ __forceinline__ void write_digits4(const float v[4], int shift, int s
     }
 }
 
+// One line per block: A's rows (sign -1) or B's columns read as rows of B^T (sign +1).
 extern "C" __global__ void pack_int8(
-    const float* __restrict__ x, long long line_stride, int k, int k_pad, int slices,
-    int reversed, signed char* __restrict__ out, int* __restrict__ exps,
-    int* __restrict__ nonfinite)
+    const float* __restrict__ x, long long line_stride, int k, int k_pad,
+    const int* __restrict__ kexp, int sign, int slices, int reversed,
+    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
     int bad;
-    const double top = line_finite_max(row, k, &bad);
+    const double top = line_max(row, k, kexp, sign, &bad);
 
     const int e = scale_exponent(top);
     if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
@@ -198,42 +264,44 @@ extern "C" __global__ void pack_int8(
     const int shift = fraction_bits(slices) - e;
     signed char* dst = out + line * (long long)slices * k_pad;
     for (int c = 4 * threadIdx.x; c < k_pad; c += 4 * blockDim.x) {  // k_pad % 16 == 0
-        float v[4];
-        for (int t = 0; t < 4; ++t) v[t] = c + t < k ? row[c + t] : 0.0f;
+        double v[4];
+        for (int t = 0; t < 4; ++t)
+            v[t] = c + t < k ? rebalanced(row[c + t], kexp[c + t], sign) : 0.0;
         write_digits4(v, shift, slices, reversed, dst + c, k_pad);
     }
 }
 
-// pack_int8 for the columns of a row-major (k, n) matrix without a transposed copy: a block
-// takes 32 columns; reads are coalesced along rows, and a shared tile turns them so the digit
-// writes run along k.
+// pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
+// k-index q: scaled by 2^f[q]): a block takes 32 columns; reads are coalesced along rows, and a
+// shared tile turns them so the digit writes run along k.
 extern "C" __global__ void pack_int8_columns(
-    const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int slices,
-    int reversed, signed char* __restrict__ out, int* __restrict__ exps,
-    int* __restrict__ nonfinite)
+    const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
+    const int* __restrict__ kexp, int slices, int reversed,
+    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
-    __shared__ float tile[32][33];
-    __shared__ unsigned int col_max[8][32];
+    __shared__ double tile[32][33];
+    __shared__ double col_max[8][32];
     __shared__ int col_bad[8][32];
     __shared__ int shift_of[32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * 32;
     const int col = col0 + tx;
 
-    unsigned int top = 0u;
+    double top = 0.0;
     int bad = 0;
     if (col < n) {
         for (int q = ty; q < k; q += 8) {
-            const unsigned int v = magnitude_bits(x[q * row_stride + col]);
-            if (v < 0x7f800000u) top = max(top, v); else bad = 1;
+            const float v = x[q * row_stride + col];
+            if (!finite_bits(v)) bad = 1;
+            top = fmax(top, fabs(rebalanced(v, kexp[q], 1)));
         }
     }
     col_max[ty][tx] = top;
     col_bad[ty][tx] = bad;
     __syncthreads();
     if (ty == 0) {
-        for (int j = 1; j < 8; ++j) { top = max(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
-        const int e = scale_exponent(exact_double(__uint_as_float(top)));
+        for (int j = 1; j < 8; ++j) { top = fmax(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
+        const int e = scale_exponent(top);
         shift_of[tx] = fraction_bits(slices) - e;
         if (col < n) { exps[col] = e; nonfinite[col] = bad; }
     }
@@ -242,7 +310,8 @@ extern "C" __global__ void pack_int8_columns(
     for (int q0 = 0; q0 < k_pad; q0 += 32) {
         for (int j = ty; j < 32; j += 8) {
             const int q = q0 + j;
-            tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
+            tile[j][tx] =
+                (q < k && col < n) ? rebalanced(x[q * row_stride + col], kexp[q], 1) : 0.0;
         }
         __syncthreads();
         for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k within the tile
@@ -256,24 +325,24 @@ extern "C" __global__ void pack_int8_columns(
     }
 }
 
-// fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT); slots
-// (hi, lo), or (lo, hi) when reversed.
+// fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT) of the
+// rebalanced values; slots (hi, lo), or (lo, hi) when reversed.
 extern "C" __global__ void pack_fp16(
-    const float* __restrict__ x, long long line_stride, int k, int k_pad, int reversed,
+    const float* __restrict__ x, long long line_stride, int k, int k_pad,
+    const int* __restrict__ kexp, int sign, int reversed,
     __half* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
     int bad;
-    const double top = line_finite_max(row, k, &bad);
+    const double top = line_max(row, k, kexp, sign, &bad);
     int e;
     frexp(top, &e);
     if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
     __half* dst = out + line * 2LL * k_pad;
     for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
-        double scaled = 0.0;
-        if (c < k && finite_bits(row[c]))
-            scaled = ldexp(exact_double(row[c]), ${ROW_TOP_EXPONENT} - e);
+        const double scaled =
+            c < k ? ldexp(rebalanced(row[c], kexp[c], sign), ${ROW_TOP_EXPONENT} - e) : 0.0;
         const __half hi = __double2half(scaled);
         const double hi_value = __half2float(hi);  // half -> float is exact and never subnormal
         const __half lo = __double2half(ldexp(scaled - hi_value, ${LO_SHIFT}));

@@ -218,3 +218,39 @@ def test_the_top_of_the_range_bit_identical(level: str) -> None:
     got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
     assert np.isfinite(expected[:3, 0]).all() and expected[3, 0] == np.inf
+
+
+# ---- wide-range data: equilibration along k, the same exponents on both backends -----------
+
+
+def wide_range_cases(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    n = 96
+    scale = np.exp2(rng.uniform(-10, 10, n)).astype(np.float32)
+    x = (rng.standard_normal((n, n)) * scale).astype(np.float32)
+    w = (rng.standard_normal((n, 12)) / scale[:, None]).astype(np.float32)
+    column = rng.standard_normal((n, n)).astype(np.float32)
+    column[:, 3] *= np.float32(1e6)
+    dead = rng.standard_normal((40, n)).astype(np.float32)
+    dead[:, 5] = np.float32(1e30)
+    b_dead = rng.standard_normal((n, 30)).astype(np.float32)
+    b_dead[5] = 0
+    return {
+        "raw-features": (x, w),
+        "outlier-column": (column, rng.standard_normal((n, 20)).astype(np.float32)),
+        "dead-k": (dead, b_dead),
+        "phi2": (make(rng, (64, n), "phi") ** 2, make(rng, (n, 48), "phi") ** 3),
+    }
+
+
+@pytest.mark.parametrize("level", [*INT8_LEVELS, "fp16"])
+@pytest.mark.parametrize("case", ["raw-features", "outlier-column", "dead-k", "phi2"])
+@pytest.mark.parametrize("b_layout", ["C", "F"])
+def test_wide_range_data_bit_identical(level: str, case: str, b_layout: str) -> None:
+    a, b = wide_range_cases(np.random.default_rng(31))[case]
+    expected = dispatch.matmul(a, b, level, backend="cpu")
+    b_dev = cp.asarray(b) if b_layout == "C" else cp.asfortranarray(cp.asarray(b))
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), b_dev, level, backend="cuda"))
+    if level == "fp16":  # FP32 accumulation in the tensor cores: close, not the same bits
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
+        return
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
