@@ -21,7 +21,7 @@ from mixpert.timing import gpu_median_seconds as median_seconds
 def int8_ceiling_ms(n: int) -> float:
     """One n^3 INT8 GEMM, contiguous TN operands, random digits."""
     rng = cp.random.default_rng(0)
-    kexp = cp.zeros(n, dtype=cp.int32)
+    kexp = cp.zeros(n + 1, dtype=cp.int32)
     a = cuda.pack_int8(rng.standard_normal((n, n), dtype=cp.float32), kexp, cuda.A_SIDE, 1, False)
     b = cuda.pack_int8(rng.standard_normal((n, n), dtype=cp.float32), kexp, cuda.B_SIDE, 1, True)
     out = cp.empty((n, n), dtype=cp.int32)

@@ -137,7 +137,8 @@ def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
 
 def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """``equilibrate.k_exponents`` on the GPU: ``a_rows`` is A with contiguous rows, ``b`` is B
-    (either layout); one read of each, no host synchronisation."""
+    (either layout); one read of each, no host synchronisation. Entry k (one past the
+    exponents) is 1 when any k-index moves or is dropped."""
     k = a_rows.shape[1]
     a_top = cp.zeros(k, dtype=cp.uint32)
     b_top = cp.zeros(k, dtype=cp.uint32)
@@ -146,7 +147,7 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
         _row_max_bits(b, b_top)
     else:
         _column_max_bits(_unit_inner(b.T), b_top)
-    f = cp.empty(k, dtype=cp.int32)
+    f = cp.zeros(k + 1, dtype=cp.int32)  # f[k]: whether any k-index moves
     if k:
         _pack_module().get_function("k_exponents")(
             (-(-k // 256),), (256,), (a_top, b_top, np.int32(k), f)

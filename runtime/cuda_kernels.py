@@ -132,15 +132,25 @@ __device__ double block_max(double top, int bad, int* any_bad)
     return block_top[0];
 }
 
-// Largest rebalanced |row[c]| of a line (k-index c), and its NaN/Inf flag.
+// Largest rebalanced |row[c]| of a line (k-index c), and its NaN/Inf flag; kexp[k] says
+// whether any k-index moves (else magnitudes compare as bits, the cheap way).
 __device__ double line_max(const float* __restrict__ row, int k, const int* __restrict__ kexp,
                            int sign, int* any_bad)
 {
     double top = 0.0;
     int bad = 0;
-    for (int c = threadIdx.x; c < k; c += blockDim.x) {
-        if (!finite_bits(row[c])) bad = 1;
-        top = fmax(top, fabs(rebalanced(row[c], kexp[c], sign)));
+    if (kexp[k]) {
+        for (int c = threadIdx.x; c < k; c += blockDim.x) {
+            if (!finite_bits(row[c])) bad = 1;
+            top = fmax(top, fabs(rebalanced(row[c], kexp[c], sign)));
+        }
+    } else {
+        unsigned int bits = 0u;
+        for (int c = threadIdx.x; c < k; c += blockDim.x) {
+            const unsigned int v = magnitude_bits(row[c]);
+            if (v < 0x7f800000u) bits = max(bits, v); else bad = 1;
+        }
+        top = exact_double(__uint_as_float(bits));
     }
     return block_max(top, bad, any_bad);
 }
@@ -175,28 +185,36 @@ extern "C" __global__ void row_max_bits(
     const float* __restrict__ x, long long row_stride, int cols, unsigned int* __restrict__ out)
 {
     const float* row = x + blockIdx.x * row_stride;
-    double top = 0.0;
+    unsigned int bits = 0u;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const unsigned int v = magnitude_bits(row[c]);
+        if (v < 0x7f800000u) bits = max(bits, v);
+    }
     int bad = 0;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
-        if (finite_bits(row[c])) top = fmax(top, fabs(exact_double(row[c])));
-    top = block_max(top, bad, &bad);
+    const double top = block_max(exact_double(__uint_as_float(bits)), 0, &bad);
     if (threadIdx.x == 0) out[blockIdx.x] = magnitude_bits(round_to_float(top));  // exact
 }
 
 // equilibrate.k_exponents, step 2: f_q = floor(gap / 2) when the binades of A's column q and
 // B's row q lie more than IMBALANCE apart, 0 within the band, DEAD when either is all zero.
+// f[k] (one past the exponents) is set to 1 when any k-index moves or is dead: the packers
+// read it once per block and, when 0, skip the rebalancing arithmetic.
 extern "C" __global__ void k_exponents(
     const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
     int* __restrict__ f)
 {
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= k) return;
-    if (a_top[q] == 0u || b_top[q] == 0u) { f[q] = ${DEAD}; return; }
-    int ea, eb;
-    frexp(exact_double(__uint_as_float(a_top[q])), &ea);
-    frexp(exact_double(__uint_as_float(b_top[q])), &eb);
-    const int gap = ea - eb;
-    f[q] = abs(gap) > ${IMBALANCE} ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
+    int fq = ${DEAD};
+    if (a_top[q] != 0u && b_top[q] != 0u) {
+        int ea, eb;
+        frexp(exact_double(__uint_as_float(a_top[q])), &ea);
+        frexp(exact_double(__uint_as_float(b_top[q])), &eb);
+        const int gap = ea - eb;
+        fq = abs(gap) > ${IMBALANCE} ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
+    }
+    f[q] = fq;
+    if (fq != 0) atomicOr(f + k, 1);
 }
 
 // packer.scale_exponents: the smallest e with top < (127/128) 2^e.
@@ -279,7 +297,8 @@ extern "C" __global__ void pack_int8_columns(
     const int* __restrict__ kexp, int slices, int reversed,
     signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
-    __shared__ double tile[32][33];
+    __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
+    __shared__ int tile_kexp[32];
     __shared__ double col_max[8][32];
     __shared__ int col_bad[8][32];
     __shared__ int shift_of[32];
@@ -289,12 +308,19 @@ extern "C" __global__ void pack_int8_columns(
 
     double top = 0.0;
     int bad = 0;
-    if (col < n) {
+    if (col < n && kexp[k]) {
         for (int q = ty; q < k; q += 8) {
             const float v = x[q * row_stride + col];
             if (!finite_bits(v)) bad = 1;
             top = fmax(top, fabs(rebalanced(v, kexp[q], 1)));
         }
+    } else if (col < n) {  // no k-index moves: magnitudes compare as bits
+        unsigned int bits = 0u;
+        for (int q = ty; q < k; q += 8) {
+            const unsigned int v = magnitude_bits(x[q * row_stride + col]);
+            if (v < 0x7f800000u) bits = max(bits, v); else bad = 1;
+        }
+        top = exact_double(__uint_as_float(bits));
     }
     col_max[ty][tx] = top;
     col_bad[ty][tx] = bad;
@@ -310,15 +336,16 @@ extern "C" __global__ void pack_int8_columns(
     for (int q0 = 0; q0 < k_pad; q0 += 32) {
         for (int j = ty; j < 32; j += 8) {
             const int q = q0 + j;
-            tile[j][tx] =
-                (q < k && col < n) ? rebalanced(x[q * row_stride + col], kexp[q], 1) : 0.0;
+            tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
         }
+        if (ty == 0) tile_kexp[tx] = q0 + tx < k ? kexp[q0 + tx] : 0;
         __syncthreads();
         for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k within the tile
             const int c = col0 + j;
             if (c < n && q0 + tx < k_pad) {
                 signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
-                write_digits(tile[tx][j], shift_of[j], slices, reversed, dst, k_pad);
+                const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
+                write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
             }
         }
         __syncthreads();
