@@ -1,0 +1,73 @@
+"""Wide-range data: the componentwise bound |C - C64| <= 2 k u |A||B| (u = 2^-24) that cuBLAS
+SGEMM and NumPy meet, on the data that defeated per-row scaling alone (issue "Numerical trust")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mixpert
+from mixpert.runtime import equilibrate
+from mixpert.testdata import gemmul8
+
+U = 2.0**-24
+
+
+def worst_ratio(a: np.ndarray, b: np.ndarray, level: str) -> float:
+    """max over entries of |C - C64| / (2 k u (|A||B|)) (0/0 counts as 0)."""
+    c = mixpert.matmul(a, b, level=level).astype(np.float64)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    err = np.abs(c - a64 @ b64)
+    bound = 2 * a.shape[1] * U * (np.abs(a64) @ np.abs(b64))
+    assert not (err[bound == 0] > 0).any()
+    return float((err[bound > 0] / bound[bound > 0]).max(initial=0.0))
+
+
+def cases(seed: int = 0, n: int = 256) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    outlier = rng.standard_normal((n, n)).astype(np.float32)
+    outlier[7, 100] = 1e6  # an LLM-style outlier activation
+    scale = np.exp2(rng.uniform(np.log2(1e-3), np.log2(1e3), n)).astype(np.float32)
+    features = (rng.standard_normal((n, n)) * scale).astype(np.float32)  # unstandardised
+    weights = (rng.standard_normal((n, 16)) / scale[:, None]).astype(np.float32)  # fitted
+    column = rng.standard_normal((n, n)).astype(np.float32)
+    column[:, 3] *= np.float32(1e6)
+    return {
+        "outlier-row": (outlier, rng.standard_normal((n, n)).astype(np.float32)),
+        "raw-features": (features, weights),
+        "outlier-column": (column, rng.standard_normal((n, n)).astype(np.float32)),
+        "1e30": (np.array([[1e30, 1]], np.float32), np.array([[0], [1]], np.float32)),
+        "phi=2": (gemmul8(np, rng, (n, n), 2.0), gemmul8(np, rng, (n, n), 2.0)),
+    }
+
+
+@pytest.mark.parametrize("level", ["IV", "V", "fp16", "auto"])
+@pytest.mark.parametrize("case", ["outlier-row", "raw-features", "outlier-column", "1e30"])
+def test_float32_grade_levels_meet_the_componentwise_bound(level: str, case: str) -> None:
+    a, b = cases()[case]
+    assert worst_ratio(a, b, level) <= 1.0
+
+
+def test_phi_2_meets_it_at_level_v_and_fp16() -> None:
+    a, b = cases()["phi=2"]
+    assert worst_ratio(a, b, "V") <= 1.0 and worst_ratio(a, b, "fp16") <= 1.0
+    # IV keeps 23 bits of each row's scale: on phi = 2 data it stays within a few bound units
+    # (measured 3.5 at n = 256), which README states; the raw-feature failure (120x) is gone.
+    assert worst_ratio(a, b, "IV") <= 8.0
+
+
+def test_the_measured_before_cases_improved() -> None:
+    """The issue's figures: 1.7e-2 (raw features, IV) and 0 for [[1e30, 1]] @ [[0], [1]] at V."""
+    a, b = cases()["raw-features"]
+    c = mixpert.matmul(a, b, level="IV").astype(np.float64)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 2e-6
+    one = mixpert.matmul(*cases()["1e30"], level="V")
+    assert one[0, 0] == 1.0
+
+
+def test_narrow_data_moves_no_k_index() -> None:
+    rng = np.random.default_rng(3)
+    for phi in (0.0, 0.5, 1.0):
+        a, b = gemmul8(np, rng, (512, 512), phi), gemmul8(np, rng, (512, 512), phi)
+        assert (equilibrate.k_exponents(a, b) == 0).all(), phi
