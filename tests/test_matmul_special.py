@@ -190,3 +190,11 @@ def test_true_overflows_still_give_inf(name: str) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         c = mixpert.matmul(a, b, level=name)
     assert c[0, 0] == -np.inf and c[1, 0] == np.inf and c[2, 0] == np.inf
+
+
+@pytest.mark.parametrize("name", NO_TF32)
+def test_an_overflow_behind_a_larger_row_maximum_gives_inf(name: str) -> None:
+    a = np.array([[1e38, 1e30]], np.float32)
+    for b in (np.array([[0], [1e30]], np.float32), np.array([[1], [1e30]], np.float32)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            assert mixpert.matmul(a, b, level=name)[0, 0] == np.inf
