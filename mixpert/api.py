@@ -48,12 +48,19 @@ def tune(
     candidates: Sequence[str] = tuner.DEFAULT_CANDIDATES,
     on_run: Callable[[], None] | None = None,
     measure: bool | None = None,
+    margin: float = tuner.DEFAULT_MARGIN,
+    validation: Sequence[Sequence[Any]] = (),
 ) -> Plan:
     """Tune ``func`` (plain or ``mixpert.jit``-ed) on representative ``args``; return a Plan.
 
     Greedy per-op levels (MixPert 3.4; see ``mixpert.tuner``) so that the output error against
-    float64 stays within ``tol``. ``measure``: also time the plan against all native float32
-    (default: only on a GPU, where it means something).
+    float64 stays within ``tol``: within ``margin * tol`` on ``args`` (room for inputs the
+    tuner does not see) and within tol on each input of ``validation`` (the worst is the plan's
+    ``held_out_error``). ``measure``: also time the plan against all native float32 (default:
+    only on a GPU, where it means something).
     """
     jitted = func if isinstance(func, MixpertFunction) else jit(func)
-    return tuner.tune(jitted, args, tol, candidates=candidates, on_run=on_run, measure=measure)
+    return tuner.tune(
+        jitted, args, tol, candidates=candidates, on_run=on_run, measure=measure,
+        margin=margin, validation=validation,
+    )  # fmt: skip

@@ -175,9 +175,12 @@ def plan_summary(plan: Plan) -> str:
     speed = f"predicted speedup over fp32: {plan.predicted_speedup:.2f}x"
     if plan.measured_speedup is not None:
         speed += f", measured {plan.measured_speedup:.2f}x"
+    held_out = (
+        f", on held-out inputs {plan.held_out_error:.2e}" if plan.held_out_error is not None else ""
+    )
     text = (
-        f"{speed}; measured error {plan.error:.2e} (tol {plan.tol:g}); "
-        f"{plan.profiling_runs} profiling runs"
+        f"{speed}; measured error {plan.error:.2e} (tol {plan.tol:g}, tuned within "
+        f"{plan.margin:g} tol){held_out}; {plan.profiling_runs} profiling runs"
     )
     if not plan.met_tol:
         text += "\n[red]tol is tighter than the most accurate level reaches[/red]"

@@ -113,6 +113,8 @@ class Plan:
     profiling_runs: int = 0
     ops: list[OpReport] = field(default_factory=list)
     op_sources: dict[str, str] = field(default_factory=dict)  # op id -> source hash
+    margin: float = 1.0  # moves were kept within margin * tol on the tuning inputs
+    held_out_error: float | None = None  # worst error on validation inputs, when given
 
     def __post_init__(self) -> None:
         for level in self.levels.values():

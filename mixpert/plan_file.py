@@ -81,6 +81,8 @@ PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "profiling_runs": _COUNT,
     "ops": _rule(lambda v: isinstance(v, list), "a list of objects"),
     "op_sources": _SOURCES,
+    "margin": _rule(lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
+    "held_out_error": _rule(lambda v: v is None or _number(v), "a number or null"),
 }
 REQUIRED = ("levels", "function", "op_hash", "signature", "device", "tol", "error",
             "predicted_speedup")  # fmt: skip

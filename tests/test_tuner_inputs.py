@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from tuner_functions import rbf_inputs, rbf_predict, subspace_inputs, subspace_iteration
 
 import mixpert
+from mixpert.metrics import output_error, reference_outputs
 
 
 def sgd_step(w, x, y, lr):  # an in-place update, as training code writes it
@@ -54,3 +57,35 @@ def test_tune_leaves_its_arguments_alone_and_counts_written_ones() -> None:
     assert not coarse.met_tol and coarse.error > 1e-6
     exact = mixpert.tune(sgd_update, (w, x, y, lr), tol=1e-6, candidates=("fp64",))
     assert exact.met_tol and np.array_equal(w, before[0])
+
+
+# ---- tuned plans hold on inputs the tuner did not see ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("func", "make"), [(subspace_iteration, subspace_inputs), (rbf_predict, rbf_inputs)]
+)
+def test_default_plans_hold_on_fresh_inputs(func, make) -> None:
+    tol = 1e-4
+    jitted = mixpert.jit(func)
+    plan = mixpert.tune(jitted, make(np.random.default_rng(0)), tol=tol)
+    assert plan.margin == 0.25 and plan.error <= 0.25 * tol
+    run = jitted.with_plan(plan)
+    ratios = []
+    for seed in range(1, 11):
+        args = make(np.random.default_rng(seed))
+        ratios.append(output_error(run(*args), reference_outputs(func, args)) / tol)
+    assert np.mean(np.array(ratios) <= 1) >= 0.95 and max(ratios) <= 1.2
+
+
+def test_validation_inputs_tighten_the_plan_and_are_recorded() -> None:
+    jitted = mixpert.jit(rbf_predict)
+    tol = 1e-4
+    fresh = [rbf_inputs(np.random.default_rng(seed)) for seed in (5, 6, 7)]
+    plan = mixpert.tune(jitted, rbf_inputs(np.random.default_rng(0)), tol=tol, margin=1.0,
+                        validation=fresh)  # fmt: skip
+    assert plan.held_out_error is not None and plan.held_out_error <= tol
+    loose = mixpert.tune(jitted, rbf_inputs(np.random.default_rng(0)), tol=tol, margin=1.0)
+    assert loose.held_out_error is None
+    with pytest.raises(ValueError, match="margin"):
+        mixpert.tune(jitted, fresh[0], tol=tol, margin=1.5)

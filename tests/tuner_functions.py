@@ -38,3 +38,31 @@ def cholesky3(a, b):  # right-looking blocked Cholesky, 3 x 3 blocks of size b: 
 def spd_inputs(rng: np.random.Generator, n: int = 96) -> tuple[np.ndarray, int]:
     m = rng.standard_normal((n, n))
     return (m @ m.T / n + np.eye(n)).astype(np.float32), n // 3
+
+
+def subspace_iteration(a, q, steps):  # 2 ops in a loop: block power method with Rayleigh-Ritz
+    for _ in range(steps):
+        z = a @ q
+        q, _ = np.linalg.qr(z)
+    return q.T @ (a @ q)
+
+
+def subspace_inputs(rng: np.random.Generator, n: int = 192, block: int = 8):
+    u, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    spectrum = np.exp(-np.arange(n) / (n / 8)) * rng.uniform(0.5, 1.5, n)
+    a = ((u * spectrum) @ u.T).astype(np.float32)
+    return a, rng.standard_normal((n, block)).astype(np.float32), 6
+
+
+def rbf_predict(x, centres, weights, gamma):  # kernel regression: distances by GEMM
+    t = x.dtype.type
+    sq = (x * x).sum(axis=1).reshape(-1, 1) + (centres * centres).sum(axis=1).reshape(1, -1)
+    d2 = np.maximum(sq - t(2) * (x @ centres.T), t(0))
+    return np.exp(-t(gamma) * d2) @ weights
+
+
+def rbf_inputs(rng: np.random.Generator, n: int = 256, d: int = 32, centres: int = 128):
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    c = rng.standard_normal((centres, d)).astype(np.float32)
+    w = rng.standard_normal((centres, 4)).astype(np.float32)
+    return x, c, w, 1.0 / d
