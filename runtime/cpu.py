@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import equilibrate, fp16split, packer
+from . import equilibrate, fp16split, packer, workspace
 from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 from .nonfinite import nonfinite_lines, patch_nonfinite
@@ -30,12 +30,13 @@ def round_to_tf32(x: np.ndarray) -> np.ndarray:
 
 
 def exact_class_sums(
-    a_digits: np.ndarray, b_digits: np.ndarray, level: Level
+    a_digits: np.ndarray, b_digits: np.ndarray, level: Level, k_block: int | None = None
 ) -> dict[int, np.ndarray]:
-    """S_g for each weight class g: exact integer sums (as float64) of a_i @ b_j^T, i + j = g."""
+    """S_g for each weight class g: exact integer sums (as float64) of a_i @ b_j^T, i + j = g,
+    k cut into blocks of at most ``k_block`` (exact in any blocking)."""
     _, m, k = a_digits.shape
     n = b_digits.shape[1]
-    block = float64_k_block(level)
+    block = min(float64_k_block(level), k_block or k or 1)
     sums = {g: np.zeros((m, n), dtype=np.float64) for g in level.groups}
     for start in range(0, k, block):
         stop = min(start + block, k)
@@ -47,13 +48,35 @@ def exact_class_sums(
 
 
 def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
-    a, b = equilibrate.rebalance(a, b, equilibrate.k_exponents(a, b))
-    row_exp = packer.scale_exponents(a, axis=1)
-    col_exp = packer.scale_exponents(b, axis=0)
-    a_digits = packer.slice_rows(a, row_exp, level.a_slices)
-    b_digits = packer.slice_columns(b, col_exp, level.b_slices)
-    k_slack = a.shape[1] * overflow_slack(level)
-    return combine(exact_class_sums(a_digits, b_digits, level), row_exp, col_exp, k_slack)
+    """Equilibrate, slice B whole (in column blocks), then A in row blocks: each block's digits,
+    exact class sums (k blocks) and combine. Blocks change no bit (sums are exact); they keep
+    the workspace near the operands' and output's bytes (``workspace``)."""
+    m, k = a.shape
+    n = b.shape[1]
+    budget = workspace.block_budget(m, k, n)
+    workspace.check_fits(level, m, k, n, workspace.cpu_bytes(level, m, k, n),
+                         workspace.available_host_bytes(), "host")  # fmt: skip
+    f = equilibrate.k_exponents(a, b)
+    col_exp = np.empty(n, dtype=np.int32)
+    b_digits = np.empty((level.b_slices, n, k), dtype=np.int8)
+    cols = max(1, budget // (workspace.FLOAT64_TEMPORARIES * k))
+    for c0 in range(0, n, cols):
+        block = equilibrate.rebalance_b(b[:, c0 : c0 + cols], f)
+        col_exp[c0 : c0 + cols] = packer.scale_exponents(block, axis=0)
+        b_digits[:, c0 : c0 + cols] = packer.slice_columns(
+            block, col_exp[c0 : c0 + cols], level.b_slices
+        )
+    k_slack = k * overflow_slack(level)
+    rows = workspace.rows_per_block(k, n, budget)
+    k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
+    out = np.empty((m, n), dtype=np.float32)
+    for r0 in range(0, m, rows):
+        block = equilibrate.rebalance_a(a[r0 : r0 + rows], f)
+        row_exp = packer.scale_exponents(block, axis=1)
+        a_digits = packer.slice_rows(block, row_exp, level.a_slices)
+        sums = exact_class_sums(a_digits, b_digits, level, k_block)
+        out[r0 : r0 + rows] = combine(sums, row_exp, col_exp, k_slack)
+    return out
 
 
 def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from . import fp16split
+from . import fp16split, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
 from .levels import LEVELS, Kind, Level
@@ -488,5 +488,10 @@ def matmul(a: Any, b: Any, level: Level) -> Any:
     m, k = a.shape
     n = b.shape[1]
     empty = m == 0 or n == 0 or k == 0
+    if level.emulated and not empty:
+        long_k = _padded(k) > int32_k_block(level) if level.kind == "int8" else False
+        needed = workspace.gpu_bytes(level, m, k, n, _padded(k), long_k)
+        free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
+        workspace.check_fits(level, m, k, n, needed, free, "GPU")
     c = cp.zeros((m, n), dtype=cp.float32) if empty else product(a, b, level)
     return cp.asnumpy(c) if host else c

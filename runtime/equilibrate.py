@@ -39,10 +39,23 @@ def k_exponents(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def rebalance(a: np.ndarray, b: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A 2^-f and 2^f B as float64 (exact), dead k-indices zeroed (non-finite entries kept)."""
+    return rebalance_a(a, f), rebalance_b(b, f)
+
+
+def rebalance_a(a: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Rows of A (any subset of them): A 2^-f as float64, dead k-indices zeroed."""
+    return _scaled(a, f, -1, axis=1)
+
+
+def rebalance_b(b: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Columns of B (any subset of them): 2^f B as float64, dead k-indices zeroed."""
+    return _scaled(b.T, f, 1, axis=1).T
+
+
+def _scaled(x: np.ndarray, f: np.ndarray, sign: int, axis: int) -> np.ndarray:
     dead = f == DEAD
-    shift = np.where(dead, 0, f).astype(np.int64)
-    a64 = np.ldexp(a.astype(np.float64), -shift[None, :])
-    b64 = np.ldexp(b.astype(np.float64), shift[:, None])
-    a64[:, dead] = np.where(np.isfinite(a64[:, dead]), 0.0, a64[:, dead])
-    b64[dead, :] = np.where(np.isfinite(b64[dead, :]), 0.0, b64[dead, :])
-    return a64, b64
+    shift = np.where(dead, 0, sign * f.astype(np.int64))
+    out = np.ldexp(x.astype(np.float64), shift[None, :])
+    if dead.any():
+        out[:, dead] = np.where(np.isfinite(out[:, dead]), 0.0, out[:, dead])
+    return out

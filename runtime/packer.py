@@ -55,11 +55,12 @@ def digit_bound(slice_index: int) -> int:
 
 
 def finite_abs_max(x: np.ndarray, axis: int) -> np.ndarray:
-    """Largest finite |x| along ``axis``, as float64 (0 where a line has none)."""
-    magnitude = np.where(np.isfinite(x), np.abs(x), 0).astype(np.float64)
+    """Largest finite |x| along ``axis``, as float64 (0 where a line has none); the temporary
+    keeps ``x``'s dtype (|x| is exact in it)."""
     if x.shape[axis] == 0:
         return np.zeros(x.shape[1 - axis], dtype=np.float64)
-    return magnitude.max(axis=axis)
+    magnitude = np.where(np.isfinite(x), np.abs(x), x.dtype.type(0))
+    return magnitude.max(axis=axis).astype(np.float64)
 
 
 def binade_exponents(x: np.ndarray, axis: int) -> np.ndarray:

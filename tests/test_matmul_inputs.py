@@ -130,3 +130,33 @@ def test_inputs_are_not_modified() -> None:
     for name in ALL_LEVELS:
         mixpert.matmul(a, b, level=name)
     assert np.array_equal(a, a_copy, equal_nan=True) and np.array_equal(b, b_copy)
+
+
+# ---- workspace --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("level", ["IV", "V"])
+@pytest.mark.parametrize("shape", [(384, 384, 384), (128, 1536, 128), (1024, 128, 48)])
+def test_cpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None:
+    import tracemalloc
+
+    m, k, n = shape
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        mixpert.matmul(a, b, level=level)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 4 * (a.nbytes + b.nbytes + 4 * m * n)
+
+
+def test_a_product_that_cannot_fit_is_refused_before_allocating(monkeypatch) -> None:
+    from mixpert.runtime import workspace
+
+    monkeypatch.setattr(workspace, "available_host_bytes", lambda: 1_000_000)
+    a = np.ones((300, 400), np.float32)
+    with pytest.raises(MemoryError, match=r"level IV: a \(300 x 400\) @ \(400 x 200\) product"):
+        mixpert.matmul(a, np.ones((400, 200), np.float32), level="IV")

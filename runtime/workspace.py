@@ -1,0 +1,63 @@
+"""How much memory one emulated product may take, and the refusal when it cannot fit.
+
+The CPU oracle packs B whole (its INT8 digits: at most the bytes of B as float32) and works
+through A in row blocks and k blocks whose float64 and int64 temporaries stay within
+``block_budget``: the bytes of the operands and the output. The whole call then needs about
+3x the operands and output (the digits, one block, the result), below the 4x the contract
+allows. A product whose workspace does not fit in the memory available is refused with a
+MemoryError naming the level, the shape and the bytes, before anything is allocated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .levels import Level
+
+FLOAT64_TEMPORARIES = 40  # bytes per entry of a block: float64 copy, ldexp, int64 digits, ...
+
+
+def block_budget(m: int, k: int, n: int) -> int:
+    """Bytes one block's temporaries may take: those of the float32 operands and output."""
+    return 4 * (m * k + k * n + m * n)
+
+
+def rows_per_block(k: int, n: int, budget: int) -> int:
+    """Rows of A whose slicing temporaries and class sums (up to 4 float64 classes) fit."""
+    return max(1, budget // (FLOAT64_TEMPORARIES * k + 32 * n))
+
+
+def cpu_bytes(level: Level, m: int, k: int, n: int) -> int:
+    """Workspace of one CPU product: B's digits, one block's temporaries, the result."""
+    return level.b_slices * n * k + 2 * block_budget(m, k, n) + 4 * m * n
+
+
+def gpu_bytes(level: Level, m: int, k: int, n: int, k_pad: int, long_k: bool) -> int:
+    """Workspace of one CUDA product: packed A and B, the class sums, the result."""
+    slots_a, slots_b = (2, 2) if level.kind == "fp16" else (level.a_slices, level.b_slices)
+    item = 2 if level.kind == "fp16" else 1
+    classes = 2 if level.kind == "fp16" else len(level.groups)
+    sums = classes * m * n * (8 if long_k else 4) + (4 * m * n if long_k else 0)
+    return item * k_pad * (slots_a * m + slots_b * n) + sums + 4 * m * n + 16 * k
+
+
+def available_host_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where it cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_fits(level: Level, m: int, k: int, n: int, needed: int, available: int | None,
+               where: str) -> None:  # fmt: skip
+    """MemoryError naming the level, the shape and the bytes when ``needed`` > ``available``."""
+    if available is not None and needed > available:
+        raise MemoryError(
+            f"level {level.name}: a ({m} x {k}) @ ({k} x {n}) product needs about {needed:,} bytes "
+            f"of {where} workspace; {available:,} are available (use a smaller product, a "
+            "native level, or split the operands)"
+        )
