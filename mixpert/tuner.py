@@ -85,7 +85,10 @@ def pareto_levels(ladder: Iterable[Level] = LADDER) -> tuple[str, ...]:
     return tuple(front)
 
 
-DEFAULT_CANDIDATES = pareto_levels()  # tf32, I, T6, IV, V, fp64
+# The Pareto front (tf32, I, T6, IV, V, fp64) and fp16: dearer than V under the GPU cost model,
+# but per-entry exponents resolve data whose lines span more binades than V's 31 bits, and on
+# the CPU it sums in float64 (8e-8); the tuner's measurements decide.
+DEFAULT_CANDIDATES = (*pareto_levels(), "fp16")
 
 
 # --- profiling -------------------------------------------------------------------------------

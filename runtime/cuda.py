@@ -24,11 +24,17 @@ from cupy.cuda import cublas
 
 from . import fp16split, workspace
 from .combine import int32_k_block, overflow_slack
-from .cuda_kernels import COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
+from .cuda_kernels import ACCUMULATE, COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
 from .levels import LEVELS, Kind, Level
 from .packer import pair_exponent
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
+# k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product). Measured on the
+# H100 (benchmarks/results/NVIDIA-H100-80GB-HBM3/fp16-k-blocks.md, n = 4096 / 8192): the error
+# grows with the block, 6.5e-7 at 512 (0.71 / 0.85x SGEMM), 1.3e-6 at 1024 (1.10 / 1.38x),
+# 2.5e-6 at 2048, 9.7e-6 unblocked at n = 8192 (3.3x); SGEMM 1.1e-6 / 1.6e-6. 1024 keeps the
+# level near SGEMM's error and still faster; level IV is both more accurate and faster there.
+FP16_K_BLOCK = 1024
 GEMM_ROW_BLOCK = 4096
 PACK_THREADS = 256
 COMBINE_THREADS = 256
@@ -397,21 +403,35 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
     return stages
 
 
-def fp16_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """``fp16split``: hh and the two cross products (one GEMM over [hi|lo] x [lo|hi])."""
+def fp16_product(a: cp.ndarray, b: cp.ndarray, k_block: int | None = None) -> cp.ndarray:
+    """``fp16split``: hh and the two cross products. The tensor cores accumulate in FP32, so k
+    runs in blocks of ``k_block`` (default ``FP16_K_BLOCK``; LE-GEMM's blockwise accumulation):
+    each block's FP32 sums are added exactly into float64 ones."""
     m, n = a.shape[0], b.shape[1]
     a_rows = _unit_inner(a)
     kexp = k_exponents(a_rows, b)
     a_pack = pack_fp16(a_rows, kexp, A_SIDE, reversed_slots=False)  # slots (hi, lo)
     b_pack = pack_fp16(_unit_inner(b.T), kexp, B_SIDE, reversed_slots=True)  # slots (lo, hi)
-    sums = cp.empty((2, m, n), dtype=cp.float32)
-    gemm_tn(a_pack, 0, b_pack, 1, a_pack.k_pad, sums[0])  # hi_a hi_b
-    gemm_tn(a_pack, 0, b_pack, 0, 2 * a_pack.k_pad, sums[1])  # hi_a lo_b + lo_a hi_b
+    k_pad = a_pack.k_pad
+    block = k_block or FP16_K_BLOCK
     slack = overflow_slack(LEVELS["fp16"])
-    return _combine(
-        "combine_float32", sums, 0, fp16split.LO_SHIFT, -fp16split.SCALE_BACK, slack,
-        a_pack, b_pack, a, b,
-    )  # fmt: skip
+    offsets = (0, fp16split.LO_SHIFT, -fp16split.SCALE_BACK, slack, a_pack, b_pack, a, b)
+    if k_pad <= block:
+        sums = cp.empty((2, m, n), dtype=cp.float32)
+        gemm_tn(a_pack, 0, b_pack, 1, k_pad, sums[0])  # hi_a hi_b
+        gemm_tn(a_pack, 0, b_pack, 0, 2 * k_pad, sums[1])  # hi_a lo_b + lo_a hi_b, one GEMM
+        return _combine("combine_float32", sums, *offsets)
+    block -= block % K_ALIGN
+    total = cp.zeros((2, m, n), dtype=cp.float64)
+    part = cp.empty((2, m, n), dtype=cp.float32)
+    add = _conversion(ACCUMULATE, "mixpert_accumulate")
+    for start in range(0, k_pad, block):
+        depth = min(block, k_pad - start)
+        gemm_tn(a_pack, 0, b_pack, 1, depth, part[0], start)  # hi_a hi_b
+        gemm_tn(a_pack, 0, b_pack, 0, depth, part[1], start)  # hi_a lo_b
+        gemm_tn(a_pack, 1, b_pack, 1, depth, part[1], start, accumulate=True)  # + lo_a hi_b
+        add(part, total)
+    return _combine("combine_float64", total, *offsets)
 
 
 def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:

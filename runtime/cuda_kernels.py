@@ -442,3 +442,4 @@ def render(source: str) -> str:
 WIDEN = ("float32 x", "float64 y", "y = exact_double(x)")
 NARROW = ("float64 d", "float32 y", "y = canonical(d)")
 ROUND = ("float64 d", "float32 y", "y = round_to_float(d)")  # float64 operands -> float32
+ACCUMULATE = ("float32 x", "float64 total", "total = total + exact_double(x)")  # FP16 k blocks
