@@ -44,7 +44,8 @@ class OpRow:
     level: str  # the plan's level for the op ("auto" included)
     shapes: tuple[tuple[int, int, int], ...] = ()
     predicted_cost: float | None = None  # sum of 2mkn x level.relative_cost (INT8-GEMM op units)
-    ran: tuple[str, ...] = ()  # per call: "IV on cuda", the concrete level and the backend
+    ran: tuple[str, ...] = ()  # per call: "IV on cuda[, 3 k rebalanced]": what ran, and the
+    # k-indices equilibration moved for wide-range data
 
     @property
     def ran_at(self) -> str:
@@ -146,7 +147,8 @@ def inspect(
                 reraise_pending(relay)
         for call in calls:
             shapes.setdefault(call.op_id, []).append(call.shape)
-            ran.setdefault(call.op_id, []).append(f"{call.level} on {call.backend}")
+            moved = f", {call.rebalanced_k} k rebalanced" if call.rebalanced_k else ""
+            ran.setdefault(call.op_id, []).append(f"{call.level} on {call.backend}{moved}")
     rows = []
     for op in sorted(summary.ops.values(), key=lambda o: (o.file, o.line, o.ordinal)):
         level = active.level_of(op_index(op.op_id))

@@ -161,6 +161,12 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return f
 
 
+def rebalanced_k(a: Any, b: Any) -> int:
+    """k-indices ``k_exponents`` moves or drops (brings one number to the host)."""
+    f = k_exponents(_unit_inner(_as_float32(cp.asarray(a))), _as_float32(cp.asarray(b)))
+    return int(cp.count_nonzero(f[:-1]))
+
+
 def pack_int8(
     lines: cp.ndarray, kexp: cp.ndarray, side: int, slices: int, reversed_slots: bool
 ) -> PackedOperand:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import cpu, device
+from . import cpu, device, equilibrate
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
 from .validation import check_pair
@@ -101,3 +101,16 @@ def choose_backend(a: Any, b: Any, backend: Backend) -> str:
     m, k = a.shape
     large = 2 * m * k * b.shape[1] >= OFFLOAD_MIN_FLOPS
     return "cuda" if large and device.gpu_available() else "cpu"
+
+
+def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:
+    """How many k-indices equilibration moves or drops in this product (0 at native levels):
+    what inspection reports as the wide-range lines handled."""
+    if not get_level(level).emulated:
+        return 0
+    if device.is_cupy_array(a) or device.is_cupy_array(b):
+        from . import cuda
+
+        return cuda.rebalanced_k(a, b)
+    a32 = np.asarray(a).astype(np.float32, copy=False)
+    return int(np.count_nonzero(equilibrate.k_exponents(a32, np.asarray(b).astype(np.float32))))

@@ -71,3 +71,18 @@ def test_narrow_data_moves_no_k_index() -> None:
     for phi in (0.0, 0.5, 1.0):
         a, b = gemmul8(np, rng, (512, 512), phi), gemmul8(np, rng, (512, 512), phi)
         assert (equilibrate.k_exponents(a, b) == 0).all(), phi
+
+
+def test_inspection_reports_the_k_indices_rebalanced() -> None:
+    a, b = cases()["raw-features"]
+
+    def predict(x, w):
+        return x @ w
+
+    f = mixpert.jit(predict, plan={"predict:0": "IV"})
+    with mixpert.record() as calls:
+        f(a, b)
+    moved = int(np.count_nonzero(equilibrate.k_exponents(a, b)))
+    assert moved > 0 and calls[0].rebalanced_k == moved
+    row = mixpert.inspect(f, a, b).ops[0]
+    assert row.ran_at == f"IV on cpu, {moved} k rebalanced"

@@ -103,7 +103,9 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
-    record(CallRecord(op_index, m, k, n, level.name, time.perf_counter() - start, backend))
+    seconds = time.perf_counter() - start
+    moved = dispatch.rebalanced_k(a, b, level) if recording() else 0
+    record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved))
     return result
 
 

@@ -53,6 +53,7 @@ class CallRecord:
     level: str  # the level that ran ("auto" resolved)
     seconds: float
     backend: str = ""  # "cpu" or "cuda"
+    rebalanced_k: int = 0  # k-indices equilibration moved or dropped (wide-range data)
 
     @property
     def shape(self) -> tuple[int, int, int]:
