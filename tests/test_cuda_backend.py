@@ -254,3 +254,9 @@ def test_wide_range_data_bit_identical(level: str, case: str, b_layout: str) -> 
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
         return
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_the_rebalanced_k_count_is_the_cpu_one() -> None:
+    a, b = wide_range_cases(np.random.default_rng(31))["raw-features"]
+    cpu_count = dispatch.rebalanced_k(a, b, "IV")
+    assert cpu_count > 0 and dispatch.rebalanced_k(cp.asarray(a), cp.asarray(b), "IV") == cpu_count
