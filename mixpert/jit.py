@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
 
 import networkx as nx
 from numba.core import types
@@ -26,7 +26,7 @@ from numba.core.compiler_lock import global_compiler_lock
 
 from .execution import ActivePlan, MixpertRuntimeError, activate, reraise_pending
 from .passes import callees
-from .passes.dispatcher import MixpertDispatcher, make_dispatcher
+from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
 from .passes.sites import OpInfo
 from .plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .plan_lookup import OnMissing, PlanBook
@@ -51,6 +51,7 @@ class MixpertFunction(Generic[P, R]):
         cache: bool = False,
         options: dict[str, Any] | None = None,
         plan_book: PlanBook | None = None,
+        scalar_rules: ScalarRules = "numpy",
         _dispatchers: dict[str, MixpertDispatcher] | None = None,
     ):
         functools.update_wrapper(self, py_func)
@@ -60,6 +61,9 @@ class MixpertFunction(Generic[P, R]):
         self.cache = cache
         self.options = dict(options or {})
         self.plan_book = plan_book
+        if scalar_rules not in get_args(ScalarRules):
+            raise ValueError(f"scalar_rules={scalar_rules!r}: use 'numpy' (NEP 50) or 'numba'")
+        self.scalar_rules = scalar_rules
         self._dispatchers = {} if _dispatchers is None else _dispatchers
         self._resolved: tuple[Any, ActivePlan] | None = None  # last plan from the book
         self.plan = plan
@@ -104,6 +108,7 @@ class MixpertFunction(Generic[P, R]):
             plan=plan,
             cache=self.cache,
             options=self.options,
+            scalar_rules=self.scalar_rules,
             _dispatchers=self._dispatchers,
         )
 
@@ -115,7 +120,9 @@ class MixpertFunction(Generic[P, R]):
                 disp = self._dispatchers.get(mode)
                 if disp is None:
                     cache = self.cache and mode == "nopython"
-                    disp = make_dispatcher(self.py_func, mode, self.options, cache=cache)
+                    disp = make_dispatcher(
+                        self.py_func, mode, self.options, cache, self.scalar_rules
+                    )
                     self._dispatchers[mode] = disp
         return disp
 
@@ -176,6 +183,7 @@ def jit(
     on_missing: OnMissing | None = None,
     default_level: str = NATIVE_LEVEL,
     cache: bool = False,
+    scalar_rules: ScalarRules = "numpy",
     **options: Any,
 ) -> MixpertFunction[P, R]: ...
 
@@ -190,6 +198,7 @@ def jit(
     on_missing: OnMissing | None = None,
     default_level: str = NATIVE_LEVEL,
     cache: bool = False,
+    scalar_rules: ScalarRules = "numpy",
     **options: Any,
 ) -> Callable[[Callable[P, R]], MixpertFunction[P, R]]: ...
 
@@ -203,6 +212,7 @@ def jit(
     on_missing: OnMissing | None = None,
     default_level: str = NATIVE_LEVEL,
     cache: bool = False,
+    scalar_rules: ScalarRules = "numpy",
     **options: Any,
 ) -> MixpertFunction[P, R] | Callable[[Callable[P, R]], MixpertFunction[P, R]]:
     """Compile ``func`` with Numba (nopython) so its matmuls run on the mixpert runtime.
@@ -213,12 +223,18 @@ def jit(
     it is read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and
     ``on_missing`` ("tune", "default": every op at ``default_level``, "raise") says what happens
     when none matches; see ``mixpert.plan_lookup``. ``cache=True`` caches the compiled code on
-    disk, apart from plain Numba's entries. Other keywords go to Numba (``fastmath``,
-    ``boundscheck``, ...). Use as ``@mixpert.jit`` or ``@mixpert.jit(...)``.
+    disk, apart from plain Numba's entries. ``scalar_rules``: "numpy" (default) types Python
+    number literals combined with float32 operands as NumPy 2 does (NEP 50: ``x * 0.5`` stays
+    float32; ``passes.scalar_rules``), "numba" keeps Numba's promotion to float64. Other
+    keywords go to Numba (``fastmath``, ``boundscheck``, ...). Use as ``@mixpert.jit`` or
+    ``@mixpert.jit(...)``.
     """
 
     def wrap(f: Callable[P, R]) -> MixpertFunction[P, R]:
         book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level)
-        return MixpertFunction(f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book)
+        return MixpertFunction(
+            f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book,
+            scalar_rules=scalar_rules,
+        )  # fmt: skip
 
     return wrap if func is None else wrap(func)

@@ -8,9 +8,9 @@ Python on float64 copies for the reference. So sample code:
 
 - creates arrays only from arguments (``np.zeros_like(a)``, ``a.copy()``), never from shapes alone:
   ``np.zeros((n, n))`` would be a NumPy array beside CuPy operands;
-- never hard-codes float32: the float64 reference runs the same code (use ``x.dtype``), and
-  types its constants (``t = x.dtype.type; t(0.5) * x``): Numba computes float32 x Python float
-  in float64, and a float64 operand is not emulated;
+- never hard-codes float32: the float64 reference runs the same code (use ``x.dtype``); Python
+  literals are fine (``mixpert.jit`` keeps ``0.5 * x`` float32, as NumPy 2 does), Python float
+  *arguments* are not (Numba makes them float64): type them (``t = x.dtype.type; t(alpha)``);
 - avoids ``min``/``max``/``mean`` with ``axis=`` (Numba lacks them): ``argmin`` +
   ``take_along_axis`` and ``sum(axis=...) / n`` do the same.
 

@@ -7,14 +7,14 @@ mixpert's code, nor mixpert plain Numba's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
 from .callees import Mode, python_function
-from .pipeline import MixpertCompiler, MixpertObjectCompiler
+from .pipeline import MixpertCompiler, MixpertObjectCompiler, NumbaRulesCompiler
 
 CACHE_VERSION = "mixpert-passes-1"
 
@@ -44,8 +44,15 @@ class MixpertObjectDispatcher(MixpertDispatcher):
     mixpert_mode: Mode = "object"
 
 
+ScalarRules = Literal["numpy", "numba"]
+
+
 def make_dispatcher(
-    py_func: Any, mode: Mode, options: dict[str, Any] | None = None, cache: bool = False
+    py_func: Any,
+    mode: Mode,
+    options: dict[str, Any] | None = None,
+    cache: bool = False,
+    scalar_rules: ScalarRules = "numpy",
 ) -> MixpertDispatcher:
     options = {k: v for k, v in (options or {}).items() if k not in ("cache", "forceobj")}
     if mode == "object":
@@ -55,7 +62,8 @@ def make_dispatcher(
         )
     else:
         options["nopython"] = True
-        disp = MixpertDispatcher(py_func, targetoptions=options, pipeline_class=MixpertCompiler)
+        compiler = MixpertCompiler if scalar_rules == "numpy" else NumbaRulesCompiler
+        disp = MixpertDispatcher(py_func, targetoptions=options, pipeline_class=compiler)
     if cache:
         disp.enable_caching()
     return disp

@@ -3,7 +3,8 @@
 nopython (NumPy operands)::
 
     ... untyped passes ... reconstruct_ssa
-    mixpert-find-matmul-sites  mixpert-gemm-graph  mixpert-retarget-callees  mixpert-rewrite-matmul
+    mixpert-numpy-scalar-rules  mixpert-find-matmul-sites  mixpert-gemm-graph
+    mixpert-retarget-callees  mixpert-rewrite-matmul
     ... typed passes, lowering ... nopython_backend
     mixpert-check-llvm-gemm
 
@@ -39,11 +40,19 @@ from .find_matmul import FindMatmulSites
 from .gemm_graph import BuildGemmGraph
 from .record import CompileRecord, record_of
 from .rewrite_matmul import RewriteMatmul
+from .scalar_rules import NumpyScalarRules
 
 Observer = Callable[[str, StateDict, float], None]  # (pass name, state, seconds)
 _OBSERVER: ContextVar[Observer | None] = ContextVar("mixpert_observer", default=None)
 
-NOPYTHON_PASSES = (FindMatmulSites(), BuildGemmGraph(), RetargetCallees(), RewriteMatmul())
+NOPYTHON_PASSES = (
+    NumpyScalarRules(),
+    FindMatmulSites(),
+    BuildGemmGraph(),
+    RetargetCallees(),
+    RewriteMatmul(),
+)
+NUMBA_RULES_PASSES = NOPYTHON_PASSES[1:]  # scalar_rules="numba": Numba's own promotion
 OBJECT_PASSES = (FindMatmulSites(), RetargetCallees("object"), RewriteMatmul("object"))
 ANALYSIS_PASSES = (FindMatmulSites(), BuildGemmGraph())
 PASS_NAMES = tuple(f"mixpert-{p.name}" for p in (*NOPYTHON_PASSES, CheckLLVMGemm()))
@@ -89,11 +98,19 @@ def _finish(pm: PassManager) -> list[PassManager]:
 class MixpertCompiler(CompilerBase):
     """Numba's nopython pipeline plus the mixpert passes."""
 
+    passes: tuple = NOPYTHON_PASSES
+
     def define_pipelines(self) -> list[PassManager]:
         pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
-        _insert_after(pm, ReconstructSSA, NOPYTHON_PASSES)
+        _insert_after(pm, ReconstructSSA, self.passes)
         pm.add_pass_after(numba_pass(CheckLLVMGemm(), stage="lowering"), NoPythonBackend)
         return _finish(pm)
+
+
+class NumbaRulesCompiler(MixpertCompiler):
+    """``MixpertCompiler`` without ``numpy-scalar-rules``: Numba's promotion of literals."""
+
+    passes = NUMBA_RULES_PASSES
 
 
 class MixpertObjectCompiler(CompilerBase):
