@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from numba.core import ir
 from numba.core.compiler import StateDict
+from numba.core.ir_utils import dead_code_elimination
 
 from .record import RewriteNote, record_of
 from .stubs import STUBS
@@ -65,4 +66,8 @@ class RewriteMatmul:
                 )
                 record.rewrites.append(RewriteNote(site.op.op_id, before, after))
             block.body = body
+        if record.sites and self.mode == "nopython":
+            # The callees the sites replaced (np.matmul, which Numba cannot type) are now
+            # loaded for nothing: drop such dead loads so typing never sees them.
+            dead_code_elimination(func_ir)
         return bool(record.sites)

@@ -71,8 +71,10 @@ def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[SiteKind, ir.Var, i
     attr, base = name
     if base == "numpy" and attr in ("dot", "matmul") and len(expr.args) == 2:
         return ("dot" if attr == "dot" else "matmul"), expr.args[0], expr.args[1]
-    if attr == "dot" and isinstance(base, ir.Var) and len(expr.args) == 1:
-        return "method_dot", base, expr.args[0]
+    if len(expr.args) == 1:  # x.dot(w), x.T.dot(w), t.dot(w): the object the method is read from
+        method = guard(func_ir.get_definition, expr.func)
+        if isinstance(method, ir.Expr) and method.op == "getattr" and method.attr == "dot":
+            return "method_dot", method.value, expr.args[0]
     return None
 
 

@@ -1,0 +1,47 @@
+"""Every spelling of a matrix product is found, rewritten and run through the runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mixpert
+
+RNG = np.random.default_rng(12)
+A = RNG.standard_normal((10, 7)).astype(np.float32)
+W = RNG.standard_normal((10, 5)).astype(np.float32)
+
+
+def method_on_a_transpose(a, w):
+    return a.T.dot(w)
+
+
+def method_on_a_name(a, w):
+    t = a.T
+    return t.dot(w)
+
+
+def numpy_matmul(a, w):
+    return np.matmul(a.T, w)
+
+
+def operator_on_a_transpose(a, w):
+    return a.T @ w
+
+
+@pytest.mark.parametrize(
+    "func", [method_on_a_transpose, method_on_a_name, numpy_matmul, operator_on_a_transpose]
+)
+def test_each_spelling_is_one_emulated_op(func) -> None:
+    f = mixpert.jit(func)
+    assert len(f.ops) == 1
+    with mixpert.record() as calls:
+        got = f.with_plan(dict.fromkeys(f.ops, "V"))(A, W)
+    assert len(calls) == 1 and calls[0].shape == (7, 10, 5) and calls[0].level == "V"
+    np.testing.assert_array_equal(got, mixpert.matmul(A.T, W, level="V"))
+
+
+def test_np_matmul_keeps_numpys_semantics_for_other_dtypes() -> None:
+    got = mixpert.jit(numpy_matmul)(A.astype(np.float64), W.astype(np.float64))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, A.T.astype(np.float64) @ W, rtol=1e-12)
