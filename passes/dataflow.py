@@ -218,6 +218,8 @@ class _Analysis:
         if site is not None:
             self.feed(site.op.op_id, self.tokens_of([site.lhs, site.rhs]))
             self.flow(target, {site.op.op_id})
+            if site.out is not None:  # np.dot(a, b, out) writes the product into out
+                self.write(site.out, {site.op.op_id})
         elif isinstance(value, ir.Arg):
             self.flow(target, {Param(value.index)})
         elif isinstance(value, ir.Var):

@@ -51,7 +51,8 @@ class RewriteMatmul:
                 )
                 op_value = ir.Const(site.op.op_index, loc)
                 before, old = str(stmt), stmt.value
-                call = ir.Expr.call(stub_var, [op_var, site.lhs, site.rhs], (), loc)
+                operands = [site.lhs, site.rhs] + ([site.out] if site.out is not None else [])
+                call = ir.Expr.call(stub_var, [op_var, *operands], (), loc)
                 body += [ir.Assign(stub_value, stub_var, loc), ir.Assign(op_value, op_var, loc)]
                 stmt.value = call
                 body.append(stmt)
@@ -62,7 +63,7 @@ class RewriteMatmul:
                 after = (
                     f"{stub_var} = global({stub.__name__})\n"
                     f"{op_var} = const(int, {site.op.op_index})\n"
-                    f"{stmt.target} = call {stub_var}({op_var}, {site.lhs}, {site.rhs})"
+                    f"{stmt.target} = call {stub_var}({op_var}, {', '.join(map(str, operands))})"
                 )
                 record.rewrites.append(RewriteNote(site.op.op_id, before, after))
             block.body = body

@@ -52,7 +52,20 @@ def mixpert_method_dot(op_index: int, a: Any, b: Any) -> Any:
     return _site_py(op_index, a, b, lambda x, y: x.dot(y))
 
 
-STUBS = {"matmul": mixpert_matmul, "dot": mixpert_dot, "method_dot": mixpert_method_dot}
+def mixpert_dot_out(op_index: int, a: Any, b: Any, out: Any) -> Any:
+    """``np.dot(a, b, out)`` at the active plan's level for op ``op_index``."""
+    if not _emulable_py(a, b):
+        return np.dot(a, b, out)
+    out[...] = run_site(op_index, a, b, lambda x, y: np.dot(x, y))
+    return out
+
+
+STUBS = {
+    "matmul": mixpert_matmul,
+    "dot": mixpert_dot,
+    "method_dot": mixpert_method_dot,
+    "dot_out": mixpert_dot_out,
+}
 
 
 def _emulable(a: types.Type, b: types.Type) -> bool:
@@ -109,3 +122,23 @@ def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
 _make_overload(mixpert_matmul, "matmul", _matmul_impl)
 _make_overload(mixpert_dot, "dot", _dot_impl)
 _make_overload(mixpert_method_dot, "method_dot", _method_dot_impl)
+
+
+def _dot_out_impl(op_index, a, b, out):  # type: ignore[no-untyped-def]
+    status, product = gemm_call(op_index, a, b)
+    if status == _NATIVE:
+        return np.dot(a, b, out)
+    if status != _OK:
+        raise MixpertRuntimeError("mixpert runtime call failed")
+    if out.shape != product.shape:
+        raise ValueError("np.dot: out has the wrong shape for the product")
+    out[...] = product
+    return out
+
+
+@overload(mixpert_dot_out)
+def _ol_dot_out(op_index, a, b, out):  # type: ignore[no-untyped-def]
+    emulated = _emulable(a, b) and isinstance(out, types.Array) and out.dtype == types.float32
+    if emulated:
+        return _dot_out_impl
+    return lambda op_index, a, b, out: np.dot(a, b, out)

@@ -45,3 +45,26 @@ def test_np_matmul_keeps_numpys_semantics_for_other_dtypes() -> None:
     got = mixpert.jit(numpy_matmul)(A.astype(np.float64), W.astype(np.float64))
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, A.T.astype(np.float64) @ W, rtol=1e-12)
+
+
+def dot_into(a, w, out):
+    np.dot(a.T, w, out)
+    return out @ w.T  # reads the product through out: an edge in the graph
+
+
+def dot_into_keyword(a, w, out):
+    np.dot(a.T, w, out=out)
+    return out
+
+
+@pytest.mark.parametrize("func", [dot_into, dot_into_keyword])
+def test_np_dot_with_out_writes_the_emulated_product_into_out(func) -> None:
+    f = mixpert.jit(func)
+    f.plan = dict.fromkeys(f.ops, "V")
+    out = np.full((7, 5), np.nan, np.float32)
+    with mixpert.record() as calls:
+        f(A, W, out)
+    np.testing.assert_array_equal(out, mixpert.matmul(A.T, W, level="V"))
+    assert calls[0].shape == (7, 10, 5)
+    if func is dot_into:
+        assert sorted(f.graph.edges) == [("dot_into:0", "dot_into:1")]
