@@ -115,7 +115,8 @@ def run(
             result = run_sample(sample, size, backend=backend, tol=tol, tune_size=tune_size,
                                 plan=plan, seed=seed)  # fmt: skip
         if save_plan:
-            result.plan.save(Path(save_plan))
+            with user_errors("--save-plan"):
+                result.plan.save(Path(save_plan))
         print_json(run_json(result))
         raise SystemExit(0 if result.ok else 1)
     doc = (sys.modules[sample.func.py_func.__module__].__doc__ or "").strip()
@@ -155,6 +156,7 @@ def run(
         )
     )
     if save_plan:
-        console.print(f"wrote {result.plan.save(Path(save_plan))}")
+        with user_errors("--save-plan"):
+            console.print(f"wrote {result.plan.save(Path(save_plan))}")
     if not result.ok:
         raise SystemExit(1)

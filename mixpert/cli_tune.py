@@ -38,7 +38,7 @@ def tune(
     Exits 1 when TOL is tighter than the most accurate level reaches (the plan then uses it).
     """
     from .jit import MixpertFunction, jit
-    from .plan_file import check_folder
+    from .plan_file import check_folder, read_plans
     from .runtime.levels import get_level
     from .tuner import DEFAULT_CANDIDATES, _ordered, checked_tol
     from .tuner import tune as run_tune
@@ -48,6 +48,8 @@ def tune(
     if out:
         with user_errors("--out"):
             check_folder(out)  # before any tuning
+            if Path(out).exists():
+                read_plans(out)  # a file that is not a plan file is refused now, not after
     candidates = DEFAULT_CANDIDATES
     if levels:
         with user_errors("--levels"):
@@ -59,7 +61,8 @@ def tune(
     with progress("profiling runs", budget, enabled=not as_json) as advance, user_errors(inputs):
         plan = run_tune(jitted, args, tol=tol, candidates=candidates, on_run=advance)
     if out:
-        saved = plan.save(Path(out))
+        with user_errors("--out"):
+            saved = plan.save(Path(out))
     if as_json:
         print_json(plan.to_json())
     else:

@@ -16,6 +16,7 @@ runtime's CUDA backend.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
@@ -147,6 +148,10 @@ class MixpertFunction(Generic[P, R]):
         return self._resolved[1]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if kwargs:  # positional from here on: plans match, tuning and profiling call by position
+            bound = inspect.signature(self.py_func).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = bound.args, {}  # type: ignore[assignment]
         refuse_masked(args)
         mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)

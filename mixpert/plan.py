@@ -197,6 +197,8 @@ def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, wh
             found = sorted({p.function for p in plans})
             raise PlanMismatchError(f"{where} holds no plan for {name} (it has: {found})")
         plans = mine
+    if not plans:
+        raise PlanMismatchError(f"{where} holds no plans")
     if args is not None:
         plans = [p for p in plans if p.matches(args)] or [plans[0]]
     if len(plans) > 1:

@@ -73,13 +73,13 @@ class PlanBook:
 
     def _plan_for(self, func: MixpertFunction, args: Sequence[Any]) -> Plan | dict[str, str]:
         if not self._file_read:
-            self._file_read = True
             if self.plan_file is not None and self.plan_file.exists():
                 name = function_identity(func)
-                for plan in read_plans(self.plan_file):
-                    if plan.function.rpartition(":")[2] == name:
-                        plan.check(func)  # stale: raises here
-                        self.plans.append(plan)
+                mine = [p for p in read_plans(self.plan_file) if p.function == name]
+                for plan in mine:
+                    plan.check(func)  # stale: raises here, on this call and every later one
+                self.plans.extend(mine)
+            self._file_read = True
         for plan in self.plans:
             if plan.matches(args) and plan.tol <= self.tol:
                 return plan

@@ -62,6 +62,10 @@ MUTATING_FUNCS = frozenset(["copyto", "fill_diagonal", "put", "place", "putmask"
 MUTATING_METHODS = frozenset(["fill", "sort", "put", "itemset", "resize"])
 
 
+class DuplicateOpIdError(ValueError):
+    """Two functions called together share a qualified name, so their op ids would collide."""
+
+
 @dataclass
 class FunctionSummary:
     """Ops of a function and its callees, their graph, and how the function's ports connect."""
@@ -73,6 +77,13 @@ class FunctionSummary:
     writes: dict[int, set[Token]] = field(default_factory=dict)  # tokens written into arg i
 
     def add_op(self, op: OpInfo) -> None:
+        known = self.ops.get(op.op_id)
+        if known is not None and (known.file, known.line) != (op.file, op.line):
+            raise DuplicateOpIdError(
+                f"op id {op.op_id} names two products: {known.file}:{known.line} and "
+                f"{op.file}:{op.line} (two jitted functions with the qualified name "
+                f"{op.qualname!r} are called together); rename one so plans can tell them apart"
+            )
         self.ops[op.op_id] = op
         self.graph.add_node(op.op_id, file=op.file, line=op.line, source=op.source)
 
@@ -269,8 +280,8 @@ class _Analysis:
 
         for op in summary.ops.values():
             if op.op_id not in self.out.ops:
-                self.out.add_op(op)
                 self.changed = True
+            self.out.add_op(op)  # the same callee twice is the same op; a namesake raises
         for u, v in summary.graph.edges:
             if not self.out.graph.has_edge(u, v):
                 self.out.graph.add_edge(u, v)

@@ -67,7 +67,7 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
             block, col_exp[c0 : c0 + cols], level.b_slices
         )
     k_slack = k * overflow_slack(level)
-    rows = workspace.rows_per_block(k, n, budget)
+    rows = workspace.rows_per_block(k, n, budget, len(level.groups))
     k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
     out = np.empty((m, n), dtype=np.float32)
     for r0 in range(0, m, rows):

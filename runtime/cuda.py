@@ -515,7 +515,8 @@ def matmul(a: Any, b: Any, level: Level) -> Any:
     n = b.shape[1]
     empty = m == 0 or n == 0 or k == 0
     if level.emulated and not empty:
-        long_k = _padded(k) > int32_k_block(level) if level.kind == "int8" else False
+        block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
+        long_k = _padded(k) > block
         needed = workspace.gpu_bytes(level, m, k, n, _padded(k), long_k)
         free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
         workspace.check_fits(level, m, k, n, needed, free, "GPU")

@@ -44,15 +44,16 @@ def rebalance(a: np.ndarray, b: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, 
 
 def rebalance_a(a: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Rows of A (any subset of them): A 2^-f as float64, dead k-indices zeroed."""
-    return _scaled(a, f, -1, axis=1)
+    return _scaled(a, f, -1)
 
 
 def rebalance_b(b: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Columns of B (any subset of them): 2^f B as float64, dead k-indices zeroed."""
-    return _scaled(b.T, f, 1, axis=1).T
+    return _scaled(b.T, f, 1).T
 
 
-def _scaled(x: np.ndarray, f: np.ndarray, sign: int, axis: int) -> np.ndarray:
+def _scaled(x: np.ndarray, f: np.ndarray, sign: int) -> np.ndarray:
+    """x 2^(sign f) along its columns (k-indices) as float64; dead columns zeroed."""
     dead = f == DEAD
     shift = np.where(dead, 0, sign * f.astype(np.int64))
     out = np.ldexp(x.astype(np.float64), shift[None, :])

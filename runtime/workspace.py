@@ -22,9 +22,9 @@ def block_budget(m: int, k: int, n: int) -> int:
     return 4 * (m * k + k * n + m * n)
 
 
-def rows_per_block(k: int, n: int, budget: int) -> int:
-    """Rows of A whose slicing temporaries and class sums (up to 4 float64 classes) fit."""
-    return max(1, budget // (FLOAT64_TEMPORARIES * k + 32 * n))
+def rows_per_block(k: int, n: int, budget: int, classes: int = 4) -> int:
+    """Rows of A whose slicing temporaries and ``classes`` float64 class sums fit."""
+    return max(1, budget // (FLOAT64_TEMPORARIES * k + 8 * classes * n))
 
 
 def cpu_bytes(level: Level, m: int, k: int, n: int) -> int:
@@ -37,7 +37,8 @@ def gpu_bytes(level: Level, m: int, k: int, n: int, k_pad: int, long_k: bool) ->
     slots_a, slots_b = (2, 2) if level.kind == "fp16" else (level.a_slices, level.b_slices)
     item = 2 if level.kind == "fp16" else 1
     classes = 2 if level.kind == "fp16" else len(level.groups)
-    sums = classes * m * n * (8 if long_k else 4) + (4 * m * n if long_k else 0)
+    # long k: float64 class sums plus one block's partial sums (int32 or FP32, all classes)
+    sums = classes * m * n * (12 if long_k else 4)
     return item * k_pad * (slots_a * m + slots_b * n) + sums + 4 * m * n + 16 * k
 
 

@@ -291,7 +291,8 @@ def test_on_missing_and_default_level_are_checked_at_decoration() -> None:
         (2, (), "at least one slice pair"),
         (2, ((0, 0), (2, 0)), "outside 2 x 2"),
         (2, ((0, 0), (0, 0)), "repeat"),
-        (3, ((0, 0), (0, 2), (2, 0)), "consecutive"),
+        (3, ((0, 0), (0, 1), (1, 0), (0, 2), (2, 0)), "consecutive"),
+        (2, ((0, 0), (1, 1)), "without a gap"),
     ],
 )
 def test_custom_levels_are_checked(slices, pairs, message) -> None:
@@ -310,3 +311,46 @@ def test_masked_arrays_are_refused_not_unmasked() -> None:
         mixpert.matmul(masked, ARGS[1])
     with pytest.raises(TypeError, match="argument 0 is a masked array"):
         mixpert.jit(mlp, plan={})(masked, *ARGS[1:])
+
+
+def test_a_stale_plan_file_keeps_raising(tmp_path) -> None:
+    path = tmp_path / "p.json"
+    mixpert.jit(mlp, tol=1e-5, plan_file=path)(*ARGS)
+    data = json.loads(path.read_text())
+    sources = data["plans"][0]["op_sources"]
+    sources[next(iter(sources))] = "0" * 12
+    path.write_text(json.dumps(data))
+    f = mixpert.jit(mlp, tol=1e-5, plan_file=path)
+    for _ in range(2):  # never silently re-tuned and overwritten
+        with pytest.raises(mixpert.StalePlanError):
+            f(*ARGS)
+    assert json.loads(path.read_text()) == data
+
+
+def test_keyword_arguments_bind_by_name() -> None:
+    x, w1, w2, w3 = ARGS
+    f = mixpert.jit(mlp, tol=1e-4)
+    np.testing.assert_array_equal(f(x, w1, w3=w3, w2=w2), f(x, w1, w2, w3))
+
+
+def test_functions_sharing_a_qualified_name_are_refused(tmp_path) -> None:
+    import importlib.util
+
+    from mixpert.passes.dataflow import DuplicateOpIdError
+
+    modules = []
+    for name in ("moda", "modb"):
+        (tmp_path / f"{name}.py").write_text(
+            "import numba\n\n@numba.njit\ndef step(a, b):\n    return a @ b\n"
+        )
+        spec = importlib.util.spec_from_file_location(f"_dup_{name}", tmp_path / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    first, second = (m.step for m in modules)
+
+    def both(a, b):
+        return first(a, b) + second(a, b)
+
+    with pytest.raises(DuplicateOpIdError, match="step:0 names two products"):
+        mixpert.jit(both).ops  # noqa: B018

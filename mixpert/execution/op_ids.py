@@ -3,7 +3,8 @@
 An op id is a readable string naming one matmul site (``passes.sites`` builds it). Compiled code
 carries its *op index* instead, a deterministic 63-bit hash baked in as a constant; the run time
 maps an index back to its id to name call records and errors. ``op_index`` remembers every id it
-has hashed, so any index compiled code can hold has a name.
+has hashed: any index of code compiled in this process has a name (code loaded from Numba's
+disk cache does too once the function's ``ops`` have been read, which hashes them again).
 """
 
 from __future__ import annotations
