@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import inspect
 import json
 import sys
@@ -26,6 +25,7 @@ from rich.table import Table
 
 from .plan import Plan
 from .runtime.levels import NATIVE_LEVEL, get_level
+from .source_files import load_module
 
 console = Console() if sys.stdout.isatty() else Console(width=240, soft_wrap=True)
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -59,24 +59,14 @@ def load_function(target: str) -> Any:
 
 
 def load_file(path: Path) -> Any:
-    """The module of file ``path`` under a private name (loaded once; its errors reported)."""
+    """The module of file ``path`` under a private name (``source_files``); its errors reported."""
     digest = hashlib.blake2b(str(path).encode(), digest_size=6).hexdigest()
-    module_name = f"{TARGET_MODULE_PREFIX}{path.stem.replace('.', '_')}_{digest}"
-    loaded = sys.modules.get(module_name)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and Numba look modules up by name
     try:
-        spec.loader.exec_module(module)
+        return load_module(path, f"{TARGET_MODULE_PREFIX}{path.stem.replace('.', '_')}_{digest}")
     except Exception as error:
-        del sys.modules[module_name]
         raise click.ClickException(
             f"{path}: running its top level failed: {type(error).__name__}: {error}"
         ) from None
-    return module
 
 
 @contextlib.contextmanager

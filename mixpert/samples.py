@@ -21,8 +21,6 @@ scaled residual), and the time of the same code with native float32 and with mix
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from .jit import MixpertFunction
 from .metrics import output_error, reference_outputs
 from .plan import Plan
 from .runtime import device
+from .source_files import load_module
 from .timing import best_time, synchronizer
 from .tuner import tune
 
@@ -95,19 +94,7 @@ def load_sample(path: str | Path) -> Sample:
         raise ValueError(f"{str(path)!r} is not a Python file: samples are .py files")
     if not path.is_file():
         raise FileNotFoundError(f"sample file {path} does not exist")
-    name = MODULE_PREFIX + path.stem
-    loaded = sys.modules.get(name)
-    if loaded is not None and Path(loaded.__file__ or "").resolve() == path.resolve():
-        return loaded.SAMPLE
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and Numba look modules up by name
-    try:
-        spec.loader.exec_module(module)
-    except Exception:
-        del sys.modules[name]
-        raise
+    module = load_module(path, MODULE_PREFIX + path.stem)
     sample = getattr(module, "SAMPLE", None)
     if not isinstance(sample, Sample):
         raise TypeError(f"{path} defines no SAMPLE = mixpert.samples.Sample(...)")
