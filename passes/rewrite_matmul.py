@@ -51,7 +51,16 @@ class RewriteMatmul:
                 )
                 op_value = ir.Const(site.op.op_index, loc)
                 before, old = str(stmt), stmt.value
-                operands = [site.lhs, site.rhs] + ([site.out] if site.out is not None else [])
+                operands = [site.lhs, site.rhs]
+                for i, transposed in enumerate(site.transposed):  # einsum's operand order
+                    if transposed:
+                        flipped = scope.redefine("$mixpert_t", loc)
+                        value = ir.Expr.getattr(operands[i], "T", loc)
+                        body.append(ir.Assign(value, flipped, loc))
+                        func_ir._definitions[flipped.name] = [value]
+                        operands[i] = flipped
+                if site.out is not None:
+                    operands.append(site.out)
                 call = ir.Expr.call(stub_var, [op_var, *operands], (), loc)
                 body += [ir.Assign(stub_value, stub_var, loc), ir.Assign(op_value, op_var, loc)]
                 stmt.value = call

@@ -1,7 +1,8 @@
 """Matmul sites: where a function multiplies matrices, and the stable op id each site gets.
 
 A site is one ``a @ b``, ``np.dot(a, b)`` (also with ``out``), ``np.matmul(a, b)`` or ``a.dot(b)``
-(``a.T.dot(b)`` too) in a function's
+(``a.T.dot(b)`` too) or a two-operand ``np.einsum`` that is one matrix product
+(``'ij,jk->ik'``, ``'ik,jk->ij'``, ...) in a function's
 untyped Numba IR. Its op id is ``qualname:ordinal``: the function's qualified name and the site's
 place among the function's sites in source order (line, then evaluation order). Neither the module
 name (``__main__`` when the file runs as a script) nor line numbers enter it, so ids are the same
@@ -59,15 +60,39 @@ class Site:
     lhs: ir.Var
     rhs: ir.Var
     out: ir.Var | None = None  # np.dot(a, b, out): the array the product is written into
+    transposed: tuple[bool, bool] = (False, False)  # einsum: the product is lhs(.T) @ rhs(.T)
 
 
-Found = tuple[SiteKind, ir.Var, ir.Var, "ir.Var | None"]
+Found = tuple[SiteKind, ir.Var, ir.Var, "ir.Var | None", tuple[bool, bool]]
+STRAIGHT = (False, False)
+
+
+def einsum_product(subscripts: str) -> tuple[int, int, bool, bool] | None:
+    """For a two-operand einsum that is one matrix product: (index of the left operand, of the
+    right one, whether each is transposed), e.g. 'ik,jk->ij' -> (0, 1, False, True)."""
+    text = subscripts.replace(" ", "")
+    if "->" not in text or "." in text:
+        return None
+    inputs, output = text.split("->")
+    specs = inputs.split(",")
+    if len(specs) != 2 or len(output) != 2 or any(len(x) != 2 for x in specs):
+        return None
+    p, q = output
+    shared = set(specs[0]) & set(specs[1])
+    if len(shared) != 1 or p == q or len(set(specs[0])) != 2 or len(set(specs[1])) != 2:
+        return None
+    (c,) = shared
+    left = next((i for i, x in enumerate(specs) if p in x and c in x), None)
+    right = next((i for i, x in enumerate(specs) if q in x and c in x), None)
+    if left is None or right is None or left == right or c in (p, q):
+        return None
+    return left, right, specs[left] == c + p, specs[right] == q + c
 
 
 def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> Found | None:
-    """(kind, lhs, rhs, out) when ``expr`` is a 2-operand matrix product, else None."""
+    """(kind, lhs, rhs, out, transposed) when ``expr`` is a 2-operand matrix product."""
     if expr.op == "binop" and expr.fn is operator.matmul:
-        return "matmul", expr.lhs, expr.rhs, None
+        return "matmul", expr.lhs, expr.rhs, None, STRAIGHT
     if expr.op != "call" or expr.vararg or expr.varkwarg:
         return None
     name = guard(find_callname, func_ir, expr)
@@ -78,15 +103,23 @@ def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> Found | None:
     if base == "numpy" and attr == "dot" and (len(expr.args) == 3 or set(kws) == {"out"}):
         out = expr.args[2] if len(expr.args) == 3 else kws["out"]
         if len(expr.args) + len(kws) == 3:
-            return "dot_out", expr.args[0], expr.args[1], out
+            return "dot_out", expr.args[0], expr.args[1], out, STRAIGHT
     if kws:
         return None
     if base == "numpy" and attr in ("dot", "matmul") and len(expr.args) == 2:
-        return ("dot" if attr == "dot" else "matmul"), expr.args[0], expr.args[1], None
+        return ("dot" if attr == "dot" else "matmul"), expr.args[0], expr.args[1], None, STRAIGHT
+    if base == "numpy" and attr == "einsum" and len(expr.args) == 3:
+        subscripts = guard(func_ir.get_definition, expr.args[0])
+        if isinstance(subscripts, ir.Const) and isinstance(subscripts.value, str):
+            product = einsum_product(subscripts.value)
+            if product is not None:
+                left, right, t_left, t_right = product
+                operands = expr.args[1:]
+                return "matmul", operands[left], operands[right], None, (t_left, t_right)
     if len(expr.args) == 1:  # x.dot(w), x.T.dot(w), t.dot(w): the object the method is read from
         method = guard(func_ir.get_definition, expr.func)
         if isinstance(method, ir.Expr) and method.op == "getattr" and method.attr == "dot":
-            return "method_dot", method.value, expr.args[0], None
+            return "method_dot", method.value, expr.args[0], None, STRAIGHT
     return None
 
 
@@ -108,10 +141,10 @@ def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
     # blocks were laid out in (the sort is stable).
     found.sort(key=lambda item: item[0])
     sites = []
-    for ordinal, (line, stmt, (kind, lhs, rhs, out)) in enumerate(found):
+    for ordinal, (line, stmt, (kind, lhs, rhs, out, transposed)) in enumerate(found):
         op_id = f"{fid.func_qualname}:{ordinal}"
         source = linecache.getline(fid.filename, line).strip()
         qualname = fid.func_qualname
         info = OpInfo(op_id, fid.modname, qualname, fid.filename, line, ordinal, kind, source)
-        sites.append(Site(info, stmt, lhs, rhs, out))
+        sites.append(Site(info, stmt, lhs, rhs, out, transposed))
     return sites

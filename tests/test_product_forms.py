@@ -68,3 +68,44 @@ def test_np_dot_with_out_writes_the_emulated_product_into_out(func) -> None:
     assert calls[0].shape == (7, 10, 5)
     if func is dot_into:
         assert sorted(f.graph.edges) == [("dot_into:0", "dot_into:1")]
+
+
+B = RNG.standard_normal((7, 5)).astype(np.float32)
+C = RNG.standard_normal((5, 7)).astype(np.float32)
+
+
+def einsum_plain(a, b):
+    return np.einsum("ij,jk->ik", a, b)
+
+
+def einsum_transposed_right(a, c):
+    return np.einsum("ik,jk->ij", a, c)
+
+
+def einsum_output_transposed(a, b):
+    return np.einsum("ij,jk->ki", a, b)
+
+
+@pytest.mark.parametrize(
+    ("func", "args", "want"),
+    [
+        (einsum_plain, (A, B), lambda: mixpert.matmul(A, B, level="V")),
+        (einsum_transposed_right, (A, C), lambda: mixpert.matmul(A, C.T, level="V")),
+        (einsum_output_transposed, (A, B), lambda: mixpert.matmul(B.T, A.T, level="V")),
+    ],
+)
+def test_two_operand_einsum_products_are_sites(func, args, want) -> None:
+    f = mixpert.jit(func)
+    assert len(f.ops) == 1
+    with mixpert.record() as calls:
+        got = f.with_plan(dict.fromkeys(f.ops, "V"))(*args)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(got, want())
+
+
+def test_einsum_parser_rejects_what_is_not_one_product() -> None:
+    from mixpert.passes.sites import einsum_product
+
+    for text in ("bij,bjk->bik", "ii,ij->ij", "ij,ij->ij", "ij,jk", "ij,jk,kl->il"):
+        assert einsum_product(text) is None, text
+    assert einsum_product("ji , jk -> ik") == (0, 1, True, False)
