@@ -1,0 +1,21 @@
+"""Every Python block of the README runs as pasted (in a scratch folder)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_the_readme_has_python_blocks() -> None:
+    assert len(BLOCKS) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_block_runs_as_pasted(index: int, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # blocks may write files (a plan)
+    exec(compile(BLOCKS[index], f"README.md block {index + 1}", "exec"), {"__name__": "readme"})
