@@ -16,12 +16,14 @@ the function against all ops at native float32); the decisions still use the mod
 The search: start with every op at the most accurate candidate level (if that misses ``tol``,
 return it with ``met_tol=False`` and a warning: a tol tighter than float32 can reach selects the
 accurate levels rather than failing silently). Visit ops by their share of the time, largest
-first, and lower each one rung at a time while the error stays within tol. When a lowering breaks
-tol, try raising the op's immediate predecessor in the GEMM graph one rung instead, keeping the
-pair only if the error is back within tol and the total time still drops. Sweep again until no
-move helps. Ops that never reached the runtime on the tuning inputs (matrix-vector products, code
-not taken) cost no runs and are planned at native float32. Runs are cached per plan and capped at
-ops x levels.
+first, and lower each one rung at a time while the error stays within ``margin * tol`` (default
+``DEFAULT_MARGIN``: errors vary between inputs, and the plan must hold on inputs the tuner never
+sees). When a lowering breaks it, try raising the op's immediate predecessor in the GEMM graph one
+rung instead, keeping the pair only if the error is back within bounds and the total time still
+drops. Sweep again until no move helps. Ops that never reached the runtime on the tuning inputs
+(matrix-vector products, code not taken) cost no runs and are planned at native float32. Runs are
+cached per plan and capped at ops x levels. Profiling runs work on copies of the arguments; the
+final contents of arrays the function writes into count as outputs.
 """
 
 from __future__ import annotations
