@@ -218,3 +218,24 @@ def test_cupy_operands_at_native_float32_match_cupy() -> None:
     a, b, c = (cp.asarray(x) for x in (A, B, C))
     x, _, _ = emulated.with_plan(dict.fromkeys(OPS, "fp32"))(a, b, c)
     assert np.array_equal(x.get(), (a @ b).get())
+
+
+def prange_blocks(a, b, out):
+    for i in numba.prange(a.shape[0]):
+        out[i] = a[i] @ b
+    return out
+
+
+def test_products_inside_prange_run_the_plan_on_every_thread() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 16, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 16)).astype(np.float32)
+    f = mixpert.jit(prange_blocks, parallel=True)
+    f.plan = dict.fromkeys(f.ops, "V")
+    want = np.stack([mixpert.matmul(a[i], b, level="V") for i in range(8)])
+    np.testing.assert_array_equal(f(a, b, np.zeros_like(a)), want)
+    with execution.record_calls() as calls:
+        f(a, b, np.zeros_like(a))
+    assert len(calls) == 8 and {c.level for c in calls} == {"V"}  # tuning sees them all
+    plan = mixpert.tune(f, (a, b, np.zeros_like(a)), tol=1e-6)
+    assert plan.levels and all(lv != "fp32" for lv in plan.levels.values())

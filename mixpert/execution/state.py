@@ -3,6 +3,10 @@
 A jitted function's wrapper makes its plan active for the duration of a call (``activate``);
 compiled code asks ``level_for(op_index)`` at every product. ``record_calls`` profiles: while it
 is active every runtime call appends a ``CallRecord``.
+
+Threads that never activated anything (Numba's workers running a ``prange`` body) use the plan
+and the records of the latest activation in the process, so products in parallel loops run at
+the plan's level and are recorded.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from mixpert.runtime.levels import Level, get_level
 from mixpert.runtime.precision import get_default_level
@@ -65,41 +70,51 @@ class CallRecord:
         return op_id_of(self.op_index)
 
 
-class _ThreadState(threading.local):
-    plan: ActivePlan = EMPTY_PLAN
+class _State(threading.local):
+    plan: ActivePlan | None = None
     records: list[CallRecord] | None = None
+    own: bool = False  # this thread activated a plan or started recording itself
 
 
-_state = _ThreadState()
+_state = _State()
+# The latest activation in any thread (one object for all threads), for worker threads.
+_latest = SimpleNamespace(plan=None, records=None)
+
+
+def _mine() -> _State | SimpleNamespace:
+    return _state if _state.own else _latest
 
 
 def current_plan() -> ActivePlan:
-    return _state.plan
+    return _mine().plan or EMPTY_PLAN
 
 
 def level_for(op_index: int) -> Level:
     """The level the active plan gives op ``op_index`` (possibly "auto")."""
-    return _state.plan.level_of(op_index)
+    return current_plan().level_of(op_index)
 
 
 @contextmanager
 def activate(plan: ActivePlan) -> Iterator[ActivePlan]:
     """Run the body with ``plan`` active in this thread (the previous one comes back after)."""
-    previous, _state.plan = _state.plan, plan
+    saved = (_state.plan, _state.own, _latest.plan, _latest.records)
+    _state.plan, _state.own = plan, True
+    _latest.plan, _latest.records = plan, _state.records
     try:
         yield plan
     finally:
-        _state.plan = previous
+        _state.plan, _state.own, _latest.plan, _latest.records = saved
 
 
 def recording() -> bool:
-    """Whether ``record_calls`` is collecting in this thread."""
-    return _state.records is not None
+    """Whether ``record_calls`` is collecting for this thread."""
+    return _mine().records is not None
 
 
 def record(entry: CallRecord) -> None:
-    if _state.records is not None:
-        _state.records.append(entry)
+    records = _mine().records
+    if records is not None:
+        records.append(entry)  # list.append is atomic: worker threads may share the list
 
 
 @contextmanager
@@ -111,8 +126,9 @@ def record_calls() -> Iterator[list[CallRecord]]:
     their bits may then differ from Numba's BLAS in the last place.
     """
     records: list[CallRecord] = []
-    previous, _state.records = _state.records, records
+    saved = (_state.records, _state.own, _latest.records)
+    _state.records, _state.own, _latest.records = records, True, records
     try:
         yield records
     finally:
-        _state.records = previous
+        _state.records, _state.own, _latest.records = saved
