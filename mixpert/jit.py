@@ -26,6 +26,7 @@ from numba.core import types
 from numba.core.compiler_lock import global_compiler_lock
 
 from .execution import ActivePlan, MixpertRuntimeError, activate, reraise_pending
+from .execution.state import keep_standing
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
 from .passes.sites import OpInfo
@@ -78,6 +79,7 @@ class MixpertFunction(Generic[P, R]):
     @plan.setter
     def plan(self, plan: PlanLike | None) -> None:
         self._active = as_active_plan(plan)  # validates level names now, not mid-run
+        keep_standing(self._active)  # for calls from plain @numba.njit code
         self._plan = plan
         self._plan_checked = plan is None  # against the ops at the first call (check_plan_covers)
         if plan is not None:
@@ -145,6 +147,7 @@ class MixpertFunction(Generic[P, R]):
         plan = self.plan_book.plan_for(self, args)
         if self._resolved is None or self._resolved[0] is not plan:
             self._resolved = (plan, as_active_plan(plan))
+            keep_standing(self._resolved[1])
         return self._resolved[1]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

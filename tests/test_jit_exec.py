@@ -239,3 +239,20 @@ def test_products_inside_prange_run_the_plan_on_every_thread() -> None:
     assert len(calls) == 8 and {c.level for c in calls} == {"V"}  # tuning sees them all
     plan = mixpert.tune(f, (a, b, np.zeros_like(a)), tol=1e-6)
     assert plan.levels and all(lv != "fp32" for lv in plan.levels.values())
+
+
+def test_a_mixpert_function_called_from_plain_numba_runs_its_plan() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+
+    def inner(x, y):
+        return x @ y
+
+    jitted = mixpert.jit(inner)
+    jitted.plan = dict.fromkeys(jitted.ops, "V")
+
+    @numba.njit
+    def outer(x, y):
+        return jitted(x, y) + np.float32(1)
+
+    np.testing.assert_array_equal(outer(a, a), mixpert.matmul(a, a, level="V") + np.float32(1))

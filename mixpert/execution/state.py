@@ -85,13 +85,28 @@ def _mine() -> _State | SimpleNamespace:
     return _state if _state.own else _latest
 
 
+# Op index -> the level its function's plan gives it, kept by the jitted functions: what a
+# product runs at when its function is called from plain Numba code (no wrapper activates a plan).
+_standing: dict[int, Level] = {}
+
+
+def keep_standing(plan: ActivePlan) -> None:
+    """Remember ``plan``'s levels for calls that arrive without an active plan."""
+    _standing.update(plan.levels)
+
+
 def current_plan() -> ActivePlan:
     return _mine().plan or EMPTY_PLAN
 
 
 def level_for(op_index: int) -> Level:
-    """The level the active plan gives op ``op_index`` (possibly "auto")."""
-    return current_plan().level_of(op_index)
+    """The level the active plan gives op ``op_index`` (possibly "auto"); with no plan active
+    anywhere (a call from plain Numba code), the level its own function's plan gave it."""
+    plan = _mine().plan
+    if plan is None:
+        standing = _standing.get(op_index)
+        return standing if standing is not None else EMPTY_PLAN.level_of(op_index)
+    return plan.level_of(op_index)
 
 
 @contextmanager
