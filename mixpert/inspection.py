@@ -46,11 +46,14 @@ class OpRow:
     predicted_cost: float | None = None  # sum of 2mkn x level.relative_cost (INT8-GEMM op units)
     ran: tuple[str, ...] = ()  # per call: "IV on cuda[, 3 k rebalanced]": what ran, and the
     # k-indices equilibration moved for wide-range data
+    native: str = ""  # with argument types: why the site keeps Numba's own product, if it does
 
     @property
     def ran_at(self) -> str:
         """The concrete levels the op ran at ("auto" resolved), or its plan level if it did not
         run."""
+        if self.native:
+            return f"native: {self.native}"
         return ", ".join(dict.fromkeys(self.ran)) or self.level
 
 
@@ -159,7 +162,7 @@ def inspect(
         rows.append(
             OpRow(
                 op.op_id, op.file, op.line, op.source, op.kind, level.name, seen, cost,
-                tuple(ran.get(op.op_id, ())),
+                tuple(ran.get(op.op_id, ())), record.native_reasons.get(op.op_id, ""),
             )
         )  # fmt: skip
     return Inspection(

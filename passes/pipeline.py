@@ -5,8 +5,8 @@ nopython (NumPy operands)::
     ... untyped passes ... reconstruct_ssa
     mixpert-numpy-scalar-rules  mixpert-find-matmul-sites  mixpert-gemm-graph
     mixpert-retarget-callees  mixpert-rewrite-matmul
-    ... typed passes, lowering ... nopython_backend
-    mixpert-check-llvm-gemm
+    ... nopython_type_inference  mixpert-native-sites  ... typed passes, lowering ...
+    nopython_backend  mixpert-check-llvm-gemm
 
 object mode (CuPy operands) places find-matmul-sites, retarget-callees and rewrite-matmul after
 IR processing. ``analyse_function`` runs only the untyped part and the two analyses.
@@ -30,7 +30,7 @@ from numba.core.compiler import (
     _EarlyPipelineCompletion,
 )
 from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
-from numba.core.typed_passes import NoPythonBackend
+from numba.core.typed_passes import NoPythonBackend, NopythonTypeInference
 from numba.core.untyped_passes import IRProcessing, ReconstructSSA
 
 from .base import numba_pass
@@ -38,6 +38,7 @@ from .callees import RetargetCallees
 from .check_llvm import CheckLLVMGemm
 from .find_matmul import FindMatmulSites
 from .gemm_graph import BuildGemmGraph
+from .native_sites import ReportNativeSites
 from .record import CompileRecord, record_of
 from .rewrite_matmul import RewriteMatmul
 from .scalar_rules import NumpyScalarRules
@@ -55,7 +56,9 @@ NOPYTHON_PASSES = (
 NUMBA_RULES_PASSES = NOPYTHON_PASSES[1:]  # scalar_rules="numba": Numba's own promotion
 OBJECT_PASSES = (FindMatmulSites(), RetargetCallees("object"), RewriteMatmul("object"))
 ANALYSIS_PASSES = (FindMatmulSites(), BuildGemmGraph())
-PASS_NAMES = tuple(f"mixpert-{p.name}" for p in (*NOPYTHON_PASSES, CheckLLVMGemm()))
+PASS_NAMES = tuple(
+    f"mixpert-{p.name}" for p in (*NOPYTHON_PASSES, ReportNativeSites(), CheckLLVMGemm())
+)
 
 
 @contextmanager
@@ -103,6 +106,7 @@ class MixpertCompiler(CompilerBase):
     def define_pipelines(self) -> list[PassManager]:
         pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
         _insert_after(pm, ReconstructSSA, self.passes)
+        pm.add_pass_after(numba_pass(ReportNativeSites(), stage="analysis"), NopythonTypeInference)
         pm.add_pass_after(numba_pass(CheckLLVMGemm(), stage="lowering"), NoPythonBackend)
         return _finish(pm)
 

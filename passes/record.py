@@ -27,6 +27,7 @@ class CompileRecord:
     rewrites: list[RewriteNote] = field(default_factory=list)
     callees: dict[str, str] = field(default_factory=dict)  # callee qualname -> how it was handled
     unseen_gemm: list[str] = field(default_factory=list)  # BLAS calls the pass did not see
+    native_reasons: dict[str, str] = field(default_factory=dict)  # op id -> why it runs natively
 
 
 KEY = "mixpert"

@@ -109,3 +109,24 @@ def test_einsum_parser_rejects_what_is_not_one_product() -> None:
     for text in ("bij,bjk->bik", "ii,ij->ij", "ij,ij->ij", "ij,jk", "ij,jk,kl->il"):
         assert einsum_product(text) is None, text
     assert einsum_product("ji , jk -> ik") == (0, 1, True, False)
+
+
+def test_native_sites_are_listed_with_their_reason() -> None:
+    def mixed(a, b, v):
+        return a @ b, a.astype(np.float64) @ b.astype(np.float64), a @ v
+
+    a = np.ones((4, 4), np.float32)
+    report = mixpert.inspect(mixpert.jit(mixed), a, a, np.ones(4, np.float32))
+    reasons = {row.op_id.rsplit(":", 1)[1]: row.native for row in report.ops}
+    assert reasons["0"] == ""
+    assert "float64 x float64" in reasons["1"] and "matrix-vector" in reasons["2"]
+
+
+def test_a_float32_function_whose_products_all_run_natively_warns_naming_them() -> None:
+    from mixpert.passes.native_sites import NotEmulatedWarning
+
+    def matvec(a, v):
+        return a @ v
+
+    with pytest.warns(NotEmulatedWarning, match=r"matvec:0: matrix-vector"):
+        mixpert.jit(matvec)(np.ones((4, 4), np.float32), np.ones(4, np.float32))
