@@ -17,7 +17,9 @@ def matmul(
 ) -> Any:
     """Emulated float32 ``a @ b`` on INT8 (or FP16) products at ``level``.
 
-    ``a`` (m, k) and ``b`` (k, n) are 2-D NumPy or CuPy arrays of any strides and order. Levels are
+    ``a`` (m, k) and ``b`` (k, n) are 2-D NumPy or CuPy arrays of any strides and order; 1-D and
+    N-D operands follow ``np.matmul`` (vectors run natively, stacks broadcast; see
+    ``mixpert.runtime.batched``). Levels are
     named ("I".."V", "T6", "fp16", "tf32", "fp32", "fp64", "auto"; any case; see
     ``mixpert.LADDER``); None takes the default level (``mixpert.set_default_level``,
     ``mixpert.default_level``, ``$MIXPERT_DEFAULT_LEVEL``; initially "auto": the fastest

@@ -163,7 +163,7 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 
 def rebalanced_k(a: Any, b: Any) -> int:
     """k-indices ``k_exponents`` moves or drops (brings one number to the host)."""
-    f = k_exponents(_unit_inner(_as_float32(cp.asarray(a))), _as_float32(cp.asarray(b)))
+    f = k_exponents(_unit_inner(as_float32(cp.asarray(a))), as_float32(cp.asarray(b)))
     return int(cp.count_nonzero(f[:-1]))
 
 
@@ -493,7 +493,7 @@ PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
 }
 
 
-def _as_float32(x: cp.ndarray) -> cp.ndarray:
+def as_float32(x: cp.ndarray) -> cp.ndarray:
     """``x`` rounded to float32 as NumPy rounds it (CuPy's astype would flush subnormals)."""
     if x.dtype == cp.float64:
         return _conversion(ROUND, "mixpert_round")(x)
@@ -510,7 +510,7 @@ def matmul(a: Any, b: Any, level: Level) -> Any:
     if product is None:
         raise ValueError(f"level {level.name!r} (kind {level.kind}) has no CUDA implementation")
     host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
-    a, b = _as_float32(cp.asarray(a)), _as_float32(cp.asarray(b))
+    a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     m, k = a.shape
     n = b.shape[1]
     empty = m == 0 or n == 0 or k == 0

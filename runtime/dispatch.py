@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import cpu, device, equilibrate
+from . import batched, cpu, device, equilibrate
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
 from .validation import check_pair
@@ -28,9 +28,11 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 
 
 def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
-    """a @ b for 2-D float matrices at ``level`` (None: the default level, ``precision``; see
-    ``mixpert.matmul`` for the contract)."""
-    level = get_default_level() if level is None else level
+    """a @ b at ``level`` (None: the default level, ``precision``; see ``mixpert.matmul`` for
+    the contract): 2-D matrices here, vectors and stacks through ``batched``."""
+    level = get_level(get_default_level() if level is None else level)  # names fail first
+    if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
+        return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend))
     if get_level(level).kind == "policy" and backend == "auto":
         routed = _native_gpu_fast_path(a, b)
         if routed is not None:

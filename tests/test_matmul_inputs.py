@@ -46,14 +46,22 @@ def test_non_float_dtypes_are_type_errors(ab, dtype, which: str) -> None:
 
 
 @pytest.mark.parametrize("which", ["a", "b"])
-@pytest.mark.parametrize("shape", [(2, 3, 4), (4,), (), (1, 1, 1, 1)])
-def test_wrong_ndim_is_a_value_error(ab, which: str, shape: tuple[int, ...]) -> None:
+def test_a_0d_operand_is_a_value_error(ab, which: str) -> None:
     a, b = ab
-    bad = np.ones(shape, np.float32)
+    bad = np.ones((), np.float32)
     args = (bad, b) if which == "a" else (a, bad)
-    pattern = rf"operand {which} has ndim={len(shape)} \(shape {re.escape(str(shape))}\).*2-D"
-    with pytest.raises(ValueError, match=pattern):
+    with pytest.raises(ValueError, match=rf"operand {which} has ndim=0 \(shape \(\)\)"):
         mixpert.matmul(*args)
+
+
+@pytest.mark.parametrize(
+    ("shape_a", "shape_b"),
+    [((2, 3, 4), (5, 6)), ((7,), (6, 5)), ((2, 3, 4), (3, 4, 2)), ((2, 5, 4), (3, 4, 2))],
+)
+def test_mismatched_vectors_and_stacks_name_the_shapes(shape_a, shape_b) -> None:
+    a, b = np.ones(shape_a, np.float32), np.ones(shape_b, np.float32)
+    with pytest.raises(ValueError, match=re.escape(str(shape_b)[:3])):
+        mixpert.matmul(a, b)
 
 
 @pytest.mark.parametrize("bad", [[[1.0, 2.0]], 3.0, "ab", None])
