@@ -128,17 +128,21 @@ def load_inputs(path: str, func: Any = None) -> tuple[np.ndarray, ...]:
         names = list(data.files)
         if all(n.startswith("arr_") and n[4:].isdigit() for n in names):
             return tuple(data[n] for n in sorted(names, key=lambda n: int(n[4:])))
-        params = list(inspect.signature(getattr(func, "py_func", func)).parameters)
+        signature = inspect.signature(getattr(func, "py_func", func)).parameters
+        params = list(signature)
+        given = [p for p in params if p in names]
         unknown = sorted(set(names) - set(params))
-        missing = [p for p in params if p not in names]
-        if unknown or missing:
+        required = [p for p, spec in signature.items() if spec.default is spec.empty]
+        missing = [p for p in required if p not in names]
+        if unknown or missing or given != params[: len(given)]:
             raise click.BadParameter(
                 f"{path} names {sorted(names)}; the function takes {params}"
                 + (f" (unknown: {unknown})" if unknown else "")
-                + (f" (missing: {missing})" if missing else ""),
+                + (f" (missing: {missing})" if missing else "")
+                + ("" if unknown or missing else " (only trailing parameters may be left out)"),
                 param_hint="--inputs",
             )
-        return tuple(data[p] for p in params)
+        return tuple(data[p] for p in given)  # the rest take their defaults
 
 
 def plan_table(plan: Plan, title: str) -> Table:
