@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
 
 import networkx as nx
+import numpy as np
 from numba.core import types
 from numba.core.compiler_lock import global_compiler_lock
 
@@ -35,6 +36,18 @@ from .plan_lookup import OnMissing, PlanBook
 from .runtime.device import is_cupy_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
+
+
+def weak_float_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Python float arguments of a float32 function (every floating-point array argument is
+    float32) become np.float32: NEP 50 makes them weak beside float32 arrays, and Numba would
+    otherwise type them float64 and widen every expression they touch."""
+    arrays = [a for a in args if hasattr(a, "dtype") and hasattr(a, "shape")]
+    floats = [a for a in arrays if np.issubdtype(a.dtype, np.floating)]
+    if not floats or any(a.dtype != np.float32 for a in floats):
+        return args
+    return tuple(np.float32(a) if type(a) is float else a for a in args)
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -158,7 +171,10 @@ class MixpertFunction(Generic[P, R]):
         refuse_masked(args)
         mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
-        with activate(self._active_for(args)):
+        plan = self._active_for(args)  # plans match the arguments as the caller gave them
+        if self.scalar_rules == "numpy":
+            args = weak_float_arguments(args)  # type: ignore[assignment]
+        with activate(plan):
             try:
                 return disp(*args, **kwargs)
             except MixpertRuntimeError as relay:

@@ -9,8 +9,9 @@ departs from Numba's promotion (``mixpert.jit(scalar_rules="numba")`` keeps Numb
 The pass wraps each literal operand of an arithmetic operator or a NumPy ufunc (``np.where``
 and ``np.clip`` included) in ``mixpert_weak(literal, (other operands...))``; the overload
 returns the literal as float32 when the other operands are float32 (arrays or scalars) and
-none is float64, and the literal unchanged otherwise. Python scalar *arguments* are typed by
-Numba before any pass sees them and keep Numba's rules.
+none is float64, and the literal unchanged otherwise. Python float *arguments* are typed before
+any pass runs: ``mixpert.jit`` passes them as float32 when every floating-point array argument
+is float32 (``jit.weak_float_arguments``).
 """
 
 from __future__ import annotations

@@ -68,3 +68,17 @@ def test_numbas_rules_on_request() -> None:
     assert mixpert.jit(half, scalar_rules="numba")(X).dtype == np.float64
     with pytest.raises(ValueError, match="scalar_rules"):
         mixpert.jit(half, scalar_rules="nep50")
+
+
+def test_python_float_arguments_of_a_float32_function_stay_float32(tmp_path) -> None:
+    def sgd(w, x, lr):
+        return w - lr * (x.T @ (x @ w))
+
+    w, x = X[:, :3].copy(), X
+    assert mixpert.jit(sgd)(w, x, 0.1).dtype == np.float32 == sgd(w, x, 0.1).dtype
+    assert mixpert.jit(sgd)(w.astype(np.float64), x.astype(np.float64), 0.1).dtype == np.float64
+    path = tmp_path / "p.json"
+    plan = mixpert.tune(sgd, (w, x, 0.1), tol=1e-4)
+    plan.save(path)
+    again = mixpert.jit(sgd, tol=1e-4, plan_file=path, on_missing="raise")
+    assert again(w, x, 0.1).dtype == np.float32  # the plan matches the caller's arguments
