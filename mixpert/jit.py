@@ -22,12 +22,21 @@ from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
 
 import networkx as nx
+import numba
 import numpy as np
 from numba.core import types
 from numba.core.compiler_lock import global_compiler_lock
 
-from .execution import ActivePlan, MixpertRuntimeError, activate, reraise_pending
+from .execution import (
+    ActivePlan,
+    MixpertRuntimeError,
+    activate,
+    op_index,
+    reraise_pending,
+)
+from .execution.hook import run_site
 from .execution.state import keep_standing
+from .interpreted import native, python_variant
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
 from .passes.sites import OpInfo
@@ -79,6 +88,7 @@ class MixpertFunction(Generic[P, R]):
         if scalar_rules not in get_args(ScalarRules):
             raise ValueError(f"scalar_rules={scalar_rules!r}: use 'numpy' (NEP 50) or 'numba'")
         self.scalar_rules = scalar_rules
+        self._python: Callable[..., Any] | None = None  # the NUMBA_DISABLE_JIT variant
         self._dispatchers = {} if _dispatchers is None else _dispatchers
         self._resolved: tuple[Any, ActivePlan] | None = None  # last plan from the book
         self.plan = plan
@@ -163,6 +173,22 @@ class MixpertFunction(Generic[P, R]):
             keep_standing(self._resolved[1])
         return self._resolved[1]
 
+    def _interpreted(self) -> Callable[..., Any]:
+        """The Python function with its products at the plan's levels (NUMBA_DISABLE_JIT)."""
+        if self._python is None:
+            qualname = self.py_func.__qualname__
+
+            def site(ordinal: int, a: Any, b: Any, kind: str) -> Any:
+                emulable = all(getattr(x, "ndim", 0) == 2 for x in (a, b)) and all(
+                    getattr(x, "dtype", None) == np.float32 for x in (a, b)
+                )
+                if not emulable:
+                    return native(kind)(a, b)
+                return run_site(op_index(f"{qualname}:{ordinal}"), a, b, native(kind))
+
+            self._python = python_variant(self.py_func, site)
+        return self._python
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if kwargs:  # positional from here on: plans match, tuning and profiling call by position
             bound = inspect.signature(self.py_func).bind(*args, **kwargs)
@@ -175,6 +201,8 @@ class MixpertFunction(Generic[P, R]):
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(args)  # type: ignore[assignment]
         with activate(plan):
+            if numba.config.DISABLE_JIT:
+                return self._interpreted()(*args, **kwargs)
             try:
                 return disp(*args, **kwargs)
             except MixpertRuntimeError as relay:
