@@ -109,8 +109,11 @@ def inspect(
     """
     py_func = _py_func(f)
     active = getattr(f, "active_plan", EMPTY_PLAN)
-    if args and getattr(f, "plan_book", None) is not None:  # a tol= function: the plan it runs
-        active = as_active_plan(f.plan_for(*args))
+    if getattr(f, "plan_book", None) is not None:  # a tol= function: the plan it runs
+        if args:
+            active = as_active_plan(f.plan_for(*args))
+        elif len(f.plans) == 1:  # no arguments: the one plan it holds, if it holds one
+            active = as_active_plan(f.plans[0])
     wanted = [print_ir_after] if isinstance(print_ir_after, str) else list(print_ir_after or [])
     ir_after: dict[str, str] = {}
     seconds: dict[str, float] = {}

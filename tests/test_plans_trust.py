@@ -354,3 +354,9 @@ def test_functions_sharing_a_qualified_name_are_refused(tmp_path) -> None:
 
     with pytest.raises(DuplicateOpIdError, match="step:0 names two products"):
         mixpert.jit(both).ops  # noqa: B018
+
+
+def test_inspect_without_arguments_shows_the_one_tuned_plan() -> None:
+    f = mixpert.jit(mlp, tol=1e-3)
+    f(*ARGS)
+    assert {row.op_id: row.level for row in mixpert.inspect(f).ops} == f.plans[0].levels
