@@ -1,8 +1,11 @@
-"""What a rewritten site calls: ``mixpert_matmul``, ``mixpert_dot``, ``mixpert_method_dot``.
+"""What a rewritten site calls: ``mixpert_matmul``, ``mixpert_dot``, ``mixpert_method_dot``,
+``mixpert_dot_out``.
 
 Each takes ``(op_index, a, b)``. In nopython code an ``@overload`` picks the implementation from
 the operand types: 2-D float32 x 2-D float32 calls the run-time hook through the ``mixpert_gemm``
-symbol; any other operands (float64, complex, integers, 1-D, 3-D, mixed dtypes) keep Numba's own
+symbol; float32 stacks (``a @ b`` and ``np.matmul`` of 3-D @ 2-D, 3-D @ 3-D, 2-D @ 3-D) take the
+routes of ``runtime.batched`` (a shared matrix folds the stack into one product); any other
+operands (float64, complex, integers, 1-D, deeper stacks, mixed dtypes) keep Numba's own
 operation (``a @ b``, ``np.dot(a, b)`` or ``a.dot(b)``), unchanged. In object mode (CuPy arrays)
 the plain Python bodies below run instead, with the same rule, through the same hook.
 """
@@ -111,12 +114,65 @@ def _method_dot_impl(op_index, a, b):  # type: ignore[no-untyped-def]
     return out
 
 
+def _stacked(a: types.Type, b: types.Type) -> tuple[int, int] | None:
+    """(a.ndim, b.ndim) for the float32 stacks ``a @ b`` emulates: 3-D @ 2-D, 3-D @ 3-D and
+    2-D @ 3-D (Numba itself multiplies 2-D operands only)."""
+    if not all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (a, b)):
+        return None
+    dims = (a.ndim, b.ndim)
+    return dims if dims in ((3, 2), (3, 3), (2, 3)) else None
+
+
+def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
+    batch, m, k = a.shape
+    folded = np.ascontiguousarray(a).reshape(batch * m, k)  # one product for the whole stack
+    status, out = gemm_call(op_index, folded, b)
+    if status == _NATIVE:
+        out = np.dot(folded, b)
+    elif status != _OK:
+        raise MixpertRuntimeError("mixpert runtime call failed")
+    return out.reshape(batch, m, b.shape[1])
+
+
+def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
+    batch = a.shape[0]
+    if b.shape[0] != batch:
+        raise ValueError("a @ b: the stacks have different lengths")
+    out = np.empty((batch, a.shape[1], b.shape[2]), dtype=np.float32)
+    for i in range(batch):
+        status, product = gemm_call(op_index, a[i], b[i])
+        if status == _NATIVE:
+            out[i] = np.dot(np.ascontiguousarray(a[i]), np.ascontiguousarray(b[i]))
+        elif status != _OK:
+            raise MixpertRuntimeError("mixpert runtime call failed")
+        else:
+            out[i] = product
+    return out
+
+
+def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
+    batch, k, n = b.shape
+    columns = np.ascontiguousarray(b.transpose(1, 0, 2)).reshape(k, batch * n)  # one product
+    status, out = gemm_call(op_index, a, columns)
+    if status == _NATIVE:
+        out = np.dot(np.ascontiguousarray(a), columns)
+    elif status != _OK:
+        raise MixpertRuntimeError("mixpert runtime call failed")
+    return np.ascontiguousarray(out.reshape(a.shape[0], batch, n).transpose(1, 0, 2))
+
+
+STACKED = {(3, 2): _stack_times_matrix, (3, 3): _stack_times_stack, (2, 3): _matrix_times_stack}
+
+
 def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
     native = _native_impl(kind)
 
     @overload(stub)
     def _ol(op_index, a, b):  # type: ignore[no-untyped-def]
-        return emulated if _emulable(a, b) else native
+        if _emulable(a, b):
+            return emulated
+        dims = _stacked(a, b) if kind == "matmul" else None
+        return STACKED[dims] if dims is not None else native
 
 
 _make_overload(mixpert_matmul, "matmul", _matmul_impl)

@@ -130,3 +130,30 @@ def test_a_float32_function_whose_products_all_run_natively_warns_naming_them() 
 
     with pytest.warns(NotEmulatedWarning, match=r"matvec:0: matrix-vector"):
         mixpert.jit(matvec)(np.ones((4, 4), np.float32), np.ones(4, np.float32))
+
+
+STACK = RNG.standard_normal((4, 5, 6)).astype(np.float32)
+WEIGHTS = RNG.standard_normal((6, 3)).astype(np.float32)
+STACK_B = RNG.standard_normal((4, 6, 3)).astype(np.float32)
+MATRIX = RNG.standard_normal((5, 6)).astype(np.float32)
+
+
+def stacked_operator(a, b):
+    return a @ b
+
+
+def stacked_numpy(a, b):
+    return np.matmul(a, b)
+
+
+@pytest.mark.parametrize("func", [stacked_operator, stacked_numpy])
+@pytest.mark.parametrize(
+    ("a", "b", "calls"), [(STACK, WEIGHTS, 1), (STACK, STACK_B, 4), (MATRIX, STACK_B, 1)]
+)
+def test_stacks_compile_and_match_mixpert_matmul(func, a, b, calls) -> None:
+    f = mixpert.jit(func)
+    f.plan = dict.fromkeys(f.ops, "IV")
+    with mixpert.record() as records:
+        got = f(a, b)
+    assert len(records) == calls and got.shape == np.matmul(a, b).shape
+    np.testing.assert_array_equal(got, mixpert.matmul(a, b, level="IV"))
