@@ -231,6 +231,8 @@ class _Analysis:
             self.flow(target, {site.op.op_id})
             if site.out is not None:  # np.dot(a, b, out) writes the product into out
                 self.write(site.out, {site.op.op_id})
+            if site.op.kind == "imatmul":  # a @= b writes it into a
+                self.write(site.lhs, {site.op.op_id})
         elif isinstance(value, ir.Arg):
             self.flow(target, {Param(value.index)})
         elif isinstance(value, ir.Var):

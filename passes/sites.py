@@ -25,7 +25,7 @@ from numba.core.ir_utils import find_callname, guard
 from mixpert.execution.op_ids import op_index
 
 # How the site was written; it decides which operation non-emulated operands fall back to.
-SiteKind = Literal["matmul", "dot", "method_dot", "dot_out"]
+SiteKind = Literal["matmul", "dot", "method_dot", "dot_out", "imatmul"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> Found | None:
     """(kind, lhs, rhs, out, transposed) when ``expr`` is a 2-operand matrix product."""
     if expr.op == "binop" and expr.fn is operator.matmul:
         return "matmul", expr.lhs, expr.rhs, None, STRAIGHT
+    if expr.op == "inplace_binop" and expr.fn is operator.imatmul:  # a @= b
+        return "imatmul", expr.lhs, expr.rhs, None, STRAIGHT
     if expr.op != "call" or expr.vararg or expr.varkwarg:
         return None
     name = guard(find_callname, func_ir, expr)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from numba import types
-from numba.extending import overload
+from numba.extending import overload, register_jitable
 
 from mixpert.execution.hook import MixpertRuntimeError, Status, run_site
 
@@ -63,8 +63,18 @@ def mixpert_dot_out(op_index: int, a: Any, b: Any, out: Any) -> Any:
     return out
 
 
+def mixpert_imatmul(op_index: int, a: Any, b: Any) -> Any:
+    """``a @= b`` at the active plan's level for op ``op_index``: the product written into a."""
+    if not _emulable_py(a, b):
+        a @= b
+        return a
+    a[...] = run_site(op_index, a, b, lambda x, y: x @ y)
+    return a
+
+
 STUBS = {
     "matmul": mixpert_matmul,
+    "imatmul": mixpert_imatmul,
     "dot": mixpert_dot,
     "method_dot": mixpert_method_dot,
     "dot_out": mixpert_dot_out,
@@ -198,3 +208,28 @@ def _ol_dot_out(op_index, a, b, out):  # type: ignore[no-untyped-def]
     if emulated:
         return _dot_out_impl
     return lambda op_index, a, b, out: np.dot(a, b, out)
+
+
+@register_jitable
+def _into_first(a, product):  # type: ignore[no-untyped-def]
+    if product.shape != a.shape:
+        raise ValueError("a @= b: the product's shape differs from a's")
+    a[...] = product
+    return a
+
+
+def _imatmul_impl(op_index, a, b):  # type: ignore[no-untyped-def]
+    status, product = gemm_call(op_index, a, b)
+    if status == _NATIVE:
+        return _into_first(a, a @ b)
+    if status != _OK:
+        raise MixpertRuntimeError("mixpert runtime call failed")
+    return _into_first(a, product)
+
+
+@overload(mixpert_imatmul)
+def _ol_imatmul(op_index, a, b):  # type: ignore[no-untyped-def]
+    if _emulable(a, b):
+        return _imatmul_impl
+    # Numba has no @=: NumPy's meaning, the product written into a
+    return lambda op_index, a, b: _into_first(a, a @ b)

@@ -157,3 +157,20 @@ def test_stacks_compile_and_match_mixpert_matmul(func, a, b, calls) -> None:
         got = f(a, b)
     assert len(records) == calls and got.shape == np.matmul(a, b).shape
     np.testing.assert_array_equal(got, mixpert.matmul(a, b, level="IV"))
+
+
+def in_place(a, b):
+    a @= b
+    return a.sum()
+
+
+def test_in_place_matmul_writes_the_emulated_product_into_a() -> None:
+    f = mixpert.jit(in_place)
+    f.plan = dict.fromkeys(f.ops, "V")
+    b = RNG.standard_normal((6, 6)).astype(np.float32)
+    a = MATRIX.copy()
+    f(a, b)
+    np.testing.assert_array_equal(a, mixpert.matmul(MATRIX, b, level="V"))
+    a64 = MATRIX.astype(np.float64)
+    mixpert.jit(in_place)(a64, b.astype(np.float64))  # NumPy's meaning for other dtypes too
+    np.testing.assert_allclose(a64, MATRIX.astype(np.float64) @ b, rtol=1e-12)
