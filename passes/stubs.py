@@ -5,9 +5,10 @@ Each takes ``(op_index, a, b)``. In nopython code an ``@overload`` picks the imp
 the operand types: 2-D float32 x 2-D float32 calls the run-time hook through the ``mixpert_gemm``
 symbol; float32 stacks (``a @ b`` and ``np.matmul`` of 3-D @ 2-D, 3-D @ 3-D, 2-D @ 3-D) take the
 routes of ``runtime.batched`` (a shared matrix folds the stack into one product); any other
-operands (float64, complex, integers, 1-D, deeper stacks, mixed dtypes) keep Numba's own
-operation (``a @ b``, ``np.dot(a, b)`` or ``a.dot(b)``), unchanged. In object mode (CuPy arrays)
-the plain Python bodies below run instead, with the same rule, through the same hook.
+operands (float64, complex, integers, 1-D, deeper stacks) keep Numba's own operation (``a @ b``,
+``np.dot(a, b)`` or ``a.dot(b)``), after promoting two real dtypes as NumPy does (float64 @
+float32 is float64, which Numba alone refuses). In object mode (CuPy arrays) the plain Python
+bodies below run instead, with the same rule, through the same hook.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 from numba import types
 from numba.extending import overload, register_jitable
+from numba.np.numpy_support import as_dtype
 
 from mixpert.execution.hook import MixpertRuntimeError, Status, run_site
 
@@ -174,6 +176,24 @@ def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
 STACKED = {(3, 2): _stack_times_matrix, (3, 3): _stack_times_stack, (2, 3): _matrix_times_stack}
 
 
+def _mixed_dtypes(a: types.Type, b: types.Type) -> Any | None:
+    """NumPy's common dtype of two arrays of different real dtypes (Numba's products refuse
+    them; NumPy promotes: float64 @ float32 is float64), else None."""
+    if not all(isinstance(x, types.Array) for x in (a, b)) or a.dtype == b.dtype:
+        return None
+    if not all(isinstance(x.dtype, (types.Integer, types.Float)) for x in (a, b)):
+        return None
+    return np.result_type(as_dtype(a.dtype), as_dtype(b.dtype))
+
+
+def _promoted_impl(kind: str, common: Any):  # type: ignore[no-untyped-def]
+    if kind == "matmul":
+        return lambda op_index, a, b: a.astype(common) @ b.astype(common)
+    if kind == "dot":
+        return lambda op_index, a, b: np.dot(a.astype(common), b.astype(common))
+    return lambda op_index, a, b: a.astype(common).dot(b.astype(common))
+
+
 def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
     native = _native_impl(kind)
 
@@ -182,7 +202,10 @@ def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
         if _emulable(a, b):
             return emulated
         dims = _stacked(a, b) if kind == "matmul" else None
-        return STACKED[dims] if dims is not None else native
+        if dims is not None:
+            return STACKED[dims]
+        common = _mixed_dtypes(a, b)
+        return _promoted_impl(kind, common) if common is not None else native
 
 
 _make_overload(mixpert_matmul, "matmul", _matmul_impl)

@@ -174,3 +174,18 @@ def test_in_place_matmul_writes_the_emulated_product_into_a() -> None:
     a64 = MATRIX.astype(np.float64)
     mixpert.jit(in_place)(a64, b.astype(np.float64))  # NumPy's meaning for other dtypes too
     np.testing.assert_allclose(a64, MATRIX.astype(np.float64) @ b, rtol=1e-12)
+
+
+def three_spellings(a, b):
+    return a @ b, np.dot(a, b), a.dot(b)
+
+
+@pytest.mark.filterwarnings("ignore::mixpert.passes.native_sites.NotEmulatedWarning")
+@pytest.mark.parametrize("dtype_a", [np.float64, np.int64])
+def test_mixed_dtypes_promote_as_numpy_does(dtype_a) -> None:
+    a = (RNG.standard_normal((3, 4)) * 4).astype(dtype_a)
+    b = RNG.standard_normal((4, 2)).astype(np.float32)
+    for got in mixpert.jit(three_spellings)(a, b):
+        want = np.matmul(a, b)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-12)
