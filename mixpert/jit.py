@@ -179,11 +179,6 @@ class MixpertFunction(Generic[P, R]):
             qualname = self.py_func.__qualname__
 
             def site(ordinal: int, a: Any, b: Any, kind: str) -> Any:
-                emulable = all(getattr(x, "ndim", 0) == 2 for x in (a, b)) and all(
-                    getattr(x, "dtype", None) == np.float32 for x in (a, b)
-                )
-                if not emulable:
-                    return native(kind)(a, b)
                 return run_site(op_index(f"{qualname}:{ordinal}"), a, b, native(kind))
 
             self._python = python_variant(self.py_func, site)

@@ -121,11 +121,14 @@ class Plan:
             get_level(level)  # unknown names fail at load time, not mid-run
 
     # --- checks ----------------------------------------------------------------------------
+    def is_for(self, func: Any) -> bool:
+        """Whether this plan was tuned for a function of ``func``'s qualified name."""
+        return self.function.rpartition(":")[2] == function_identity(func)  # 0.1: module:name
+
     def check(self, func: Any, args: Sequence[Any] | None = None) -> None:
         """Raise if this plan must not be applied to ``func`` (and ``args``)."""
-        name = function_identity(func)
-        if self.function.rpartition(":")[2] != name:  # files of mixpert 0.1 say module:qualname
-            raise PlanMismatchError(f"plan is for {self.function}, not {name}")
+        if not self.is_for(func):
+            raise PlanMismatchError(f"plan is for {self.function}, not {function_identity(func)}")
         ops = getattr(func, "ops", None)
         if ops is not None:
             self._check_ops(ops)
@@ -191,11 +194,12 @@ class Plan:
 def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, where: str) -> Plan:
     """The one plan of ``plans`` for ``func`` and ``args`` (PlanMismatchError otherwise)."""
     if func is not None:
-        name = function_identity(func)
-        mine = [p for p in plans if p.function.rpartition(":")[2] == name]
+        mine = [p for p in plans if p.is_for(func)]
         if not mine:
             found = sorted({p.function for p in plans})
-            raise PlanMismatchError(f"{where} holds no plan for {name} (it has: {found})")
+            raise PlanMismatchError(
+                f"{where} holds no plan for {function_identity(func)} (it has: {found})"
+            )
         plans = mine
     if not plans:
         raise PlanMismatchError(f"{where} holds no plans")

@@ -74,8 +74,7 @@ class PlanBook:
     def _plan_for(self, func: MixpertFunction, args: Sequence[Any]) -> Plan | dict[str, str]:
         if not self._file_read:
             if self.plan_file is not None and self.plan_file.exists():
-                name = function_identity(func)
-                mine = [p for p in read_plans(self.plan_file) if p.function == name]
+                mine = [p for p in read_plans(self.plan_file) if p.is_for(func)]
                 for plan in mine:
                     plan.check(func)  # stale: raises here, on this call and every later one
                 self.plans.extend(mine)

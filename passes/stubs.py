@@ -20,7 +20,7 @@ from numba import types
 from numba.extending import overload, register_jitable
 from numba.np.numpy_support import as_dtype
 
-from mixpert.execution.hook import MixpertRuntimeError, Status, run_site
+from mixpert.execution.hook import MixpertRuntimeError, Status, emulable, run_site
 
 from .gemm_call import gemm_call
 
@@ -28,38 +28,24 @@ from .gemm_call import gemm_call
 _OK, _NATIVE = int(Status.OK), int(Status.NATIVE)
 
 
-def _emulable_py(a: Any, b: Any) -> bool:
-    return (
-        getattr(a, "ndim", 0) == 2
-        and getattr(b, "ndim", 0) == 2
-        and a.dtype == np.float32
-        and b.dtype == np.float32
-        and type(a) is type(b)
-    )
-
-
-def _site_py(op_index: int, a: Any, b: Any, native: Any) -> Any:
-    return run_site(op_index, a, b, native) if _emulable_py(a, b) else native(a, b)
-
-
 def mixpert_matmul(op_index: int, a: Any, b: Any) -> Any:
     """``a @ b`` at the active plan's level for op ``op_index``."""
-    return _site_py(op_index, a, b, lambda x, y: x @ y)
+    return run_site(op_index, a, b, lambda x, y: x @ y)
 
 
 def mixpert_dot(op_index: int, a: Any, b: Any) -> Any:
     """``np.dot(a, b)`` at the active plan's level for op ``op_index``."""
-    return _site_py(op_index, a, b, lambda x, y: np.dot(x, y))
+    return run_site(op_index, a, b, lambda x, y: np.dot(x, y))
 
 
 def mixpert_method_dot(op_index: int, a: Any, b: Any) -> Any:
     """``a.dot(b)`` at the active plan's level for op ``op_index``."""
-    return _site_py(op_index, a, b, lambda x, y: x.dot(y))
+    return run_site(op_index, a, b, lambda x, y: x.dot(y))
 
 
 def mixpert_dot_out(op_index: int, a: Any, b: Any, out: Any) -> Any:
     """``np.dot(a, b, out)`` at the active plan's level for op ``op_index``."""
-    if not _emulable_py(a, b):
+    if not emulable(a, b):
         return np.dot(a, b, out)
     out[...] = run_site(op_index, a, b, lambda x, y: np.dot(x, y))
     return out
@@ -67,7 +53,7 @@ def mixpert_dot_out(op_index: int, a: Any, b: Any, out: Any) -> Any:
 
 def mixpert_imatmul(op_index: int, a: Any, b: Any) -> Any:
     """``a @= b`` at the active plan's level for op ``op_index``: the product written into a."""
-    if not _emulable_py(a, b):
+    if not emulable(a, b):
         a @= b
         return a
     a[...] = run_site(op_index, a, b, lambda x, y: x @ y)

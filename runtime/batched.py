@@ -20,34 +20,16 @@ from typing import Any
 import numpy as np
 
 from . import device
-from .validation import ACCEPTED_FLOATS, refuse_masked
+from .validation import check_operand
 
 Matmul2D = Callable[[Any, Any], Any]
-
-
-def _checked(name: str, x: Any) -> None:
-    refuse_masked([x], [f"operand {name}"])
-    if getattr(x, "dtype", None) is None or getattr(x, "ndim", None) is None:
-        raise TypeError(
-            f"operand {name} is a {type(x).__name__}; mixpert.matmul takes NumPy or CuPy arrays"
-        )
-    if x.ndim == 0:
-        raise ValueError(
-            f"operand {name} has ndim=0 (shape ()); mixpert.matmul, like np.matmul, needs "
-            "operands of at least 1 dimension (2-D matrices, 1-D vectors or N-D stacks)"
-        )
-    if np.dtype(x.dtype).type not in ACCEPTED_FLOATS:
-        raise TypeError(
-            f"operand {name} has dtype {np.dtype(x.dtype)}; mixpert.matmul takes real "
-            "floating-point arrays (float32, or float16/float64, which are rounded to float32)"
-        )
 
 
 def matmul(a: Any, b: Any, product: Matmul2D) -> Any:
     """``np.matmul(a, b)`` for operands that are not both 2-D; ``product`` multiplies two
     matrices (the caller's level and backend)."""
-    _checked("a", a)
-    _checked("b", b)
+    check_operand("a", a, matrix=False)
+    check_operand("b", b, matrix=False)
     xp = device.cupy_module() if device.is_cupy_array(a) or device.is_cupy_array(b) else np
     k_a = a.shape[-1]
     k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]

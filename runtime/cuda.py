@@ -373,25 +373,26 @@ def _combine_int8(
     return _combine(kernel, sums, pair_exponent(0), step, 0, slack, a_pack, b_pack, a, b)
 
 
-def _pack_both(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[PackedOperand, PackedOperand]:
-    a_rows = _unit_inner(a)
-    kexp = k_exponents(a_rows, b)
+def _pack_both(
+    a_rows: cp.ndarray, b: cp.ndarray, kexp: cp.ndarray, level: Level
+) -> tuple[PackedOperand, PackedOperand]:
     a_pack = pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False)
     return a_pack, _pack_b(b, kexp, level.b_slices)
 
 
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
-    a_pack, b_pack = _pack_both(a, b, level)
+    a_rows = _unit_inner(a)
+    a_pack, b_pack = _pack_both(a_rows, b, k_exponents(a_rows, b), level)
     sums = int8_class_sums(a_pack, b_pack, level)
     return _combine_int8(sums, a_pack, b_pack, a, b, level)
 
 
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
     """The stages of ``int8_product`` as separate calls, for a time breakdown."""
-    a_pack, b_pack = _pack_both(a, b, level)
-    sums = int8_class_sums(a_pack, b_pack, level)
     a_rows = _unit_inner(a)
     kexp = k_exponents(a_rows, b)
+    a_pack, b_pack = _pack_both(a_rows, b, kexp, level)
+    sums = int8_class_sums(a_pack, b_pack, level)
     stages: dict[str, Any] = {
         "k-exponents": lambda: k_exponents(a_rows, b),
         "pack A": lambda: pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False),

@@ -33,7 +33,7 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
     level = get_level(get_default_level() if level is None else level)  # names fail first
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
         return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend))
-    if get_level(level).kind == "policy" and backend == "auto":
+    if level.kind == "policy" and backend == "auto":
         routed = _native_gpu_fast_path(a, b)
         if routed is not None:
             return routed

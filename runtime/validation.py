@@ -21,8 +21,9 @@ def refuse_masked(values: Any, names: Any = None) -> None:
             )
 
 
-def check_operand(name: str, x: Any) -> None:
-    """Raise TypeError/ValueError unless ``x`` is a 2-D real floating-point array."""
+def check_operand(name: str, x: Any, matrix: bool = True) -> None:
+    """Raise TypeError/ValueError unless ``x`` is a real floating-point array: a 2-D matrix,
+    or with ``matrix=False`` any array of at least one dimension (np.matmul's operands)."""
     refuse_masked([x], [f"operand {name}"])
     dtype = getattr(x, "dtype", None)
     ndim = getattr(x, "ndim", None)
@@ -30,15 +31,18 @@ def check_operand(name: str, x: Any) -> None:
         raise TypeError(
             f"operand {name} is a {type(x).__name__}; mixpert.matmul takes NumPy or CuPy arrays"
         )
-    if ndim != 2:
-        raise ValueError(
-            f"operand {name} has ndim={ndim} (shape {tuple(x.shape)}); "
-            "mixpert.matmul multiplies 2-D matrices only"
+    if ndim == 0 or (matrix and ndim != 2):
+        rule = (
+            "this step multiplies 2-D matrices only"
+            if matrix
+            else "mixpert.matmul, like np.matmul, needs operands of at least 1 dimension "
+            "(2-D matrices, 1-D vectors or N-D stacks)"
         )
+        raise ValueError(f"operand {name} has ndim={ndim} (shape {tuple(x.shape)}); {rule}")
     if np.dtype(dtype).type not in ACCEPTED_FLOATS:
         raise TypeError(
             f"operand {name} has dtype {np.dtype(dtype)}; mixpert.matmul takes real floating-point "
-            "matrices (float32, or float16/float64, which are rounded to float32)"
+            "arrays (float32, or float16/float64, which are rounded to float32)"
         )
 
 

@@ -16,7 +16,6 @@ from .state import (
     ActivePlan,
     CallRecord,
     activate,
-    current_plan,
     level_for,
     record_calls,
 )
@@ -28,7 +27,6 @@ __all__ = [
     "MixpertRuntimeError",
     "Status",
     "activate",
-    "current_plan",
     "level_for",
     "level_to_run",
     "op_id_of",

@@ -109,9 +109,21 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     return result
 
 
+def emulable(a: Any, b: Any) -> bool:
+    """Operands a site outside compiled code emulates: two 2-D float32 arrays of one kind."""
+    return (
+        getattr(a, "ndim", 0) == 2
+        and getattr(b, "ndim", 0) == 2
+        and a.dtype == np.float32
+        and b.dtype == np.float32
+        and type(a) is type(b)
+    )
+
+
 def run_site(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any]) -> Any:
-    """An object-mode site: ``native(a, b)`` or the runtime, as ``level_to_run`` says."""
-    level = level_to_run(op_index, a, b)
+    """A site run by Python (object mode, ``NUMBA_DISABLE_JIT``): ``native(a, b)`` for operands
+    mixpert does not emulate, else the runtime or ``native``, as ``level_to_run`` says."""
+    level = level_to_run(op_index, a, b) if emulable(a, b) else None
     return native(a, b) if level is None else run_product(op_index, a, b, level)
 
 

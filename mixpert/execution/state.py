@@ -25,22 +25,18 @@ from .op_ids import op_id_of, op_index
 
 @dataclass(frozen=True)
 class ActivePlan:
-    """A plan as the run time reads it: op index -> Level; unlisted ops run at ``default``, or
-    when that is None at the default level in force (``mixpert.runtime.precision``)."""
+    """A plan as the run time reads it: op index -> Level; unlisted ops run at the default
+    level in force (``mixpert.runtime.precision``)."""
 
     levels: Mapping[int, Level]
-    default: Level | None = None
 
     @classmethod
-    def from_levels(
-        cls, levels: Mapping[str, str | Level], default: str | Level | None = None
-    ) -> ActivePlan:
+    def from_levels(cls, levels: Mapping[str, str | Level]) -> ActivePlan:
         """From op id -> level (name or Level); unknown level names raise ValueError here."""
-        fallback = None if default is None else get_level(default)
-        return cls({op_index(op): get_level(lv) for op, lv in levels.items()}, fallback)
+        return cls({op_index(op): get_level(lv) for op, lv in levels.items()})
 
     def level_of(self, op_index: int) -> Level:
-        level = self.levels.get(op_index, self.default)
+        level = self.levels.get(op_index)
         return get_default_level() if level is None else level
 
 
@@ -95,17 +91,13 @@ def keep_standing(plan: ActivePlan) -> None:
     _standing.update(plan.levels)
 
 
-def current_plan() -> ActivePlan:
-    return _mine().plan or EMPTY_PLAN
-
-
 def level_for(op_index: int) -> Level:
     """The level the active plan gives op ``op_index`` (possibly "auto"); with no plan active
     anywhere (a call from plain Numba code), the level its own function's plan gave it."""
     plan = _mine().plan
     if plan is None:
         standing = _standing.get(op_index)
-        return standing if standing is not None else EMPTY_PLAN.level_of(op_index)
+        return get_default_level() if standing is None else standing
     return plan.level_of(op_index)
 
 
