@@ -310,13 +310,14 @@ def tune(
     if not 0 < margin <= 1:
         raise ValueError(f"margin={margin!r}: it must lie in (0, 1]")
     args = tuple(args)
+    held_out_inputs = [Profiler(jitted, tuple(v)) for v in validation]  # references made once
     runs = 0
     for attempt in range(VALIDATION_RETRIES + 1):
         if attempt:
             margin /= 2  # the last plan missed tol on a validation input: tighten, search again
         result = greedy(jitted, args, tol, candidates, on_run, margin)
         runs += result.runs
-        held_out = max((held_out_error(jitted, v, result.levels) for v in validation), default=None)
+        held_out = max((p.error(result.levels) for p in held_out_inputs), default=None)
         if held_out is None or held_out <= tol or not result.met_tol:
             break
     else:
@@ -368,12 +369,6 @@ def tune(
         margin=margin,
         held_out_error=held_out,
     )
-
-
-def held_out_error(jitted: Tunable, args: Sequence[Any], levels: Mapping[str, str]) -> float:
-    """The plan's output error on inputs it was not tuned on (copies: nothing is written)."""
-    prof = Profiler(jitted, tuple(args))
-    return prof.error(levels)
 
 
 def relative_path(file: str) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .combine import saturate
+
 ROW_TOP_EXPONENT = 15  # the scaled row maximum lies below 2^15
 LO_SHIFT = 11  # lo carries the 11 bits after hi's
 SCALE_BACK = 2 * ROW_TOP_EXPONENT
@@ -37,8 +39,6 @@ def combine_parts(
 ) -> np.ndarray:
     """float32 result from the hi@hi product and the sum of the two cross products (with
     ``combine.saturate``'s rule at the top of the range)."""
-    from .combine import saturate
-
     acc = hh.astype(np.float64) + np.ldexp(hl_plus_lh.astype(np.float64), -LO_SHIFT)
     scale = row_exp.astype(np.int32)[:, None] + col_exp.astype(np.int32)[None, :]
     return saturate(np.ldexp(acc, scale - SCALE_BACK), scale, k_slack)
