@@ -32,13 +32,16 @@ def matmul(
     so a float64 input is treated as the float32 matrix nearest to it and the result is float32.
 
     NaN and Inf come out where float32 matmul puts them (their rows and columns bypass
-    emulation); zeros, subnormals, wide exponent ranges and empty dimensions are handled. The
+    emulation); zeros, subnormals, wide exponent ranges and empty dimensions are handled. IV
+    and V keep SGEMM's componentwise bound 2 k u |A||B| by recomputing exactly the lines their
+    slices cannot resolve (``mixpert.runtime.bypass``; README "What each level promises"); the
+    cheaper levels keep a bound scaled by each row's and column's largest entry. The
     INT8 levels are deterministic: the same inputs give the same bits on every run and on both
     backends. The native levels (fp32, tf32, fp64, and "auto" where it means fp32) sum in the
     BLAS's order, and the FP16 level sums in FP32 on GPUs: their bits may differ by backend.
 
-    Raises TypeError for non-float dtypes or non-array operands, ValueError for ndim != 2, for
-    mismatched inner dimensions and for unknown level names.
+    Raises TypeError for non-float dtypes or non-array operands, ValueError for 0-d operands,
+    for mismatched inner dimensions and for unknown level names.
     """
     return dispatch.matmul(a, b, level=level, backend=backend)
 

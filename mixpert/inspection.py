@@ -20,6 +20,7 @@ from numba.core.dispatcher import Dispatcher
 from . import graph_picture
 from .execution import (
     EMPTY_PLAN,
+    CallRecord,
     MixpertRuntimeError,
     activate,
     op_index,
@@ -93,6 +94,17 @@ class Inspection:
         return graph_picture.to_dot(self.ops, self.graph)
 
 
+def ran_at(call: CallRecord) -> str:
+    """What one call ran, as inspection shows it: "IV on cpu, 3 k rebalanced, 1 row exact"."""
+    parts = [f"{call.level} on {call.backend}"]
+    if call.rebalanced_k:
+        parts.append(f"{call.rebalanced_k} k rebalanced")
+    for count, what in zip(call.exact_lines, ("row", "column"), strict=True):
+        if count:
+            parts.append(f"{count} {what}{'s' if count > 1 else ''} exact")
+    return ", ".join(parts)
+
+
 def _py_func(f: Any) -> Any:
     if isinstance(f, Dispatcher):
         return f.py_func
@@ -153,8 +165,7 @@ def inspect(
                 reraise_pending(relay)
         for call in calls:
             shapes.setdefault(call.op_id, []).append(call.shape)
-            moved = f", {call.rebalanced_k} k rebalanced" if call.rebalanced_k else ""
-            ran.setdefault(call.op_id, []).append(f"{call.level} on {call.backend}{moved}")
+            ran.setdefault(call.op_id, []).append(ran_at(call))
     rows = []
     for op in sorted(summary.ops.values(), key=lambda o: (o.file, o.line, o.ordinal)):
         level = active.level_of(op_index(op.op_id))

@@ -12,10 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import equilibrate, fp16split, packer, workspace
+from . import bypass, equilibrate, fp16split, packer, workspace
 from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
-from .nonfinite import nonfinite_lines, patch_nonfinite
 
 TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
 
@@ -49,8 +48,9 @@ def exact_class_sums(
 
 def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """Equilibrate, slice B whole (in column blocks), then A in row blocks: each block's digits,
-    exact class sums (k blocks) and combine. Blocks change no bit (sums are exact); they keep
-    the workspace near the operands' and output's bytes (``workspace``)."""
+    exact class sums (k blocks) and combine; then the unresolved lines (``bypass``) are
+    recomputed. Blocks change no bit (sums are exact); they keep the workspace near the
+    operands' and output's bytes (``workspace``)."""
     m, k = a.shape
     n = b.shape[1]
     budget = workspace.block_budget(m, k, n)
@@ -59,6 +59,7 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     f = equilibrate.k_exponents(a, b)
     col_exp = np.empty(n, dtype=np.int32)
     b_digits = np.empty((level.b_slices, n, k), dtype=np.int8)
+    wide_cols = np.zeros(n, dtype=bool)
     cols = max(1, budget // (workspace.FLOAT64_TEMPORARIES * k))
     for c0 in range(0, n, cols):
         block = equilibrate.rebalance_b(b[:, c0 : c0 + cols], f)
@@ -66,17 +67,41 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
         b_digits[:, c0 : c0 + cols] = packer.slice_columns(
             block, col_exp[c0 : c0 + cols], level.b_slices
         )
+        if level.bypass_wide:
+            wide_cols[c0 : c0 + cols] = bypass.unresolved(
+                block.T, col_exp[c0 : c0 + cols], packer.fraction_bits(level.b_slices), k
+            )
     k_slack = k * overflow_slack(level)
     rows = workspace.rows_per_block(k, n, budget, len(level.groups))
     k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
     out = np.empty((m, n), dtype=np.float32)
+    wide_rows = np.zeros(m, dtype=bool)
     for r0 in range(0, m, rows):
         block = equilibrate.rebalance_a(a[r0 : r0 + rows], f)
         row_exp = packer.scale_exponents(block, axis=1)
         a_digits = packer.slice_rows(block, row_exp, level.a_slices)
         sums = exact_class_sums(a_digits, b_digits, level, k_block)
         out[r0 : r0 + rows] = combine(sums, row_exp, col_exp, k_slack)
+        if level.bypass_wide:
+            wide_rows[r0 : r0 + rows] = bypass.unresolved(
+                block, row_exp, packer.fraction_bits(level.a_slices), k
+            )
+    bypass.recompute_lines(out, a, b, np.flatnonzero(wide_rows), np.flatnonzero(wide_cols))
     return out
+
+
+def unresolved_lines(a: np.ndarray, b: np.ndarray, level: Level) -> tuple[int, int]:
+    """(rows of A, columns of B) that ``int8_product`` recomputes as unresolved lines."""
+    if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
+        return 0, 0
+    a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
+    k = a.shape[1]
+    ra, rb = equilibrate.rebalance(a, b, equilibrate.k_exponents(a, b))
+    rows = bypass.unresolved(ra, packer.scale_exponents(ra, axis=1),
+                             packer.fraction_bits(level.a_slices), k)  # fmt: skip
+    cols = bypass.unresolved(rb.T, packer.scale_exponents(rb, axis=0),
+                             packer.fraction_bits(level.b_slices), k)  # fmt: skip
+    return int(rows.sum()), int(cols.sum())
 
 
 def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -123,7 +148,7 @@ def matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """The CPU backend's entry: a @ b at ``level`` (not "auto") for 2-D float NumPy arrays.
 
     Operands are rounded to float32; empty dimensions give zeros. Emulated levels pack NaN and
-    Inf as 0 and then recompute the lines holding them (``nonfinite``); native ones see them.
+    Inf as 0 and then recompute the lines holding them (``bypass``); native ones see them.
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -136,5 +161,6 @@ def matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
         return np.zeros((m, n), dtype=np.float32)
     if not level.emulated:
         return product(a, b, level)
-    rows, cols = nonfinite_lines(np, a, b)
-    return patch_nonfinite(np, product(a, b, level), a, b, rows, cols)
+    c = product(a, b, level)
+    bypass.recompute_lines(c, a, b, *bypass.nonfinite_lines(np, a, b))
+    return c

@@ -22,11 +22,11 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from . import fp16split, workspace
+from . import bypass, fp16split, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import ACCUMULATE, COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
 from .levels import LEVELS, Kind, Level
-from .packer import pair_exponent
+from .packer import fraction_bits, pair_exponent
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 # k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product). Measured on the
@@ -167,21 +167,34 @@ def rebalanced_k(a: Any, b: Any) -> int:
     return int(cp.count_nonzero(f[:-1]))
 
 
+def _deep(slices: int, k: int, bypass_wide: bool) -> np.int32:
+    """The packers' ``deep`` argument: ``bypass.deep_binades``, or NO_BYPASS."""
+    if not bypass_wide:
+        return np.int32(bypass.NO_BYPASS)
+    return np.int32(bypass.deep_binades(fraction_bits(slices), k))
+
+
 def pack_int8(
-    lines: cp.ndarray, kexp: cp.ndarray, side: int, slices: int, reversed_slots: bool
+    lines: cp.ndarray,
+    kexp: cp.ndarray,
+    side: int,
+    slices: int,
+    reversed_slots: bool,
+    bypass_wide: bool = False,
 ) -> PackedOperand:
     """``packer.slice_rows`` on the GPU: digits of each rebalanced row of ``lines`` (rows
-    contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns."""
+    contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns. The
+    ``nonfinite`` flags also mark unresolved lines when ``bypass_wide`` (``bypass``)."""
     packed = PackedOperand(lines.shape[0], slices, _padded(lines.shape[1]), cp.int8)
     _launch_pack(
         "pack_int8", lines, packed, kexp, np.int32(side), np.int32(slices),
-        np.int32(reversed_slots),
+        np.int32(reversed_slots), _deep(slices, lines.shape[1], bypass_wide),
     )  # fmt: skip
     return packed
 
 
 def pack_int8_columns(
-    x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool
+    x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, bypass_wide: bool = False
 ) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place."""
     k, n = x.shape
@@ -199,6 +212,7 @@ def pack_int8_columns(
                 kexp,
                 np.int32(slices),
                 np.int32(reversed_slots),
+                _deep(slices, k, bypass_wide),
                 packed.data,
                 packed.exponents,
                 packed.nonfinite,
@@ -207,11 +221,12 @@ def pack_int8_columns(
     return packed
 
 
-def _pack_b(b: cp.ndarray, kexp: cp.ndarray, slices: int) -> PackedOperand:
+def _pack_b(b: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:
     """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
+    slices, wide = level.b_slices, level.bypass_wide
     if _rows_contiguous(b):
-        return pack_int8_columns(b, kexp, slices, reversed_slots=True)
-    return pack_int8(_unit_inner(b.T), kexp, B_SIDE, slices, reversed_slots=True)
+        return pack_int8_columns(b, kexp, slices, reversed_slots=True, bypass_wide=wide)
+    return pack_int8(_unit_inner(b.T), kexp, B_SIDE, slices, reversed_slots=True, bypass_wide=wide)
 
 
 def pack_fp16(
@@ -373,11 +388,16 @@ def _combine_int8(
     return _combine(kernel, sums, pair_exponent(0), step, 0, slack, a_pack, b_pack, a, b)
 
 
+def _pack_a(a_rows: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:
+    """A's rows, slots in order."""
+    wide = level.bypass_wide
+    return pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False, bypass_wide=wide)
+
+
 def _pack_both(
     a_rows: cp.ndarray, b: cp.ndarray, kexp: cp.ndarray, level: Level
 ) -> tuple[PackedOperand, PackedOperand]:
-    a_pack = pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False)
-    return a_pack, _pack_b(b, kexp, level.b_slices)
+    return _pack_a(a_rows, kexp, level), _pack_b(b, kexp, level)
 
 
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
@@ -395,8 +415,8 @@ def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]
     sums = int8_class_sums(a_pack, b_pack, level)
     stages: dict[str, Any] = {
         "k-exponents": lambda: k_exponents(a_rows, b),
-        "pack A": lambda: pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False),
-        "pack B": lambda: _pack_b(b, kexp, level.b_slices),
+        "pack A": lambda: _pack_a(a_rows, kexp, level),
+        "pack B": lambda: _pack_b(b, kexp, level),
         "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level),
         "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b, level),
     }

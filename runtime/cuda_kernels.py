@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from string import Template
 
-from . import combine, equilibrate, fp16split, packer
+from . import bypass, combine, equilibrate, fp16split, packer
 
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
@@ -26,6 +26,8 @@ CONSTANTS = {
     "OVERFLOW_THRESHOLD": combine.OVERFLOW_THRESHOLD.hex(),  # a C99 hex literal: exact
     "DEAD": int(equilibrate.DEAD),
     "IMBALANCE": equilibrate.IMBALANCE_BINADES,
+    "DEEP_FRACTION": bypass.DEEP_FRACTION,
+    "NO_BYPASS": bypass.NO_BYPASS,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -225,6 +227,43 @@ __device__ __forceinline__ int scale_exponent(double top)
     return top * ${HEADROOM_DEN}.0 >= ldexp(${HEADROOM_NUM}.0, e) ? e + 1 : e;
 }
 
+// bypass.unresolved: an entry is deep when 0 < |v| < 2^(e - deep - 1); a line with more than
+// k / DEEP_FRACTION deep entries is unresolved. deep == NO_BYPASS: the level bypasses no line.
+__device__ __forceinline__ double deep_floor(int e, int deep)
+{
+    return deep == ${NO_BYPASS} ? 0.0 : pow2(e - deep - 1);
+}
+
+__device__ __forceinline__ int is_deep(double v, double floor)
+{
+    return v != 0.0 && fabs(v) < floor;
+}
+
+__device__ __forceinline__ int unresolved(int count, int k)
+{
+    return (long long)count * ${DEEP_FRACTION} > k;
+}
+
+// Sum over the block (block_max's pattern), returned to every thread.
+__device__ int block_sum(int value)
+{
+    __shared__ int block_total[32];
+    for (int offset = 16; offset > 0; offset >>= 1)
+        value += __shfl_xor_sync(0xffffffffu, value, offset);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();  // block_total may still be read by a previous call
+    if (lane == 0) block_total[warp] = value;
+    __syncthreads();
+    if (warp == 0) {
+        value = lane < (blockDim.x >> 5) ? block_total[lane] : 0;
+        for (int offset = 16; offset > 0; offset >>= 1)
+            value += __shfl_xor_sync(0xffffffffu, value, offset);
+        if (lane == 0) block_total[0] = value;
+    }
+    __syncthreads();
+    return block_total[0];
+}
+
 // packer.fraction_bits: P(s) = FIRST + LATER (s - 1).
 __device__ __forceinline__ int fraction_bits(int slices)
 {
@@ -269,7 +308,7 @@ __device__ __forceinline__ void write_digits4(const double v[4], int shift, int 
 extern "C" __global__ void pack_int8(
     const float* __restrict__ x, long long line_stride, int k, int k_pad,
     const int* __restrict__ kexp, int sign, int slices, int reversed,
-    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+    int deep, signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
@@ -277,16 +316,20 @@ extern "C" __global__ void pack_int8(
     const double top = line_max(row, k, kexp, sign, &bad);
 
     const int e = scale_exponent(top);
-    if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
-
+    const double floor = deep_floor(e, deep);
+    int count = 0;
     const int shift = fraction_bits(slices) - e;
     signed char* dst = out + line * (long long)slices * k_pad;
     for (int c = 4 * threadIdx.x; c < k_pad; c += 4 * blockDim.x) {  // k_pad % 16 == 0
         double v[4];
-        for (int t = 0; t < 4; ++t)
+        for (int t = 0; t < 4; ++t) {
             v[t] = c + t < k ? rebalanced(row[c + t], kexp[c + t], sign) : 0.0;
+            count += is_deep(v[t], floor);
+        }
         write_digits4(v, shift, slices, reversed, dst + c, k_pad);
     }
+    count = block_sum(count);
+    if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad | unresolved(count, k); }
 }
 
 // pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
@@ -294,7 +337,7 @@ extern "C" __global__ void pack_int8(
 // shared tile turns them so the digit writes run along k.
 extern "C" __global__ void pack_int8_columns(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
-    const int* __restrict__ kexp, int slices, int reversed,
+    const int* __restrict__ kexp, int slices, int reversed, int deep,
     signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
     __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
@@ -302,6 +345,8 @@ extern "C" __global__ void pack_int8_columns(
     __shared__ double col_max[8][32];
     __shared__ int col_bad[8][32];
     __shared__ int shift_of[32];
+    __shared__ double floor_of[32];
+    __shared__ int deep_count[32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * 32;
     const int col = col0 + tx;
@@ -329,7 +374,10 @@ extern "C" __global__ void pack_int8_columns(
         for (int j = 1; j < 8; ++j) { top = fmax(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
         const int e = scale_exponent(top);
         shift_of[tx] = fraction_bits(slices) - e;
-        if (col < n) { exps[col] = e; nonfinite[col] = bad; }
+        floor_of[tx] = deep_floor(e, deep);
+        deep_count[tx] = 0;
+        col_bad[0][tx] = bad;
+        if (col < n) exps[col] = e;
     }
     __syncthreads();
 
@@ -346,10 +394,12 @@ extern "C" __global__ void pack_int8_columns(
                 signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
                 const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
                 write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
+                if (is_deep(v, floor_of[j])) atomicAdd(&deep_count[j], 1);  // integers: exact
             }
         }
         __syncthreads();
     }
+    if (ty == 0 && col < n) nonfinite[col] = col_bad[0][tx] | unresolved(deep_count[tx], k);
 }
 
 // fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT) of the

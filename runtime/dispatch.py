@@ -116,3 +116,11 @@ def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:
         return cuda.rebalanced_k(a, b)
     a32 = np.asarray(a).astype(np.float32, copy=False)
     return int(np.count_nonzero(equilibrate.k_exponents(a32, np.asarray(b).astype(np.float32))))
+
+
+def unresolved_lines(a: Any, b: Any, level: str | Level) -> tuple[int, int]:
+    """(rows of A, columns of B) this product recomputes exactly because the level's slices
+    cannot resolve their range (``bypass``): what inspection reports. Any backend gives the
+    same lines, so GPU operands are counted from host copies (diagnostics only)."""
+    a, b = (x.get() if device.is_cupy_array(x) else np.asarray(x) for x in (a, b))
+    return cpu.unresolved_lines(a, b, get_level(level))

@@ -12,7 +12,7 @@ and E their binade exponents (``packer.binade_exponents``):
 and a dead k-index (c_j = 0 or r_j = 0: every finite product is 0) is dropped: its entries
 pack as 0. Within the band nothing moves, so narrow-range data keep their bits (measured on
 the CPU at n = 1024, phi = 0.5, level IV: a full rebalancing raised the error from 3.8e-7 to
-4.5e-7; with the 4-binade band it stays 3.8e-7). NaN and Inf are left to ``nonfinite``, which
+4.5e-7; with the 4-binade band it stays 3.8e-7). NaN and Inf are left to ``bypass``, which
 recomputes their lines from the original values. Every backend applies the same exponents.
 """
 

@@ -129,10 +129,38 @@ def rounded(x: np.ndarray, axis: int, bits: int) -> np.ndarray:
 
 def rounding_model(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """fl32(x^ @ y^): the level's result with its dropped pairs put back (float64 sums)."""
-    a, b = rebalanced(a, b)
-    xa = rounded(a, 1, CONTRACT_BITS[level.a_slices])
-    yb = rounded(b, 0, CONTRACT_BITS[level.b_slices])
-    return (xa @ yb).astype(np.float32)
+    ra, rb = rebalanced(a, b)
+    xa = rounded(ra, 1, CONTRACT_BITS[level.a_slices])
+    yb = rounded(rb, 0, CONTRACT_BITS[level.b_slices])
+    return with_bypass((xa @ yb).astype(np.float32), a, b, level)
+
+
+def unresolved(x: np.ndarray, axis: int, bits: int) -> np.ndarray:
+    """The contract's unresolved lines of a rebalanced operand, written out: more than k / 32
+    non-zero entries lie below 2^(e - d - 1), d = bits - 24 + ceil(log2 k) + 3."""
+    k = x.shape[axis]
+    d = bits - 24 + math.ceil(math.log2(k)) + 3
+    floor = np.expand_dims(np.exp2(scales(x, axis) - d - 1), axis)
+    deep = ((x != 0) & (np.abs(x) < floor)).sum(axis=axis)
+    return deep * 32 > k
+
+
+def with_bypass(c: np.ndarray, a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+    """``c`` with the unresolved lines of a level that bypasses them replaced by float64 sums of
+    the exact products in k order, rounded once."""
+    if not level.bypass_wide or 0 in (*c.shape, a.shape[1]):
+        return c
+    ra, rb = rebalanced(a, b)
+    rows = unresolved(ra, 1, CONTRACT_BITS[level.a_slices])
+    cols = unresolved(rb, 0, CONTRACT_BITS[level.b_slices])
+    products = a.astype(np.float64)[:, :, None] * b.astype(np.float64)[None, :, :]
+    in_order = np.zeros(c.shape)
+    for q in range(a.shape[1]):
+        in_order = in_order + products[:, q, :]
+    out = c.copy()
+    out[rows, :] = in_order[rows, :]
+    out[:, cols] = in_order[:, cols]
+    return out
 
 
 def with_layout(x: np.ndarray, layout: str) -> np.ndarray:
@@ -213,13 +241,14 @@ def digits(x: np.ndarray, axis: int, slices: int) -> list[np.ndarray]:
     return [rest, *reversed(out)]
 
 
-def combine_model(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+def combine_model(a0: np.ndarray, b0: np.ndarray, level: Level) -> np.ndarray:
     """The combine formula of the contract, written out: the bits every backend must produce.
 
     S_g = sum_k sum_{(i, j) kept, i + j = g} d_i d_j (exact integers); acc = 0.0 (float64);
-    for g from largest to smallest: acc += S_g * 2^-(14 + 8 g); C = fl32(acc * 2^(ea + eb)).
+    for g from largest to smallest: acc += S_g * 2^-(14 + 8 g); C = fl32(acc * 2^(ea + eb));
+    then the unresolved lines (``with_bypass``).
     """
-    a, b = rebalanced(a, b)
+    a, b = rebalanced(a0, b0)
     da = digits(a, 1, level.a_slices)
     db = digits(b, 0, level.b_slices)
     sums: dict[int, np.ndarray] = {}
@@ -229,7 +258,7 @@ def combine_model(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     for g in sorted(sums, reverse=True):
         acc = acc + np.ldexp(sums[g].astype(np.float64), -(14 + 8 * g))
     scale = (scales(a, 1)[:, None] + scales(b, 0)[None, :]).astype(np.int64)
-    return np.ldexp(acc, scale).astype(np.float32)
+    return with_bypass(np.ldexp(acc, scale).astype(np.float32), a0, b0, level)
 
 
 @given(ab=operands(), name=st.sampled_from(INT8_LEVELS))

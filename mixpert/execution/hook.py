@@ -104,8 +104,10 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
     seconds = time.perf_counter() - start
-    moved = dispatch.rebalanced_k(a, b, level) if recording() else 0
-    record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved))
+    if recording():
+        moved = dispatch.rebalanced_k(a, b, level)
+        exact = dispatch.unresolved_lines(a, b, level)
+        record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved, exact))
     return result
 
 

@@ -55,6 +55,7 @@ class CallRecord:
     seconds: float
     backend: str = ""  # "cpu" or "cuda"
     rebalanced_k: int = 0  # k-indices equilibration moved or dropped (wide-range data)
+    exact_lines: tuple[int, int] = (0, 0)  # unresolved (rows, columns) recomputed exactly
 
     @property
     def shape(self) -> tuple[int, int, int]:
