@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixpert.runtime import LADDER, device, dispatch, get_level
+from mixpert.runtime import LADDER, cpu, device, dispatch, get_level
+from mixpert.testdata import gemmul8
 
 pytestmark = pytest.mark.gpu
 if not device.gpu_available():
@@ -239,11 +240,25 @@ def wide_range_cases(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, np
         "outlier-column": (column, rng.standard_normal((n, 20)).astype(np.float32)),
         "dead-k": (dead, b_dead),
         "phi2": (make(rng, (64, n), "phi") ** 2, make(rng, (n, 48), "phi") ** 3),
+        # every line unresolved at IV and V (bypass): recomputed in k order on both backends
+        "phi=2.5": (gemmul8(np, rng, (70, 300), 2.5), gemmul8(np, rng, (300, 50), 2.5)),
+        "outlier-row": (
+            outlier_row(rng, (50, 200)),
+            rng.standard_normal((200, 40)).astype(np.float32),
+        ),
     }
 
 
+def outlier_row(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[7, 100] = np.float32(1e6)
+    return x
+
+
 @pytest.mark.parametrize("level", [*INT8_LEVELS, "fp16"])
-@pytest.mark.parametrize("case", ["raw-features", "outlier-column", "dead-k", "phi2"])
+@pytest.mark.parametrize(
+    "case", ["raw-features", "outlier-column", "dead-k", "phi2", "phi=2.5", "outlier-row"]
+)
 @pytest.mark.parametrize("b_layout", ["C", "F"])
 def test_wide_range_data_bit_identical(level: str, case: str, b_layout: str) -> None:
     a, b = wide_range_cases(np.random.default_rng(31))[case]
@@ -254,6 +269,20 @@ def test_wide_range_data_bit_identical(level: str, case: str, b_layout: str) -> 
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
         return
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("case", ["phi=2.5", "outlier-row", "raw-features"])
+@pytest.mark.parametrize("level", ["IV", "V"])
+def test_the_pack_kernels_flag_the_cpu_unresolved_lines(case: str, level: str) -> None:
+    a, b = wide_range_cases(np.random.default_rng(31))[case]
+    lv = get_level(level)
+    rows, cols = cpu.unresolved_lines(a, b, lv)
+    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
+    kexp = cuda.k_exponents(a_dev, b_dev)
+    a_pack, b_pack = cuda._pack_both(a_dev, b_dev, kexp, lv)
+    assert int(a_pack.nonfinite.sum()) == rows and int(b_pack.nonfinite.sum()) == cols
+    if case != "raw-features":
+        assert rows + cols > 0
 
 
 def test_the_rebalanced_k_count_is_the_cpu_one() -> None:
