@@ -54,10 +54,14 @@ def measure(n: int, dist: str) -> dict:
     row: dict = {"n": n, "dist": dist, "sgemm_ratio_to_bound": bound_ratio(cp.matmul(a, b), a, b)}
     iv = LEVELS["IV"]
     plain = dataclasses.replace(iv, name="IV-no-bypass", bypass_wide=False)
+    seconds = {iv.name: float("inf"), plain.name: float("inf")}
+    for _ in range(3):  # interleaved: clock drift hits both alike
+        for level in (iv, plain):
+            once = gpu_median_seconds(lambda level=level: cuda.matmul(a, b, level), flops)
+            seconds[level.name] = min(seconds[level.name], once)
     for level in (iv, plain):
-        seconds = gpu_median_seconds(lambda level=level: cuda.matmul(a, b, level), flops)
         row[level.name] = {
-            "speedup_vs_sgemm": sgemm / seconds,
+            "speedup_vs_sgemm": sgemm / seconds[level.name],
             "ratio_to_bound": bound_ratio(cuda.matmul(a, b, level), a, b),
         }
     row["bypass_cost"] = row["IV-no-bypass"]["speedup_vs_sgemm"] / row["IV"]["speedup_vs_sgemm"] - 1
@@ -68,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sizes", type=int, nargs="*", default=[8192])
-    parser.add_argument("--wide-size", type=int, default=2048)
+    parser.add_argument("--wide-size", type=int, default=4096)
     args = parser.parse_args()
     rows = [measure(n, d) for n in args.sizes for d in ("normal", "phi=0.5", "phi=1")]
     rows += [measure(args.wide_size, d) for d in ("phi=2", "outlier-column")]

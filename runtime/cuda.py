@@ -38,6 +38,7 @@ FP16_K_BLOCK = 1024
 GEMM_ROW_BLOCK = 4096
 PACK_THREADS = 256
 COMBINE_THREADS = 256
+BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
 
 # cudaDataType_t values (library_types.h); CuPy's runtime module does not export all of them.
 CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
@@ -343,7 +344,6 @@ def _combine(
     n = b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     grid = (min(-(-n // COMBINE_THREADS), 1024), min(m, 65535))
-    item = a.itemsize
     _combine_module().get_function(kernel)(
         grid,
         (COMBINE_THREADS,),
@@ -359,19 +359,30 @@ def _combine(
             b_pack.exponents,
             a_pack.nonfinite,
             b_pack.nonfinite,
-            a,
-            np.int64(a.strides[0] // item),
-            np.int64(a.strides[1] // item),
-            b,
-            np.int64(b.strides[0] // item),
-            np.int64(b.strides[1] // item),
             np.int32(m),
             np.int32(n),
-            np.int32(k),
             c,
         ),
     )
+    _bypass_lines(a_pack, b_pack, a, b, c)
     return c
+
+
+def _bypass_lines(
+    a_pack: PackedOperand, b_pack: PackedOperand, a: cp.ndarray, b: cp.ndarray, c: cp.ndarray
+) -> None:
+    """``bypass.recompute_lines`` for the flagged rows and columns (no host synchronisation:
+    tiles without a flagged line return at once)."""
+    (m, k), n = a.shape, b.shape[1]
+    item = a.itemsize
+    _combine_module().get_function("bypass_lines")(
+        (-(-n // BYPASS_TILE), -(-m // BYPASS_TILE)),
+        (16, 16),
+        (a_pack.nonfinite, b_pack.nonfinite,
+         a, np.int64(a.strides[0] // item), np.int64(a.strides[1] // item),
+         b, np.int64(b.strides[0] // item), np.int64(b.strides[1] // item),
+         np.int32(m), np.int32(n), np.int32(k), c),
+    )  # fmt: skip
 
 
 def _combine_int8(

@@ -438,23 +438,14 @@ __device__ void combine_impl(
     int exp_offset, double k_slack,
     const int* __restrict__ row_exp, const int* __restrict__ col_exp,
     const int* __restrict__ row_bad, const int* __restrict__ col_bad,
-    const float* __restrict__ a, long long a_rs, long long a_cs,
-    const float* __restrict__ b, long long b_rs, long long b_cs,
-    int m, int n, int k, float* __restrict__ c)
+    int m, int n, float* __restrict__ c)
 {
     for (int r = blockIdx.y; r < m; r += gridDim.y) {
         for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < n;
              col += gridDim.x * blockDim.x) {
             const long long idx = (long long)r * n + col;
             double acc = 0.0;
-            if (row_bad[r] | col_bad[col]) {
-                // A NaN or Inf reaches this entry: its value is the same in any order.
-                for (int q = 0; q < k; ++q)
-                    acc += exact_double(a[r * a_rs + q * a_cs])
-                           * exact_double(b[q * b_rs + col * b_cs]);
-                c[idx] = canonical(acc);
-                continue;
-            }
+            if (row_bad[r] | col_bad[col]) continue;  // a bypassed line: bypass_lines writes it
             for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
                 acc = acc + exact_double(sums[g * group_stride + idx]) * pow2(-(w0 + step * g));
             const int scale = row_exp[r] + col_exp[col];
@@ -465,16 +456,65 @@ __device__ void combine_impl(
 
 """
 
+BYPASS_SOURCE = r"""
+// bypass.recompute_lines: every entry whose row of A or column of B is flagged (NaN/Inf, or
+// unresolved) becomes canonical(sum over q in order of a_rq b_qc) in float64 (each product is
+// exact, so FMA and multiply-add agree). A block takes a BYPASS_TILE^2 output tile (16 x 16
+// threads, 4 x 4 entries each, k in steps of 16 through shared memory) and leaves at once when
+// no line of the tile is flagged, so data without bypassed lines pay one cheap launch.
+extern "C" __global__ void bypass_lines(
+    const int* __restrict__ row_bad, const int* __restrict__ col_bad,
+    const float* __restrict__ a, long long a_rs, long long a_cs,
+    const float* __restrict__ b, long long b_rs, long long b_cs,
+    int m, int n, int k, float* __restrict__ c)
+{
+    __shared__ double a_tile[16][64];  // [q][row]
+    __shared__ double b_tile[16][64];  // [q][col]
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+    const int r0 = blockIdx.y * 64, c0 = blockIdx.x * 64;
+    int mine = 0;
+    if (t < 64) mine = (r0 + t < m && row_bad[r0 + t]) | (c0 + t < n && col_bad[c0 + t]);
+    if (!__syncthreads_or(mine)) return;
+
+    double acc[4][4] = {};
+    for (int q0 = 0; q0 < k; q0 += 16) {
+        for (int i = t; i < 16 * 64; i += 256) {
+            const int q = q0 + (i >> 6), line = i & 63;
+            a_tile[i >> 6][line] = (q < k && r0 + line < m)
+                ? exact_double(a[(r0 + line) * a_rs + q * a_cs]) : 0.0;
+            b_tile[i >> 6][line] = (q < k && c0 + line < n)
+                ? exact_double(b[q * b_rs + (c0 + line) * b_cs]) : 0.0;
+        }
+        __syncthreads();
+        const int depth = min(16, k - q0);  // no padded steps: -0.0 + 0.0 would turn signs
+        for (int q = 0; q < depth; ++q)
+            for (int i = 0; i < 4; ++i)
+                for (int j = 0; j < 4; ++j)
+                    acc[i][j] += a_tile[q][ty + 16 * i] * b_tile[q][tx + 16 * j];
+        __syncthreads();
+    }
+    for (int i = 0; i < 4; ++i) {
+        const int r = r0 + ty + 16 * i;
+        if (r >= m) continue;
+        for (int j = 0; j < 4; ++j) {
+            const int col = c0 + tx + 16 * j;
+            if (col < n && (row_bad[r] | col_bad[col]))
+                c[(long long)r * n + col] = canonical(acc[i][j]);
+        }
+    }
+}
+"""
+COMBINE_SOURCE += BYPASS_SOURCE
+
 # One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
 _COMBINE_ENTRY = """
 extern "C" __global__ void combine_{name}(
     const {sum}* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
     double k_slack, const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
-    const float* a, long long a_rs, long long a_cs, const float* b, long long b_rs, long long b_cs,
-    int m, int n, int k, float* c)
+    int m, int n, float* c)
 {{
     combine_impl<{sum}>(sums, groups, group_stride, w0, step, exp_offset, k_slack, row_exp, col_exp,
-                        row_bad, col_bad, a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, c);
+                        row_bad, col_bad, m, n, c);
 }}
 """
 COMBINE_SOURCE += "".join(
