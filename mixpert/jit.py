@@ -40,6 +40,7 @@ from .interpreted import native, python_variant
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
 from .passes.sites import OpInfo
+from .passes.stubs import product_typing_error
 from .plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .plan_lookup import OnMissing, PlanBook
 from .runtime.device import is_cupy_array
@@ -179,7 +180,8 @@ class MixpertFunction(Generic[P, R]):
             qualname = self.py_func.__qualname__
 
             def site(ordinal: int, a: Any, b: Any, kind: str) -> Any:
-                return run_site(op_index(f"{qualname}:{ordinal}"), a, b, native(kind))
+                op = op_index(f"{qualname}:{ordinal}")
+                return run_site(op, a, b, native(kind), matmul=kind == "matmul")
 
             self._python = python_variant(self.py_func, site)
         return self._python
@@ -202,6 +204,11 @@ class MixpertFunction(Generic[P, R]):
                 return disp(*args, **kwargs)
             except MixpertRuntimeError as relay:
                 reraise_pending(relay)
+            except numba.core.errors.TypingError as error:
+                concise = product_typing_error(error)
+                if concise is None:
+                    raise
+                raise concise from None
 
     # --- what the passes found -------------------------------------------------------------
     @property

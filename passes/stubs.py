@@ -3,9 +3,10 @@
 
 Each takes ``(op_index, a, b)``. In nopython code an ``@overload`` picks the implementation from
 the operand types: 2-D float32 x 2-D float32 calls the run-time hook through the ``mixpert_gemm``
-symbol; float32 stacks (``a @ b`` and ``np.matmul`` of 3-D @ 2-D, 3-D @ 3-D, 2-D @ 3-D) take the
-routes of ``runtime.batched`` (a shared matrix folds the stack into one product); any other
-operands (float64, complex, integers, 1-D, deeper stacks) keep Numba's own operation (``a @ b``,
+symbol; float32 stacks (``a @ b`` and ``np.matmul`` with an N-D operand, N >= 3, the other 2-D or
+N-D, stack dimensions broadcast as np.matmul does) take the routes of ``runtime.batched`` (a
+shared matrix folds the stack into one product); any other operands (float64, complex,
+integers, 1-D) keep Numba's own operation (``a @ b``,
 ``np.dot(a, b)`` or ``a.dot(b)``), after promoting two real dtypes as NumPy does (float64 @
 float32 is float64, which Numba alone refuses). In object mode (CuPy arrays) the plain Python
 bodies below run instead, with the same rule, through the same hook.
@@ -13,14 +14,17 @@ bodies below run instead, with the same rule, through the same hook.
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, NoReturn
 
 import numpy as np
 from numba import types
+from numba.core import errors
 from numba.extending import overload, register_jitable
 from numba.np.numpy_support import as_dtype
 
 from mixpert.execution.hook import MixpertRuntimeError, Status, emulable, run_site
+from mixpert.execution.op_ids import op_id_of
 
 from .gemm_call import gemm_call
 
@@ -30,7 +34,7 @@ _OK, _NATIVE = int(Status.OK), int(Status.NATIVE)
 
 def mixpert_matmul(op_index: int, a: Any, b: Any) -> Any:
     """``a @ b`` at the active plan's level for op ``op_index``."""
-    return run_site(op_index, a, b, lambda x, y: x @ y)
+    return run_site(op_index, a, b, lambda x, y: x @ y, matmul=True)
 
 
 def mixpert_dot(op_index: int, a: Any, b: Any) -> Any:
@@ -56,7 +60,7 @@ def mixpert_imatmul(op_index: int, a: Any, b: Any) -> Any:
     if not emulable(a, b):
         a @= b
         return a
-    a[...] = run_site(op_index, a, b, lambda x, y: x @ y)
+    a[...] = run_site(op_index, a, b, lambda x, y: x @ y, matmul=True)
     return a
 
 
@@ -112,64 +116,111 @@ def _method_dot_impl(op_index, a, b):  # type: ignore[no-untyped-def]
     return out
 
 
-def _stacked(a: types.Type, b: types.Type) -> tuple[int, int] | None:
-    """(a.ndim, b.ndim) for the float32 stacks ``a @ b`` emulates: 3-D @ 2-D, 3-D @ 3-D and
-    2-D @ 3-D (Numba itself multiplies 2-D operands only)."""
+def _stacked(a: types.Type, b: types.Type) -> str | None:
+    """Which route a float32 stack product ``a @ b`` takes (Numba itself multiplies 2-D operands
+    only): "fold A" for a stack times one matrix, "fold B" for one matrix times a stack,
+    "pairs" for two stacks (broadcast as np.matmul does); None for anything else."""
     if not all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (a, b)):
         return None
-    dims = (a.ndim, b.ndim)
-    return dims if dims in ((3, 2), (3, 3), (2, 3)) else None
+    if min(a.ndim, b.ndim) < 2 or max(a.ndim, b.ndim) < 3:
+        return None
+    if b.ndim == 2:
+        return "fold A"
+    return "fold B" if a.ndim == 2 else "pairs"
 
 
-def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
-    batch, m, k = a.shape
-    folded = np.ascontiguousarray(a).reshape(batch * m, k)  # one product for the whole stack
-    status, out = gemm_call(op_index, folded, b)
+@register_jitable
+def _check_inner(a, b):  # type: ignore[no-untyped-def]
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError("a @ b: a.shape[-1] differs from b.shape[-2] (np.matmul's rule)")
+
+
+@register_jitable
+def _product(op_index, a, b):  # type: ignore[no-untyped-def]
+    """One 2-D product of the site: the runtime's, or Numba's own where the plan says native."""
+    status, out = gemm_call(op_index, a, b)
     if status == _NATIVE:
-        out = np.dot(folded, b)
-    elif status != _OK:
+        return np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+    if status != _OK:
         raise MixpertRuntimeError("mixpert runtime call failed")
-    return out.reshape(batch, m, b.shape[1])
-
-
-def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
-    batch = a.shape[0]
-    if b.shape[0] != batch:
-        raise ValueError("a @ b: the stacks have different lengths")
-    out = np.empty((batch, a.shape[1], b.shape[2]), dtype=np.float32)
-    for i in range(batch):
-        status, product = gemm_call(op_index, a[i], b[i])
-        if status == _NATIVE:
-            out[i] = np.dot(np.ascontiguousarray(a[i]), np.ascontiguousarray(b[i]))
-        elif status != _OK:
-            raise MixpertRuntimeError("mixpert runtime call failed")
-        else:
-            out[i] = product
     return out
 
 
+def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
+    _check_inner(a, b)
+    m, k = a.shape[-2], a.shape[-1]
+    folded = np.ascontiguousarray(a).reshape((-1, k))  # one product for the whole stack
+    return _product(op_index, folded, b).reshape(a.shape[:-2] + (m, b.shape[1]))
+
+
 def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
-    batch, k, n = b.shape
-    columns = np.ascontiguousarray(b.transpose(1, 0, 2)).reshape(k, batch * n)  # one product
-    status, out = gemm_call(op_index, a, columns)
-    if status == _NATIVE:
-        out = np.dot(np.ascontiguousarray(a), columns)
-    elif status != _OK:
-        raise MixpertRuntimeError("mixpert runtime call failed")
-    return np.ascontiguousarray(out.reshape(a.shape[0], batch, n).transpose(1, 0, 2))
+    _check_inner(a, b)
+    k, n = b.shape[-2], b.shape[-1]
+    stack = np.ascontiguousarray(b).reshape((-1, k, n))
+    batch = stack.shape[0]
+    columns = np.empty((k, batch * n), dtype=np.float32)  # the stack side by side: one product
+    for i in range(batch):
+        columns[:, i * n : (i + 1) * n] = stack[i]
+    wide = _product(op_index, a, columns)
+    m = a.shape[0]
+    out = np.empty((batch, m, n), dtype=np.float32)
+    for i in range(batch):
+        out[i] = wide[:, i * n : (i + 1) * n]
+    return out.reshape(b.shape[:-2] + (m, n))
 
 
-STACKED = {(3, 2): _stack_times_matrix, (3, 3): _stack_times_stack, (2, 3): _matrix_times_stack}
+def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
+    _check_inner(a, b)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])  # ValueError when they do not
+    a_all = np.ascontiguousarray(np.broadcast_to(a, batch + (m, k))).reshape((-1, m, k))
+    b_all = np.ascontiguousarray(np.broadcast_to(b, batch + (k, n))).reshape((-1, k, n))
+    out = np.empty((a_all.shape[0], m, n), dtype=np.float32)
+    for i in range(a_all.shape[0]):
+        out[i] = _product(op_index, a_all[i], b_all[i])
+    return out.reshape(batch + (m, n))
 
 
-def _mixed_dtypes(a: types.Type, b: types.Type) -> Any | None:
-    """NumPy's common dtype of two arrays of different real dtypes (Numba's products refuse
-    them; NumPy promotes: float64 @ float32 is float64), else None."""
-    if not all(isinstance(x, types.Array) for x in (a, b)) or a.dtype == b.dtype:
-        return None
-    if not all(isinstance(x.dtype, (types.Integer, types.Float)) for x in (a, b)):
+STACKED = {
+    "fold A": _stack_times_matrix,
+    "fold B": _matrix_times_stack,
+    "pairs": _stack_times_stack,
+}
+
+
+def _common_dtype(a: types.Type, b: types.Type) -> Any | None:
+    """NumPy's result dtype for a product of two numeric arrays (float64 @ float32 is float64,
+    int32 @ int64 is int64), else None (not two arrays of numbers)."""
+    numeric = (types.Boolean, types.Integer, types.Float, types.Complex)
+    if not all(isinstance(x, types.Array) and isinstance(x.dtype, numeric) for x in (a, b)):
         return None
     return np.result_type(as_dtype(a.dtype), as_dtype(b.dtype))
+
+
+@register_jitable
+def _integer_product(a, b, dtype):  # type: ignore[no-untyped-def]
+    """np.matmul / np.dot of integer or boolean matrices and vectors (Numba's BLAS products take
+    floats only): exact sums in ``dtype``, wrapping on overflow as NumPy's integers do."""
+    a2 = a.reshape((1, a.shape[0])) if a.ndim == 1 else a
+    b2 = b.reshape((b.shape[0], 1)) if b.ndim == 1 else b
+    if a2.shape[1] != b2.shape[0]:
+        raise ValueError("matmul: the inner dimensions of the operands differ")
+    out = np.zeros((a2.shape[0], b2.shape[1]), dtype=dtype)
+    for i in range(a2.shape[0]):
+        for q in range(a2.shape[1]):
+            x = dtype(a2[i, q])
+            for j in range(b2.shape[1]):
+                out[i, j] += x * dtype(b2[q, j])
+    return out
+
+
+def _integer_impl(a: types.Array, b: types.Array, common: Any):  # type: ignore[no-untyped-def]
+    dtype = np.int64 if common == np.bool_ else common.type  # bools sum as integers here
+    if a.ndim == 1 and b.ndim == 1:
+        return lambda op_index, a, b: _integer_product(a, b, dtype)[0, 0]
+    if a.ndim == 1 or b.ndim == 1:
+        return lambda op_index, a, b: _integer_product(a, b, dtype).ravel()
+    return lambda op_index, a, b: _integer_product(a, b, dtype)
 
 
 def _promoted_impl(kind: str, common: Any):  # type: ignore[no-untyped-def]
@@ -180,6 +231,46 @@ def _promoted_impl(kind: str, common: Any):  # type: ignore[no-untyped-def]
     return lambda op_index, a, b: a.astype(common).dot(b.astype(common))
 
 
+def _native_stacks(op_index, a, b):  # type: ignore[no-untyped-def]
+    """np.matmul of stacks of another float or complex dtype: one BLAS product per pair."""
+    _check_inner(a, b)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_all = np.ascontiguousarray(np.broadcast_to(a, batch + (m, k))).reshape((-1, m, k))
+    b_all = np.ascontiguousarray(np.broadcast_to(b, batch + (k, n))).reshape((-1, k, n))
+    out = np.empty((a_all.shape[0], m, n), dtype=a_all.dtype)
+    for i in range(a_all.shape[0]):
+        out[i] = np.dot(a_all[i], b_all[i])
+    return out.reshape(batch + (m, n))
+
+
+SPELLING = {"matmul": "a @ b", "dot": "np.dot(a, b)", "method_dot": "a.dot(b)"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REFUSAL = re.compile(r"mixpert: (\S+:\d+): (.*)")
+_LOCATION = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+class ProductTypingError(TypeError):
+    """A product site mixpert cannot compile, named with its operands' types and the reason."""
+
+
+def product_typing_error(error: Exception) -> ProductTypingError | None:
+    """The refusal ``_refuse`` raised inside Numba's typing error, as one short error naming
+    the site and where it is; None when ``error`` holds no such refusal."""
+    text = _ANSI.sub("", str(error))
+    refusal = _REFUSAL.search(text)
+    if refusal is None:
+        return None
+    where = _LOCATION.findall(text)
+    place = f' (File "{where[-1][0]}", line {where[-1][1]})' if where else ""
+    return ProductTypingError(f"product site {refusal.group(1)}{place}: {refusal.group(2)}")
+
+
+def _refuse(op_index: types.Type, kind: str, a: types.Type, b: types.Type, why: str) -> NoReturn:
+    site = op_id_of(getattr(op_index, "literal_value", -1)) or "a product site"
+    raise errors.TypingError(f"mixpert: {site}: {SPELLING[kind]} with a = {a} and b = {b}: {why}")
+
+
 def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
     native = _native_impl(kind)
 
@@ -187,11 +278,35 @@ def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
     def _ol(op_index, a, b):  # type: ignore[no-untyped-def]
         if _emulable(a, b):
             return emulated
-        dims = _stacked(a, b) if kind == "matmul" else None
-        if dims is not None:
-            return STACKED[dims]
-        common = _mixed_dtypes(a, b)
-        return _promoted_impl(kind, common) if common is not None else native
+        route = _stacked(a, b) if kind == "matmul" else None
+        if route is not None:
+            return STACKED[route]
+        common = _common_dtype(a, b)
+        why = _unsupported(kind, a, b, common)
+        if why is not None:
+            _refuse(op_index, kind, a, b, why)
+        if max(a.ndim, b.ndim) > 2:
+            return _native_stacks
+        if common.kind in "biu":
+            return _integer_impl(a, b, common)
+        return _promoted_impl(kind, common) if a.dtype != b.dtype else native
+
+
+def _unsupported(kind: str, a: types.Type, b: types.Type, common: Any) -> str | None:
+    """Why mixpert cannot compile this product (None: it can), in the user's terms."""
+    if common is None:
+        bad = b if isinstance(a, types.Array) else a
+        hint = " (to scale by a number, use *)" if isinstance(bad, types.Number) else ""
+        return f"{bad} is not an array of numbers{hint}"
+    if min(a.ndim, b.ndim) == 0:
+        return "a 0-D operand is not a matrix or a vector"
+    if max(a.ndim, b.ndim) <= 2:
+        return None
+    if kind != "matmul":
+        return "np.dot of N-D arrays is not supported here; for stacks write a @ b or np.matmul"
+    if common.kind in "biu" or a.dtype != b.dtype:
+        return "stacks of mixed or integer dtypes are not supported; convert them with .astype"
+    return None
 
 
 _make_overload(mixpert_matmul, "matmul", _matmul_impl)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 import mixpert
+from mixpert.passes.native_sites import NotEmulatedWarning
 
 RNG = np.random.default_rng(12)
 A = RNG.standard_normal((10, 7)).astype(np.float32)
@@ -123,7 +126,6 @@ def test_native_sites_are_listed_with_their_reason() -> None:
 
 
 def test_a_float32_function_whose_products_all_run_natively_warns_naming_them() -> None:
-    from mixpert.passes.native_sites import NotEmulatedWarning
 
     def matvec(a, v):
         return a @ v
@@ -136,6 +138,10 @@ STACK = RNG.standard_normal((4, 5, 6)).astype(np.float32)
 WEIGHTS = RNG.standard_normal((6, 3)).astype(np.float32)
 STACK_B = RNG.standard_normal((4, 6, 3)).astype(np.float32)
 MATRIX = RNG.standard_normal((5, 6)).astype(np.float32)
+DEEP = RNG.standard_normal((2, 3, 5, 6)).astype(np.float32)  # (batch, heads, m, k)
+DEEP_B = RNG.standard_normal((2, 3, 6, 4)).astype(np.float32)
+HEADS_B = RNG.standard_normal((3, 6, 4)).astype(np.float32)  # broadcasts over DEEP's batch
+ONE_B = RNG.standard_normal((2, 1, 6, 4)).astype(np.float32)  # broadcasts over the heads
 
 
 def stacked_operator(a, b):
@@ -148,7 +154,18 @@ def stacked_numpy(a, b):
 
 @pytest.mark.parametrize("func", [stacked_operator, stacked_numpy])
 @pytest.mark.parametrize(
-    ("a", "b", "calls"), [(STACK, WEIGHTS, 1), (STACK, STACK_B, 4), (MATRIX, STACK_B, 1)]
+    ("a", "b", "calls"),
+    [
+        (STACK, WEIGHTS, 1),
+        (STACK, STACK_B, 4),
+        (MATRIX, STACK_B, 1),
+        (DEEP, WEIGHTS, 1),
+        (MATRIX, DEEP_B, 1),
+        (DEEP, DEEP_B, 6),
+        (DEEP, HEADS_B, 6),
+        (DEEP, ONE_B, 6),
+        (RNG.standard_normal((3, 4, 5)).astype(np.float32), DEEP, 6),  # 3-D @ 4-D
+    ],
 )
 def test_stacks_compile_and_match_mixpert_matmul(func, a, b, calls) -> None:
     f = mixpert.jit(func)
@@ -157,6 +174,15 @@ def test_stacks_compile_and_match_mixpert_matmul(func, a, b, calls) -> None:
         got = f(a, b)
     assert len(records) == calls and got.shape == np.matmul(a, b).shape
     np.testing.assert_array_equal(got, mixpert.matmul(a, b, level="IV"))
+
+
+def test_stacks_that_do_not_broadcast_raise_numpys_error() -> None:
+    f = mixpert.jit(stacked_operator)
+    f.plan = dict.fromkeys(f.ops, "IV")
+    with pytest.raises(ValueError):
+        f(DEEP, RNG.standard_normal((4, 6, 2)).astype(np.float32))
+    with pytest.raises(ValueError):
+        f(DEEP, RNG.standard_normal((2, 3, 5, 4)).astype(np.float32))  # inner dimensions
 
 
 def in_place(a, b):
@@ -189,3 +215,61 @@ def test_mixed_dtypes_promote_as_numpy_does(dtype_a) -> None:
         want = np.matmul(a, b)
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def matmul_of(a, b):
+    return a @ b
+
+
+def dot_of(a, b):
+    return np.dot(a, b)
+
+
+@pytest.mark.parametrize("func", [matmul_of, dot_of])
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (np.arange(12, dtype=np.int64).reshape(3, 4), np.arange(8, dtype=np.int32).reshape(4, 2)),
+        (np.arange(12, dtype=np.int16).reshape(3, 4), np.arange(4, dtype=np.int16)),
+        (np.arange(4, dtype=np.int64), np.arange(8, dtype=np.int64).reshape(4, 2)),
+        (np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32)),
+        (np.full((2, 3), 2**62, dtype=np.int64), np.full((3, 2), 2, dtype=np.int64)),  # wraps
+        (np.ones((3, 3), np.complex64), RNG.standard_normal((3, 2)).astype(np.float32)),
+    ],
+)
+def test_integer_and_complex_products_follow_numpy(func, a, b) -> None:
+    """Numba's products take floats of one dtype only; NumPy multiplies integers (wrapping on
+    overflow) and promotes mixed dtypes."""
+    want = func(a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotEmulatedWarning)
+        got = mixpert.jit(func)(a, b)
+    assert np.shape(got) == want.shape
+    if want.ndim:  # a scalar result comes back as a Python number (Numba's boxing)
+        assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def scaled_by_product(a, b):
+    h = a @ b
+    return h @ 2.0
+
+
+def test_a_product_site_that_cannot_compile_says_which_and_why() -> None:
+    f = mixpert.jit(scaled_by_product)
+    with pytest.raises(TypeError) as caught:
+        f(MATRIX, RNG.standard_normal((6, 6)).astype(np.float32))
+    message = str(caught.value)
+    assert "scaled_by_product:1" in message and "float64" in message and "use *" in message
+    assert "mixpert_matmul" not in message and "line" in message
+
+
+def test_np_dot_of_stacks_is_refused_with_the_spelling_that_works() -> None:
+    f = mixpert.jit(dot_of)
+    with pytest.raises(TypeError, match="a @ b or np.matmul"):
+        f(DEEP.astype(np.float64), DEEP_B.astype(np.float64))
+
+
+def test_float64_stacks_run_natively_with_numpys_result() -> None:
+    got = mixpert.jit(matmul_of)(DEEP.astype(np.float64), HEADS_B.astype(np.float64))
+    np.testing.assert_allclose(got, DEEP.astype(np.float64) @ HEADS_B, rtol=1e-12)

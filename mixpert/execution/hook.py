@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import numpy as np
 from llvmlite import binding
 
-from mixpert.runtime import dispatch
+from mixpert.runtime import batched, dispatch
 from mixpert.runtime.levels import NATIVE_LEVEL, Level
 
 from .op_ids import op_id_of
@@ -122,9 +122,28 @@ def emulable(a: Any, b: Any) -> bool:
     )
 
 
-def run_site(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any]) -> Any:
+def stacked(a: Any, b: Any) -> bool:
+    """Float32 stacks of one kind (N-D, N >= 3, times 2-D or N-D), which a matmul site splits
+    into 2-D products as ``np.matmul`` does (``runtime.batched``)."""
+    ndims = (getattr(a, "ndim", 0), getattr(b, "ndim", 0))
+    return (
+        min(ndims) >= 2
+        and max(ndims) >= 3
+        and a.dtype == np.float32
+        and b.dtype == np.float32
+        and type(a) is type(b)
+    )
+
+
+def run_site(
+    op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any], matmul: bool = False
+) -> Any:
     """A site run by Python (object mode, ``NUMBA_DISABLE_JIT``): ``native(a, b)`` for operands
-    mixpert does not emulate, else the runtime or ``native``, as ``level_to_run`` says."""
+    mixpert does not emulate, else the runtime or ``native``, as ``level_to_run`` says. A
+    ``matmul`` site (``@``, ``np.matmul``) also takes float32 stacks, one 2-D product each
+    (a shared matrix folds the stack into one)."""
+    if matmul and stacked(a, b):
+        return batched.matmul(a, b, lambda x, y: run_site(op_index, x, y, native))
     level = level_to_run(op_index, a, b) if emulable(a, b) else None
     return native(a, b) if level is None else run_product(op_index, a, b, level)
 
