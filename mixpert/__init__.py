@@ -5,6 +5,8 @@ from .config import show_config
 from .execution import record_calls as record
 from .inspection import inspect
 from .jit import jit
+from .passes.native_sites import NotEmulatedWarning
+from .passes.stubs import ProductTypingError
 from .plan import Plan, StalePlanError
 from .plan_lookup import MissingPlanError
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
@@ -17,7 +19,9 @@ __all__ = [
     "NATIVE_LEVEL",
     "Level",
     "MissingPlanError",
+    "NotEmulatedWarning",
     "Plan",
+    "ProductTypingError",
     "StalePlanError",
     "default_level",
     "get_default_level",

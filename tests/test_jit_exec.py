@@ -220,6 +220,26 @@ def test_cupy_operands_at_native_float32_match_cupy() -> None:
     assert np.array_equal(x.get(), (a @ b).get())
 
 
+def stacked(a, b):
+    return a @ b
+
+
+@pytest.mark.gpu
+def test_cupy_stacks_in_object_mode_run_the_plan_with_the_cpu_bits() -> None:
+    cp = device.cupy_module()
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 3, 20, 30)).astype(np.float32)
+    for b in (rng.standard_normal((3, 30, 10)), rng.standard_normal((30, 10))):
+        b = b.astype(np.float32)
+        f = mixpert.jit(stacked)
+        f.plan = dict.fromkeys(f.ops, "IV")
+        with execution.record_calls() as calls:
+            got = f(cp.asarray(a), cp.asarray(b))
+        assert type(got) is cp.ndarray and {c.level for c in calls} == {"IV"}
+        want = mixpert.matmul(a, b, level="IV", backend="cpu")
+        np.testing.assert_array_equal(got.get().view(np.uint32), want.view(np.uint32))
+
+
 def prange_blocks(a, b, out):
     for i in numba.prange(a.shape[0]):
         out[i] = a[i] @ b
