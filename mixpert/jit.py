@@ -43,7 +43,7 @@ from .passes.sites import OpInfo
 from .passes.stubs import product_typing_error
 from .plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .plan_lookup import OnMissing, PlanBook
-from .runtime.device import is_cupy_array
+from .runtime.device import is_cupy_array, is_dask_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
 
@@ -192,7 +192,8 @@ class MixpertFunction(Generic[P, R]):
             bound.apply_defaults()
             args, kwargs = bound.args, {}  # type: ignore[assignment]
         refuse_masked(args)
-        mode = "object" if any(is_cupy_array(a) for a in args) else "nopython"
+        lazy_or_gpu = any(is_cupy_array(a) or is_dask_array(a) for a in args)
+        mode = "object" if lazy_or_gpu else "nopython"  # CuPy and Dask run in object mode
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
         plan = self._active_for(args)  # plans match the arguments as the caller gave them
         if self.scalar_rules == "numpy":

@@ -43,6 +43,11 @@ def is_cupy_array(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
+def is_dask_array(x: Any) -> bool:
+    """A dask.array.Array (NumPy or CuPy chunks), recognised without importing Dask."""
+    return type(x).__module__.startswith("dask.array")
+
+
 def device_name() -> str:
     """The current GPU's name ("NVIDIA H100 80GB HBM3"), or "cpu" where none is usable."""
     cp = cupy_module()

@@ -10,13 +10,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import batched, cpu, device, equilibrate
+from . import batched, cpu, dask_products, device, equilibrate
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
 from .validation import check_pair
 
 Backend = Literal["auto", "cpu", "cuda"]
 BACKENDS: tuple[Backend, ...] = ("auto", "cpu", "cuda")
+DASK = "dask"  # the backend route reports for Dask operands: each chunk picks its own
 
 # NumPy operands go to the GPU only when the product is large enough to repay the copies.
 OFFLOAD_MIN_FLOPS = 2 * 512**3
@@ -31,6 +32,9 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
     """a @ b at ``level`` (None: the default level, ``precision``; see ``mixpert.matmul`` for
     the contract): 2-D matrices here, vectors and stacks through ``batched``."""
     level = get_level(get_default_level() if level is None else level)  # names fail first
+    if device.is_dask_array(a) or device.is_dask_array(b):  # per chunk, on the chunk's backend
+        chunk_backend = "auto" if backend == DASK else backend
+        return dask_products.matmul(a, b, lambda x, y: matmul(x, y, level, chunk_backend))
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
         return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend))
     if level.kind == "policy" and backend == "auto":
@@ -53,6 +57,8 @@ def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> tupl
     check_pair(a, b)
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
+    if device.is_dask_array(a) or device.is_dask_array(b):
+        return DASK, requested  # "auto" resolves per chunk
     chosen = choose_backend(a, b, backend)
     return chosen, resolve_level(requested, a, b, chosen)
 
@@ -108,8 +114,8 @@ def choose_backend(a: Any, b: Any, backend: Backend) -> str:
 def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:
     """How many k-indices equilibration moves or drops in this product (0 at native levels):
     what inspection reports as the wide-range lines handled."""
-    if not get_level(level).emulated:
-        return 0
+    if not get_level(level).emulated or device.is_dask_array(a) or device.is_dask_array(b):
+        return 0  # Dask: lazy, counted by no one
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         from . import cuda
 
@@ -122,5 +128,7 @@ def unresolved_lines(a: Any, b: Any, level: str | Level) -> tuple[int, int]:
     """(rows of A, columns of B) this product recomputes exactly because the level's slices
     cannot resolve their range (``bypass``): what inspection reports. Any backend gives the
     same lines, so GPU operands are counted from host copies (diagnostics only)."""
+    if device.is_dask_array(a) or device.is_dask_array(b):
+        return 0, 0
     a, b = (x.get() if device.is_cupy_array(x) else np.asarray(x) for x in (a, b))
     return cpu.unresolved_lines(a, b, get_level(level))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -18,4 +20,7 @@ def test_the_readme_has_python_blocks() -> None:
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_block_runs_as_pasted(index: int, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # blocks may write files (a plan)
-    exec(compile(BLOCKS[index], f"README.md block {index + 1}", "exec"), {"__name__": "readme"})
+    # A module of its own, as a pasted script is: Numba's object mode finds globals by module.
+    module = types.ModuleType(f"readme_block_{index + 1}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(BLOCKS[index], f"README.md block {index + 1}", "exec"), module.__dict__)

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import numpy as np
 from llvmlite import binding
 
-from mixpert.runtime import batched, dispatch
+from mixpert.runtime import batched, device, dispatch
 from mixpert.runtime.levels import NATIVE_LEVEL, Level
 
 from .op_ids import op_id_of
@@ -112,14 +112,19 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
 
 
 def emulable(a: Any, b: Any) -> bool:
-    """Operands a site outside compiled code emulates: two 2-D float32 arrays of one kind."""
+    """Operands a site outside compiled code emulates: two 2-D float32 arrays of one kind, or a
+    Dask array beside a Dask, NumPy or CuPy one (``runtime.dask_products`` pairs the chunks)."""
     return (
         getattr(a, "ndim", 0) == 2
         and getattr(b, "ndim", 0) == 2
         and a.dtype == np.float32
         and b.dtype == np.float32
-        and type(a) is type(b)
+        and _one_kind(a, b)
     )
+
+
+def _one_kind(a: Any, b: Any) -> bool:
+    return type(a) is type(b) or device.is_dask_array(a) or device.is_dask_array(b)
 
 
 def stacked(a: Any, b: Any) -> bool:
@@ -131,7 +136,7 @@ def stacked(a: Any, b: Any) -> bool:
         and max(ndims) >= 3
         and a.dtype == np.float32
         and b.dtype == np.float32
-        and type(a) is type(b)
+        and _one_kind(a, b)
     )
 
 
