@@ -86,8 +86,6 @@ def single_gpu_rate(rows: int, n: int, level: str) -> float:
     """TFLOP/s of one plain mixpert.matmul of one row block on GPU 0 (the per-GPU reference)."""
     x, y = make_block(1, (rows, n)), make_block(0, (n, n))
     seconds = gpu_median_seconds(lambda: mixpert.matmul(x, y, level=level), 2.0 * rows * n * n)
-    del x, y
-    cp.get_default_memory_pool().free_all_blocks()
     return 2.0 * rows * n * n / seconds / 1e12
 
 
@@ -103,6 +101,7 @@ def main() -> None:
     for n in args.sizes:
         block_rows = n // (max(args.gpus) * ROW_BLOCKS_PER_GPU)
         reference = {lv: single_gpu_rate(block_rows, n, lv) for lv in args.levels}
+        cp.get_default_memory_pool().free_all_blocks()  # GPU 0 is a worker's next
         for gpus in args.gpus:
             with gpu_cluster(gpus) as cluster, Client(cluster) as client:
                 for lv in args.levels:
