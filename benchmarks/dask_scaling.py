@@ -32,7 +32,7 @@ from distributed import Client, Nanny, Scheduler, SpecCluster, futures_of, wait
 import mixpert
 from mixpert.timing import gpu_median_seconds
 
-ROW_BLOCKS_PER_GPU = 2
+BLOCK_ROWS = 8192  # rows of A per chunk (and per output block): one task each
 
 
 def make_block(seed: int, shape: tuple[int, int]) -> cp.ndarray:
@@ -64,8 +64,8 @@ def lazy_block(seed: int, shape: tuple[int, int]) -> da.Array:
 
 
 def run(client: Client, gpus: int, n_rows: int, n: int, level: str) -> dict:
-    blocks = gpus * ROW_BLOCKS_PER_GPU
-    rows = n_rows // blocks
+    rows = min(BLOCK_ROWS, n_rows // gpus)
+    blocks = n_rows // rows
     a = da.concatenate([lazy_block(1 + i, (rows, n)) for i in range(blocks)]).persist()
     b = lazy_block(0, (n, n)).persist()
     wait([a, b])
@@ -100,8 +100,7 @@ def main() -> None:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     rows = []
     for n in args.sizes:
-        block_rows = n // (max(args.gpus) * ROW_BLOCKS_PER_GPU)
-        reference = {lv: single_gpu_rate(block_rows, n, lv) for lv in args.levels}
+        reference = {lv: single_gpu_rate(BLOCK_ROWS, n, lv) for lv in args.levels}
         cp.get_default_memory_pool().free_all_blocks()  # GPU 0 is a worker's next
         for gpus in args.gpus:
             with gpu_cluster(gpus) as cluster, Client(cluster) as client:
