@@ -83,4 +83,8 @@ def _block_sum(a_chunks: list[Any], b_chunks: list[Any], product: Matmul2D) -> A
     total = next(parts)  # unify_chunks leaves at least one k chunk (k = 0: an empty one)
     for part in parts:
         total = total + part
-    return total.astype(np.float32)
+    out = total.astype(np.float32)
+    device = getattr(out, "device", None)  # a CuPy block: finish its kernels inside the task,
+    if hasattr(device, "synchronize"):  # so Dask balances and times real work, not a queue
+        device.synchronize()
+    return out
