@@ -45,6 +45,10 @@ def block_error(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray, corner: int = 1024)
     return float(cp.linalg.norm(c[:corner, :corner] - ref) / cp.linalg.norm(ref))
 
 
+def gpu_of_worker() -> str:
+    return cp.cuda.Device().pci_bus_id
+
+
 def synchronize() -> None:
     cp.cuda.Device().synchronize()
 
@@ -69,8 +73,11 @@ def lazy_block(seed: int, shape: tuple[int, int]) -> da.Array:
 
 def run(client: Client, gpus: int, n_rows: int, n: int, level: str) -> dict:
     rows = min(BLOCK_ROWS, n_rows // gpus)
-    blocks = n_rows // rows
-    a = da.concatenate([lazy_block(1 + i, (rows, n)) for i in range(blocks)]).persist()
+    workers = sorted(client.scheduler_info()["workers"])
+    a = da.concatenate([  # A's row blocks dealt round robin: each GPU holds its share
+        client.persist(lazy_block(1 + i, (rows, n)), workers=[workers[i % len(workers)]])
+        for i in range(n_rows // rows)
+    ])  # fmt: skip
     b = lazy_block(0, (n, n)).persist()
     wait([a, b])
     client.replicate(futures_of(b))  # B resident on every worker before the clock starts
@@ -109,6 +116,7 @@ def main() -> None:
         cp.get_default_memory_pool().free_all_blocks()  # GPU 0 is a worker's next
         for gpus in args.gpus:
             with gpu_cluster(gpus) as cluster, Client(cluster) as client:
+                print("workers' GPUs:", client.run(gpu_of_worker), flush=True)
                 for lv in args.levels:  # warm-up: kernels compiled, cuBLAS handles made
                     run(client, gpus, 2048 * gpus, 2048, lv)
                 for lv in args.levels:
