@@ -21,7 +21,8 @@ from pathlib import Path
 
 from mixpert.runtime import device
 
-device.exit_without_gpu("benchmarks/dask_scaling.py")
+if __name__ == "__main__":  # not in spawned workers: they must not touch CUDA before pinning
+    device.exit_without_gpu("benchmarks/dask_scaling.py")
 
 import cupy as cp
 import dask
