@@ -1,7 +1,8 @@
 """mixpert on Dask arrays across GPUs: strong and weak scaling of ``mixpert.matmul``.
 
-One worker process per GPU (a Nanny pinned with CUDA_VISIBLE_DEVICES; dask-cuda's
-LocalCUDACluster does the same where it is installed), CuPy chunks made on the workers. A is
+One worker process per GPU (``mixpert.clusters.gpu_cluster``: dask-cuda's LocalCUDACluster
+where installed, else Nannies pinned with CUDA_VISIBLE_DEVICES), CuPy chunks made on the
+workers. A is
 cut into row blocks (k one chunk), B is one chunk copied to every worker before the clock
 starts (data already resident, as in an iterative solver); each output block is one task on
 the worker holding its A block. Times C = mixpert.matmul(A, B) (persisted, waited for) at each
@@ -28,9 +29,10 @@ import cupy as cp
 import dask
 import dask.array as da
 import numpy as np
-from distributed import Client, Nanny, Scheduler, SpecCluster, futures_of, wait
+from distributed import Client, futures_of, wait
 
 import mixpert
+from mixpert.clusters import gpu_cluster
 from mixpert.timing import gpu_median_seconds
 
 BLOCK_ROWS = 8192  # rows of A per chunk (and per output block): one task each
@@ -52,19 +54,6 @@ def gpu_of_worker() -> str:
 
 def synchronize() -> None:
     cp.cuda.Device().synchronize()
-
-
-def gpu_cluster(gpus: int) -> SpecCluster:
-    workers = {
-        i: {
-            "cls": Nanny,
-            # memory_limit 0: the data live in GPU memory; host RAM reads small at start here
-            "options": {"nthreads": 1, "memory_limit": 0, "env": {"CUDA_VISIBLE_DEVICES": str(i)}},
-        }
-        for i in range(gpus)
-    }
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
-    return SpecCluster(workers=workers, scheduler=scheduler)
 
 
 def lazy_block(seed: int, shape: tuple[int, int]) -> da.Array:

@@ -129,3 +129,11 @@ def test_a_worker_killed_mid_product_is_replaced_and_the_bits_hold(client) -> No
     while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(client.scheduler_info()["workers"]) == 2  # the nanny started a new one
+
+
+@pytest.mark.skipif(mixpert.runtime.device.gpu_available(), reason="checks the no-GPU message")
+def test_gpu_cluster_without_a_gpu_says_why() -> None:
+    from mixpert.clusters import gpu_cluster
+
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        gpu_cluster()
