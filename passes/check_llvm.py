@@ -3,8 +3,8 @@
 Numba's own overloads (``np.cov``, ``np.linalg.*``) call BLAS through helper symbols such as
 ``numba_xxgemm``. After lowering, the pass walks the call graph of the finished module from the
 compiled function, not entering mixpert's stubs (their BLAS call is the native fallback of a site
-the pass did see), and warns about BLAS calls reached through other library code. Known gap: a
-three-argument ``np.dot(a, b, out)`` in user code is neither rewritten nor reported.
+the pass did see), and warns once about BLAS calls reached through other library code, naming
+the NumPy calls of the function that lead there (``np.cov (line 3)``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 
+from numba.core import ir
 from numba.core.compiler import StateDict
 
 from . import stubs
@@ -116,12 +117,39 @@ class CheckLLVMGemm:
         record.unseen_gemm = unseen_blas_calls(cres.library.get_llvm_str(), entry)
         if record.unseen_gemm:
             fid = state.func_id
+            calls = numpy_calls(state.func_ir, state.typemap)
+            where = (
+                ", ".join(f"{name} (line {line})" for name, line in calls)
+                if calls
+                else f"through {', '.join(record.unseen_gemm)}"
+            )
             warnings.warn_explicit(
-                f"mixpert: {fid.func_qualname} calls BLAS GEMM/GEMV outside any matmul site the "
-                f"pass could rewrite (in {', '.join(record.unseen_gemm)}); those products run "
-                "in native float32",
+                f"mixpert: {fid.func_qualname}: {where} multiplies matrices inside NumPy's "
+                "implementation, through BLAS, not at a product site mixpert rewrites; that "
+                "product runs in native float32",
                 UnseenGemmWarning,
                 fid.filename,
                 fid.firstlineno,
             )
         return False
+
+
+# NumPy functions whose Numba implementations multiply matrices through BLAS (every np.linalg
+# function is also taken): what the warning names instead of Numba's internal helpers.
+BLAS_BACKED = {"cov", "corrcoef", "inner", "outer", "vdot", "kron", "trace"}
+
+
+def numpy_calls(func_ir: ir.FunctionIR, typemap: dict) -> list[tuple[str, int]]:
+    """(``np.cov``, line) for each call in the function of a NumPy function that may multiply
+    matrices through BLAS inside Numba's implementation, in source order."""
+    found = []
+    for block in func_ir.blocks.values():
+        for stmt in block.find_exprs(op="call"):
+            key = getattr(typemap.get(stmt.func.name), "typing_key", None)
+            module = getattr(key, "__module__", None) or ""
+            name = getattr(key, "__name__", "")
+            if module.startswith("numpy.linalg"):
+                found.append((f"np.linalg.{name}", stmt.loc.line))
+            elif module.startswith("numpy") and name in BLAS_BACKED:
+                found.append((f"np.{name}", stmt.loc.line))
+    return sorted(set(found), key=lambda call: (call[1], call[0]))

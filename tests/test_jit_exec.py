@@ -150,7 +150,16 @@ def test_blas_calls_the_pass_cannot_see_are_reported() -> None:
         warnings.simplefilter("always")
         mixpert.jit(covariance)(f32(5, 5))
     messages = [str(w.message) for w in caught if issubclass(w.category, UnseenGemmWarning)]
-    assert len(messages) == 1 and "covariance" in messages[0] and "dot" in messages[0]
+    assert len(messages) == 1 and "covariance" in messages[0] and "np.cov (line" in messages[0]
+
+    def cube(x):
+        return np.linalg.matrix_power(x, 3)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mixpert.jit(cube)(f32(4, 4))
+    messages = [str(w.message) for w in caught if issubclass(w.category, UnseenGemmWarning)]
+    assert len(messages) == 1 and "np.linalg.matrix_power" in messages[0]
 
 
 def test_object_mode_pipeline_runs_the_same_ops() -> None:
