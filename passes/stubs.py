@@ -169,16 +169,24 @@ def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
     return out.reshape(b.shape[:-2] + (m, n))
 
 
-def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
+@register_jitable
+def _broadcast_stacks(a, b):  # type: ignore[no-untyped-def]
+    """The stack dimensions broadcast (ValueError when they do not), and both stacks as
+    contiguous (pairs, rows, columns) arrays of matching pairs."""
     _check_inner(a, b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])  # ValueError when they do not
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a_all = np.ascontiguousarray(np.broadcast_to(a, batch + (m, k))).reshape((-1, m, k))
     b_all = np.ascontiguousarray(np.broadcast_to(b, batch + (k, n))).reshape((-1, k, n))
-    out = np.empty((a_all.shape[0], m, n), dtype=np.float32)
+    return batch, a_all, b_all
+
+
+def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
+    batch, a_all, b_all = _broadcast_stacks(a, b)
+    out = np.empty((a_all.shape[0], a.shape[-2], b.shape[-1]), dtype=np.float32)
     for i in range(a_all.shape[0]):
         out[i] = _product(op_index, a_all[i], b_all[i])
-    return out.reshape(batch + (m, n))
+    return out.reshape(batch + (a.shape[-2], b.shape[-1]))
 
 
 STACKED = {
@@ -233,15 +241,11 @@ def _promoted_impl(kind: str, common: Any):  # type: ignore[no-untyped-def]
 
 def _native_stacks(op_index, a, b):  # type: ignore[no-untyped-def]
     """np.matmul of stacks of another float or complex dtype: one BLAS product per pair."""
-    _check_inner(a, b)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a_all = np.ascontiguousarray(np.broadcast_to(a, batch + (m, k))).reshape((-1, m, k))
-    b_all = np.ascontiguousarray(np.broadcast_to(b, batch + (k, n))).reshape((-1, k, n))
-    out = np.empty((a_all.shape[0], m, n), dtype=a_all.dtype)
+    batch, a_all, b_all = _broadcast_stacks(a, b)
+    out = np.empty((a_all.shape[0], a.shape[-2], b.shape[-1]), dtype=a_all.dtype)
     for i in range(a_all.shape[0]):
         out[i] = np.dot(a_all[i], b_all[i])
-    return out.reshape(batch + (m, n))
+    return out.reshape(batch + (a.shape[-2], b.shape[-1]))
 
 
 SPELLING = {"matmul": "a @ b", "dot": "np.dot(a, b)", "method_dot": "a.dot(b)"}
