@@ -6,7 +6,7 @@ from .execution import record_calls as record
 from .inspection import inspect
 from .jit import jit
 from .passes.native_sites import NotEmulatedWarning
-from .passes.stubs import ProductTypingError
+from .passes.numpy_products import ProductTypingError
 from .plan import Plan, StalePlanError
 from .plan_lookup import MissingPlanError
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level

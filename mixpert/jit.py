@@ -39,8 +39,8 @@ from .execution.state import keep_standing
 from .interpreted import native, python_variant
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
+from .passes.numpy_products import product_typing_error
 from .passes.sites import OpInfo
-from .passes.stubs import product_typing_error
 from .plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .plan_lookup import OnMissing, PlanBook
 from .runtime.device import is_cupy_array, is_dask_array

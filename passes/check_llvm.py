@@ -136,7 +136,7 @@ class CheckLLVMGemm:
 
 # NumPy functions whose Numba implementations multiply matrices through BLAS (every np.linalg
 # function is also taken): what the warning names instead of Numba's internal helpers.
-BLAS_BACKED = {"cov", "corrcoef", "inner", "outer", "vdot", "kron", "trace"}
+BLAS_BACKED = {"cov", "corrcoef", "inner", "vdot"}
 
 
 def numpy_calls(func_ir: ir.FunctionIR, typemap: dict) -> list[tuple[str, int]]:
