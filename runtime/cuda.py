@@ -162,6 +162,19 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return f
 
 
+def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
+    """``cpu.unresolved_lines`` from the pack kernels' own flags (one pack of each operand),
+    NaN/Inf lines left out; brings two numbers to the host."""
+    if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
+        return 0, 0
+    a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    a_rows = _unit_inner(a)
+    a_pack, b_pack = _pack_both(a_rows, b, k_exponents(a_rows, b), level)
+    rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
+    cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
+    return int(rows.sum()), int(cols.sum())
+
+
 def rebalanced_k(a: Any, b: Any) -> int:
     """k-indices ``k_exponents`` moves or drops (brings one number to the host)."""
     f = k_exponents(_unit_inner(as_float32(cp.asarray(a))), as_float32(cp.asarray(b)))

@@ -126,9 +126,12 @@ def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:
 
 def unresolved_lines(a: Any, b: Any, level: str | Level) -> tuple[int, int]:
     """(rows of A, columns of B) this product recomputes exactly because the level's slices
-    cannot resolve their range (``bypass``): what inspection reports. Any backend gives the
-    same lines, so GPU operands are counted from host copies (diagnostics only)."""
+    cannot resolve their range (``bypass``): what inspection reports (the same lines on every
+    backend; 0 for Dask operands, which stay lazy)."""
     if device.is_dask_array(a) or device.is_dask_array(b):
         return 0, 0
-    a, b = (x.get() if device.is_cupy_array(x) else np.asarray(x) for x in (a, b))
-    return cpu.unresolved_lines(a, b, get_level(level))
+    if device.is_cupy_array(a) or device.is_cupy_array(b):
+        from . import cuda
+
+        return cuda.unresolved_lines(a, b, get_level(level))
+    return cpu.unresolved_lines(np.asarray(a), np.asarray(b), get_level(level))

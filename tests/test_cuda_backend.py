@@ -281,6 +281,7 @@ def test_the_pack_kernels_flag_the_cpu_unresolved_lines(case: str, level: str) -
     kexp = cuda.k_exponents(a_dev, b_dev)
     a_pack, b_pack = cuda._pack_both(a_dev, b_dev, kexp, lv)
     assert int(a_pack.nonfinite.sum()) == rows and int(b_pack.nonfinite.sum()) == cols
+    assert dispatch.unresolved_lines(a_dev, b_dev, level) == (rows, cols)
     if case == "phi=2.5" or (case, level) == ("outlier-row", "IV"):
         assert rows + cols > 0
 
