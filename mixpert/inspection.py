@@ -142,7 +142,10 @@ def inspect(
     signature, llvm_calls = None, []
     with pipeline.observe(observer):
         if args:
-            disp = make_dispatcher(py_func, "nopython", getattr(f, "options", None))
+            disp = make_dispatcher(  # compiled as f compiles (its options and scalar rules)
+                py_func, "nopython", getattr(f, "options", None),
+                scalar_rules=getattr(f, "scalar_rules", "numpy"),
+            )  # fmt: skip
             sig = tuple(typeof(a) for a in args)
             disp.compile(sig)
             cres = disp.overloads[sig]

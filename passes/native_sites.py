@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from numba.core import types
+from numba.core import ir, types
 from numba.core.compiler import StateDict
 
 from .record import record_of
@@ -36,6 +36,48 @@ def native_reason(a: types.Type, b: types.Type) -> str | None:
     return None
 
 
+def _is_float64_array(t: types.Type) -> bool:
+    return isinstance(t, types.Array) and t.dtype == types.float64
+
+
+def why_float64(func_ir: ir.FunctionIR, typemap: dict, var: ir.Var, depth: int = 6) -> str:
+    """What made a float64 operand float64, as the user would say it ("the Python float 0.0 at
+    line 4 made `h` float64"), from its definitions in the IR; "" when nothing is found (a
+    float64 argument, or a cause further away than ``depth`` steps)."""
+    name = var.name.split(".")[0]
+    label = f"`{name}`" if not name.startswith("$") else "an operand"
+    seen: set[str] = set()
+    frontier = [var]
+    for _ in range(depth):
+        following = []
+        for v in frontier:
+            if v.name in seen:
+                continue
+            seen.add(v.name)
+            try:
+                definition = func_ir.get_definition(v)
+            except KeyError:  # defined more than once (a loop, a branch)
+                continue
+            if isinstance(definition, ir.Arg) and _is_float64_array(typemap.get(v.name)):
+                return f"{label} is float64 because argument `{definition.name}` is"
+            if isinstance(definition, (ir.Const, ir.FreeVar, ir.Global)) and isinstance(
+                definition.value, float
+            ):
+                return (
+                    f"the Python float {definition.value!r} at line {definition.loc.line} made "
+                    f"{label} float64 (scalar_rules='numba'; the default 'numpy' keeps float32)"
+                )
+            if isinstance(definition, ir.Expr):
+                following += [u for u in definition.list_vars() if _carries_float64(typemap, u)]
+        frontier = following
+    return ""
+
+
+def _carries_float64(typemap: dict, var: ir.Var) -> bool:
+    t = typemap.get(var.name)
+    return t == types.float64 or _is_float64_array(t)
+
+
 @dataclass(frozen=True)
 class ReportNativeSites:
     name: str = "native-sites"
@@ -46,7 +88,14 @@ class ReportNativeSites:
         for site in record.sites:
             reason = native_reason(typemap[site.lhs.name], typemap[site.rhs.name])
             if reason is not None:
-                record.native_reasons[site.op.op_id] = reason
+                causes = [
+                    why_float64(state.func_ir, typemap, var)
+                    for var in (site.lhs, site.rhs)
+                    if _is_float64_array(typemap[var.name])
+                ]
+                record.native_reasons[site.op.op_id] = "; ".join(
+                    [reason, *(c for c in causes if c)]
+                )
         takes_float32 = any(
             isinstance(t, types.Array) and t.dtype == types.float32 for t in state.args
         )

@@ -273,3 +273,24 @@ def test_np_dot_of_stacks_is_refused_with_the_spelling_that_works() -> None:
 def test_float64_stacks_run_natively_with_numpys_result() -> None:
     got = mixpert.jit(matmul_of)(DEEP.astype(np.float64), HEADS_B.astype(np.float64))
     np.testing.assert_allclose(got, DEEP.astype(np.float64) @ HEADS_B, rtol=1e-12)
+
+
+def relu_mlp(x, w1, w2):
+    h = np.maximum(x @ w1, 0.0)
+    return h @ w2
+
+
+def chain(x, w, v):
+    return (x @ w) @ v
+
+
+def test_a_float64_site_names_what_made_its_operand_float64() -> None:
+    x = RNG.standard_normal((6, 6)).astype(np.float32)
+    f = mixpert.jit(relu_mlp, scalar_rules="numba")  # Numba's rules: the 0.0 makes h float64
+    reasons = {row.op_id: row.native for row in mixpert.inspect(f, x, x, x).ops}
+    assert reasons["relu_mlp:0"] == ""
+    why = reasons["relu_mlp:1"]
+    assert "the Python float 0.0 at line" in why and "`h` float64" in why
+    g = mixpert.jit(chain)
+    reasons = {row.op_id: row.native for row in mixpert.inspect(g, x, x, x.astype(np.float64)).ops}
+    assert "argument `v`" in reasons["chain:1"]
