@@ -19,7 +19,8 @@ def matmul(
 
     ``a`` (m, k) and ``b`` (k, n) are 2-D NumPy or CuPy arrays of any strides and order; 1-D and
     N-D operands follow ``np.matmul`` (vectors run natively, stacks broadcast; see
-    ``mixpert.runtime.batched``). Levels are
+    ``mixpert.runtime.batched``); 2-D Dask arrays give a Dask array whose blocks are per-chunk
+    products added in k order (``mixpert.runtime.dask_products``). Levels are
     named ("I".."V", "T6", "fp16", "tf32", "fp32", "fp64", "auto"; any case; see
     ``mixpert.LADDER``); None takes the default level (``mixpert.set_default_level``,
     ``mixpert.default_level``, ``$MIXPERT_DEFAULT_LEVEL``; initially "auto": the fastest
