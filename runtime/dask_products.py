@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .device import is_dask_array
+from .validation import check_operand
 
 Matmul2D = Callable[[Any, Any], Any]
 
@@ -41,6 +42,7 @@ def matmul(a: Any, b: Any, product: Matmul2D) -> Any:
     if not is_dask_array(b):  # rows cut where A's columns are
         b = da.from_array(b, chunks=(a.chunks[1], -1) if _pairs(a, b) else -1)
     for name, x in (("a", a), ("b", b)):
+        check_operand(name, x, matrix=False)  # real floating-point dtypes, as for any array
         if x.ndim != 2:
             raise ValueError(
                 f"operand {name} is a {x.ndim}-D Dask array; mixpert multiplies 2-D Dask "

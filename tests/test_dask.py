@@ -88,6 +88,8 @@ def test_dask_operands_refused_with_the_rule() -> None:
         mixpert.matmul(unknown, da.ones((4, 3), dtype=np.float32))
     with pytest.raises(ValueError, match="must equal"):
         mixpert.matmul(x, da.ones((5, 3), dtype=np.float32))
+    with pytest.raises(TypeError, match="dtype int64"):
+        mixpert.matmul(da.ones((3, 4), dtype=np.int64), da.ones((4, 3), dtype=np.float32))
 
 
 def mlp(x, w1, w2):
