@@ -5,7 +5,8 @@
 - Stacks (3-D and higher) broadcast their leading dimensions as np.matmul does. When one side is
   a single matrix shared by the whole stack (weights applied to a batch), the stack is folded
   into one product: A's batch into the rows (``(..., m, k) @ (k, n)``), B's into the columns
-  (``(m, k) @ (..., k, n)``). Otherwise each pair of the broadcast stacks is one product.
+  (``(m, k) @ (..., k, n)``). Otherwise each pair of the broadcast stacks is one product; on
+  the CPU at an INT8 level all pairs go through ``cpu.int8_product_stack`` at once.
 
 Both backends take the same route, so every batch element has the same bits on CPU and GPU.
 (Folding lets the equilibration along k see the whole stack: a folded element may differ in its
@@ -14,6 +15,7 @@ last bits from the same product alone.) Fast batched GPU kernels are a later ste
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,9 +27,11 @@ from .validation import check_operand
 Matmul2D = Callable[[Any, Any], Any]
 
 
-def matmul(a: Any, b: Any, product: Matmul2D) -> Any:
+def matmul(a: Any, b: Any, product: Matmul2D, stack_product: Matmul2D | None = None) -> Any:
     """``np.matmul(a, b)`` for operands that are not both 2-D; ``product`` multiplies two
-    matrices (the caller's level and backend)."""
+    matrices (the caller's level and backend); ``stack_product``, where given, multiplies two
+    float32 stacks of one length, (s, m, k) @ (s, k, n), pair by pair with the bits
+    ``product`` gives each pair, in one call."""
     check_operand("a", a, matrix=False)
     check_operand("b", b, matrix=False)
     xp = device.cupy_module() if device.is_cupy_array(a) or device.is_cupy_array(b) else np
@@ -57,6 +61,10 @@ def matmul(a: Any, b: Any, product: Matmul2D) -> Any:
         return xp.moveaxis(c.reshape(m, *b.shape[:-2], n), 0, -2)
     a_all = xp.broadcast_to(a, (*batch, m, k_a))
     b_all = xp.broadcast_to(b, (*batch, k_a, n))
+    if stack_product is not None:  # the pairs in one call (same bits as one at a time)
+        count = math.prod(batch)  # not -1: a product may have no entries
+        pairs = (_as_float32(xp, x).reshape(count, *x.shape[-2:]) for x in (a_all, b_all))
+        return stack_product(*pairs).reshape(*batch, m, n)
     out = xp.empty((*batch, m, n), dtype=xp.float32)
     for index in np.ndindex(*batch):
         out[index] = product(a_all[index], b_all[index])

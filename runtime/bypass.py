@@ -44,8 +44,8 @@ def unresolved(lines: np.ndarray, exponents: np.ndarray, fraction_bits: int, k: 
     """Which rows of ``lines`` (rebalanced, float64, each of length k) are unresolved, given
     their scale exponents: |x| < 2^(e - deep - 1) is an entry more than ``deep`` binades down."""
     depth = deep_binades(fraction_bits, k)
-    threshold = np.ldexp(1.0, exponents.astype(np.int64) - depth - 1)[:, None]
-    deep = np.count_nonzero((lines != 0) & (np.abs(lines) < threshold), axis=1)
+    threshold = np.ldexp(1.0, exponents.astype(np.int64) - depth - 1)[..., None]
+    deep = np.count_nonzero((lines != 0) & (np.abs(lines) < threshold), axis=-1)
     return deep * DEEP_FRACTION > k
 
 

@@ -94,5 +94,5 @@ def combine(
     acc = np.zeros_like(group_sums[groups[0]], dtype=np.float64)
     for g in groups:
         acc = acc + np.ldexp(group_sums[g], -pair_exponent(g))
-    scale = row_exp.astype(np.int32)[:, None] + col_exp.astype(np.int32)[None, :]
+    scale = row_exp.astype(np.int32)[..., :, None] + col_exp.astype(np.int32)[..., None, :]
     return saturate(np.ldexp(acc, scale), scale, k_slack)

@@ -17,6 +17,7 @@ from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 
 TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
+STACK_BLOCK_BYTES = 64 << 20  # temporaries of one group of stacked pairs (int8_product_stack)
 
 
 def round_to_tf32(x: np.ndarray) -> np.ndarray:
@@ -32,17 +33,18 @@ def exact_class_sums(
     a_digits: np.ndarray, b_digits: np.ndarray, level: Level, k_block: int | None = None
 ) -> dict[int, np.ndarray]:
     """S_g for each weight class g: exact integer sums (as float64) of a_i @ b_j^T, i + j = g,
-    k cut into blocks of at most ``k_block`` (exact in any blocking)."""
-    _, m, k = a_digits.shape
-    n = b_digits.shape[1]
+    k cut into blocks of at most ``k_block`` (exact in any blocking). Digits of stacks,
+    (slices, ..., m, k) and (slices, ..., n, k), give stacked sums (..., m, n)."""
+    k = a_digits.shape[-1]
+    shape = (*a_digits.shape[1:-1], b_digits.shape[-2])
     block = min(float64_k_block(level), k_block or k or 1)
-    sums = {g: np.zeros((m, n), dtype=np.float64) for g in level.groups}
+    sums = {g: np.zeros(shape, dtype=np.float64) for g in level.groups}
     for start in range(0, k, block):
         stop = min(start + block, k)
-        a_f64 = a_digits[:, :, start:stop].astype(np.float64)
-        b_f64 = b_digits[:, :, start:stop].astype(np.float64)
-        for i, j in level.pairs:
-            sums[i + j] += a_f64[i] @ b_f64[j].T  # exact: integers below 2^53 throughout
+        a_f64 = a_digits[..., start:stop].astype(np.float64)
+        b_f64 = b_digits[..., start:stop].astype(np.float64)
+        for i, j in level.pairs:  # exact: integers below 2^53 throughout
+            sums[i + j] += a_f64[i] @ np.swapaxes(b_f64[j], -1, -2)
     return sums
 
 
@@ -87,6 +89,49 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
                 block, row_exp, packer.fraction_bits(level.a_slices), k
             )
     bypass.recompute_lines(out, a, b, np.flatnonzero(wide_rows), np.flatnonzero(wide_cols))
+    return out
+
+
+def int8_product_stack(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+    """``matmul`` at an INT8 level for each pair of two stacks of one length, (s, m, k) and
+    (s, k, n) float32, with whole-stack NumPy operations instead of one call per pair (the same
+    steps per pair, so the same bits as ``matmul`` on each), a few pairs at a time to keep the
+    workspace near the operands' and output's bytes."""
+    s, m, k = a.shape
+    n = b.shape[2]
+    out = np.empty((s, m, n), dtype=np.float32)
+    if 0 in (s, m, k, n):
+        out[...] = 0
+        return out
+    per_pair = workspace.FLOAT64_TEMPORARIES * (m * k + k * n) + 8 * len(level.groups) * m * n
+    step = max(1, STACK_BLOCK_BYTES // per_pair)
+    k_slack = k * overflow_slack(level)
+    for p0 in range(0, s, step):
+        x, y = a[p0 : p0 + step], b[p0 : p0 + step]
+        f = equilibrate.k_exponents(x, y)
+        rx, ry = equilibrate.rebalance_a(x, f), equilibrate.rebalance_b(y, f)
+        row_exp = packer.scale_exponents(rx, axis=-1)
+        col_exp = packer.scale_exponents(ry, axis=-2)
+        sums = exact_class_sums(
+            packer.slice_rows(rx, row_exp, level.a_slices),
+            packer.slice_columns(ry, col_exp, level.b_slices),
+            level,
+        )
+        c = out[p0 : p0 + step]
+        c[...] = combine(sums, row_exp, col_exp, k_slack)
+        rows = ~np.isfinite(x).all(axis=-1)  # lines to recompute: NaN/Inf, or unresolved
+        cols = ~np.isfinite(y).all(axis=-2)
+        if level.bypass_wide:
+            bits_a, bits_b = (
+                packer.fraction_bits(level.a_slices),
+                packer.fraction_bits(level.b_slices),
+            )
+            rows |= bypass.unresolved(rx, row_exp, bits_a, k)
+            cols |= bypass.unresolved(np.swapaxes(ry, -1, -2), col_exp, bits_b, k)
+        for i in np.flatnonzero(rows.any(axis=-1) | cols.any(axis=-1)):
+            bypass.recompute_lines(
+                c[i], x[i], y[i], np.flatnonzero(rows[i]), np.flatnonzero(cols[i])
+            )
     return out
 
 

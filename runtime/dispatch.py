@@ -36,7 +36,8 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
         chunk_backend = "auto" if backend == DASK else backend
         return dask_products.matmul(a, b, lambda x, y: matmul(x, y, level, chunk_backend))
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
-        return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend))
+        each = _cpu_stack_product(a, b, level, backend)
+        return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend), each)
     if level.kind == "policy" and backend == "auto":
         routed = _native_gpu_fast_path(a, b)
         if routed is not None:
@@ -49,6 +50,23 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
     return cpu.matmul(np.asarray(a), np.asarray(b), concrete)
+
+
+def _cpu_stack_product(a: Any, b: Any, level: Level, backend: Backend) -> Any | None:
+    """``cpu.int8_product_stack`` at ``level`` for two NumPy stacks whose pairs would each run
+    on the CPU at an INT8 level (their shape decides, as in ``route``), else None."""
+    if not all(isinstance(x, np.ndarray) and x.ndim >= 3 for x in (a, b)):
+        return None
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if backend == "cuda" or (backend == "auto" and 2 * m * k * n >= OFFLOAD_MIN_FLOPS
+                             and device.gpu_available()):  # fmt: skip
+        return None
+    pair_a, pair_b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
+    concrete = resolve_level(level, pair_a, pair_b, "cpu")
+    if concrete.kind != "int8":
+        return None
+    return lambda x, y: cpu.int8_product_stack(x, y, concrete)
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> tuple[str, Level]:

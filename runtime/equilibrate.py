@@ -27,9 +27,10 @@ DEAD = np.iinfo(np.int32).max  # the exponent of a dropped k-index
 
 
 def k_exponents(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """f_j for every k-index (int32; ``DEAD`` for a dropped one)."""
-    c = finite_abs_max(a, axis=0)
-    r = finite_abs_max(b, axis=1)
+    """f_j for every k-index (int32; ``DEAD`` for a dropped one); for stacks (..., m, k) and
+    (..., k, n), the exponents of each product, (..., k)."""
+    c = finite_abs_max(a, axis=-2)
+    r = finite_abs_max(b, axis=-1)
     _, from_a = np.frexp(c)
     _, from_b = np.frexp(r)
     gap = from_a.astype(np.int64) - from_b
@@ -43,20 +44,21 @@ def rebalance(a: np.ndarray, b: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, 
 
 
 def rebalance_a(a: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Rows of A (any subset of them): A 2^-f as float64, dead k-indices zeroed."""
+    """Rows of A (any subset of them): A 2^-f as float64, dead k-indices zeroed (stacks: f of
+    each product, (..., k))."""
     return _scaled(a, f, -1)
 
 
 def rebalance_b(b: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Columns of B (any subset of them): 2^f B as float64, dead k-indices zeroed."""
-    return _scaled(b.T, f, 1).T
+    return np.swapaxes(_scaled(np.swapaxes(b, -1, -2), f, 1), -1, -2)
 
 
 def _scaled(x: np.ndarray, f: np.ndarray, sign: int) -> np.ndarray:
-    """x 2^(sign f) along its columns (k-indices) as float64; dead columns zeroed."""
-    dead = f == DEAD
-    shift = np.where(dead, 0, sign * f.astype(np.int64))
-    out = np.ldexp(x.astype(np.float64), shift[None, :])
+    """x 2^(sign f) along its last axis (k-indices) as float64; dead k-indices zeroed."""
+    dead = (f == DEAD)[..., None, :]
+    shift = np.where(dead, 0, sign * f.astype(np.int64)[..., None, :])
+    out = np.ldexp(x.astype(np.float64), shift)
     if dead.any():
-        out[:, dead] = np.where(np.isfinite(out[:, dead]), 0.0, out[:, dead])
+        out = np.where(dead & np.isfinite(out), 0.0, out)
     return out

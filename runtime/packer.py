@@ -58,7 +58,7 @@ def finite_abs_max(x: np.ndarray, axis: int) -> np.ndarray:
     """Largest finite |x| along ``axis``, as float64 (0 where a line has none); the temporary
     keeps ``x``'s dtype (|x| is exact in it)."""
     if x.shape[axis] == 0:
-        return np.zeros(x.shape[1 - axis], dtype=np.float64)
+        return np.zeros(np.delete(x.shape, axis), dtype=np.float64)
     magnitude = np.where(np.isfinite(x), np.abs(x), x.dtype.type(0))
     return magnitude.max(axis=axis).astype(np.float64)
 
@@ -80,9 +80,10 @@ def scale_exponents(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 def slice_rows(x: np.ndarray, exponents: np.ndarray, slices: int) -> np.ndarray:
-    """INT8 digits of each row of ``x`` (m, k) -> (slices, m, k); non-finite entries pack as 0."""
+    """INT8 digits of each row of ``x`` (m, k) -> (slices, m, k), or of a stack (..., m, k) ->
+    (slices, ..., m, k); non-finite entries pack as 0."""
     finite = np.where(np.isfinite(x), x, 0).astype(np.float64)
-    shift = (fraction_bits(slices) - exponents.astype(np.int64))[:, None]
+    shift = (fraction_bits(slices) - exponents.astype(np.int64))[..., None]
     rest = np.rint(np.ldexp(finite, shift)).astype(np.int64)
     digits = np.empty((slices, *x.shape), dtype=np.int8)
     for i in range(slices - 1, 0, -1):
@@ -96,5 +97,6 @@ def slice_rows(x: np.ndarray, exponents: np.ndarray, slices: int) -> np.ndarray:
 
 
 def slice_columns(x: np.ndarray, exponents: np.ndarray, slices: int) -> np.ndarray:
-    """INT8 digits of each column of ``x`` (k, n) -> (slices, n, k): the TN layout, k contiguous."""
-    return slice_rows(np.ascontiguousarray(x.T), exponents, slices)
+    """INT8 digits of each column of ``x`` (k, n) -> (slices, n, k): the TN layout, k contiguous
+    (stacks: (..., k, n) -> (slices, ..., n, k))."""
+    return slice_rows(np.ascontiguousarray(np.swapaxes(x, -1, -2)), exponents, slices)

@@ -7,6 +7,7 @@ import pytest
 
 import mixpert
 from mixpert.runtime import device
+from mixpert.testdata import gemmul8
 
 RNG = np.random.default_rng(21)
 
@@ -40,6 +41,29 @@ def test_stacks_run_each_pair_at_the_level() -> None:
     c = mixpert.matmul(a, b, level="I")
     for i in range(3):
         np.testing.assert_array_equal(c[i], mixpert.matmul(a[i], b[i], level="I"))
+
+
+@pytest.mark.parametrize("level", ["I", "T6", "IV", "V"])
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "phi"),
+    [((40, 16, 16), (40, 16, 16), 0.5), ((2, 3, 30, 70), (3, 70, 20), 2.5),
+     ((6, 3, 1), (6, 1, 4), 1.0), ((4, 2, 5), (4, 5, 0), 1.0)],
+)  # fmt: skip
+def test_cpu_stacks_in_one_call_have_each_pairs_bits(level, a_shape, b_shape, phi) -> None:
+    """All pairs at once on the CPU (cpu.int8_product_stack) give every pair the bits of its
+    own 2-D product: equilibration, scales, bypassed lines (wide data, NaN, Inf) included."""
+    rng = np.random.default_rng(len(a_shape) + a_shape[-1])
+    a, b = gemmul8(np, rng, a_shape, phi), gemmul8(np, rng, b_shape, phi)
+    if a.size and b.size:
+        a.reshape(-1, *a_shape[-2:])[0, 0, 0] = np.inf
+        b.reshape(-1, *b_shape[-2:])[-1, 0, 0] = np.nan
+    c = mixpert.matmul(a, b, level=level, backend="cpu")
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a_all = np.broadcast_to(a, (*batch, *a.shape[-2:]))
+    b_all = np.broadcast_to(b, (*batch, *b.shape[-2:]))
+    for index in np.ndindex(*batch):
+        want = mixpert.matmul(a_all[index], b_all[index], level=level, backend="cpu")
+        assert np.array_equal(c[index].view(np.uint32), want.view(np.uint32)), index
 
 
 def test_shared_weights_fold_into_one_product() -> None:
