@@ -15,7 +15,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.arrayobj import _empty_nd_impl, make_array
 
-from mixpert.execution.hook import GEMM_ARGUMENTS, SYMBOL
+from mixpert.execution.hook import GEMM_ARGUMENTS, STACK_ARGUMENTS, STACK_SYMBOL, SYMBOL
 
 _OUT = types.Array(types.float32, 2, "C")
 _I64 = llvm.IntType(64)
@@ -54,6 +54,32 @@ def gemm_call(typingctx: Any, op_index: types.Type, a: types.Type, b: types.Type
                 builder.ptrtoint(out.data, _I64),
             ],
         )
+        return context.make_tuple(builder, signature.return_type, [status, out._getvalue()])
+
+    return sig, codegen
+
+
+_STACK_OUT = types.Array(types.float32, 3, "C")
+
+
+@intrinsic
+def gemm_stack_call(typingctx: Any, op_index: types.Type, a: types.Type, b: types.Type) -> Any:
+    """``(status, out)`` of ``mixpert_gemm_stack`` for two C-contiguous float32 stacks of one
+    length, (s, m, k) and (s, k, n); ``out`` is (s, m, n)."""
+    sig = types.Tuple((types.int32, _STACK_OUT))(types.int64, a, b)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        index_value, a_value, b_value = args
+        index_value = context.cast(builder, index_value, signature.args[0], types.int64)
+        a_arr = make_array(signature.args[1])(context, builder, a_value)
+        b_arr = make_array(signature.args[2])(context, builder, b_value)
+        count, m, k = cgutils.unpack_tuple(builder, a_arr.shape, 3)
+        n = cgutils.unpack_tuple(builder, b_arr.shape, 3)[2]
+        out = _empty_nd_impl(context, builder, _STACK_OUT, [count, m, n])
+        fnty = llvm.FunctionType(llvm.IntType(32), [_I64] * STACK_ARGUMENTS)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, STACK_SYMBOL)
+        pointers = [builder.ptrtoint(x.data, _I64) for x in (a_arr, b_arr, out)]
+        status = builder.call(fn, [index_value, count, m, k, n, *pointers])
         return context.make_tuple(builder, signature.return_type, [status, out._getvalue()])
 
     return sig, codegen

@@ -24,7 +24,7 @@ from numba.extending import overload, register_jitable
 from mixpert.execution.hook import MixpertRuntimeError, Status, emulable, run_site
 
 from . import numpy_products
-from .gemm_call import gemm_call
+from .gemm_call import gemm_call, gemm_stack_call
 from .numpy_products import broadcast_stacks, check_inner
 
 # Compiled code compares the status with plain integers (frozen in as constants).
@@ -163,10 +163,13 @@ def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
 
 
 def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
-    batch, a_all, b_all = broadcast_stacks(a, b)
-    out = np.empty((a_all.shape[0], a.shape[-2], b.shape[-1]), dtype=np.float32)
-    for i in range(a_all.shape[0]):
-        out[i] = _product(op_index, a_all[i], b_all[i])
+    batch, a_all, b_all = broadcast_stacks(a, b)  # contiguous pairs: one runtime call for all
+    status, out = gemm_stack_call(op_index, a_all, b_all)
+    if status == _NATIVE:
+        for i in range(a_all.shape[0]):
+            out[i] = np.dot(a_all[i], b_all[i])
+    elif status != _OK:
+        raise MixpertRuntimeError("mixpert runtime call failed")
     return out.reshape(batch + (a.shape[-2], b.shape[-1]))
 
 

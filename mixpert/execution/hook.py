@@ -2,7 +2,8 @@
 
 Compiled (nopython) code calls the external C symbol ``mixpert_gemm`` (a ctypes callback
 registered once with ``llvmlite.binding.add_symbol``) with the op's index, the shapes, raw
-pointers and byte strides; object-mode code (CuPy operands) calls ``run_site``. Both ask
+pointers and byte strides, or ``mixpert_gemm_stack`` for the pairs of two contiguous stacks;
+object-mode code (CuPy operands) calls ``run_site``. Both ask
 ``level_to_run`` what to do, so the two modes decide alike. The callback's ``Status`` tells the
 compiled code what comes next:
 
@@ -94,9 +95,12 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind."""
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
         return dispatch.matmul(a, b, level=level)
-    backend, level = dispatch.route(a, b, level)
-    m, k = a.shape
-    n = b.shape[1]
+    stack = a.ndim == 3  # the pairs of two stacks (mixpert_gemm_stack): routed as one pair
+    backend, level = dispatch.route(*((a[0], b[0]) if stack else (a, b)), level)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if stack:
+        m *= a.shape[0]  # one record for the stack, with its total flops
     log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, level.name, backend)
     start = time.perf_counter()
     result = dispatch.matmul(a, b, level, backend)  # type: ignore[arg-type]
@@ -105,8 +109,9 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
         sync()
     seconds = time.perf_counter() - start
     if recording():
-        moved = dispatch.rebalanced_k(a, b, level)
-        exact = dispatch.unresolved_lines(a, b, level)
+        moved, exact = (0, (0, 0)) if stack else (
+            dispatch.rebalanced_k(a, b, level), dispatch.unresolved_lines(a, b, level)
+        )  # fmt: skip
         record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved, exact))
     return result
 
@@ -192,8 +197,39 @@ def _gemm(
         return Status.ERROR
 
 
+def _stack(ptr: int, count: int, rows: int, cols: int) -> np.ndarray:
+    """A float32 view of a C-contiguous (count, rows, cols) stack owned by compiled code."""
+    if count * rows * cols == 0:
+        return np.empty((count, rows, cols), np.float32)
+    buffer = (ctypes.c_char * (4 * count * rows * cols)).from_address(ptr)
+    return np.ndarray((count, rows, cols), np.float32, buffer)
+
+
+def _gemm_stack(
+    op_index: int, count: int, m: int, k: int, n: int, a_ptr: int, b_ptr: int, out_ptr: int
+) -> int:
+    """``mixpert_gemm_stack``: the pairs of two C-contiguous stacks in one call (the runtime's
+    stack route: on the CPU one vectorised product, ``cpu.int8_product_stack``)."""
+    try:
+        a, b = _stack(a_ptr, count, m, k), _stack(b_ptr, count, k, n)
+        level = level_to_run(op_index, a[0], b[0]) if count else None
+        if level is None:
+            return Status.NATIVE
+        result = run_product(op_index, a, b, level)
+        if m and n:
+            _stack(out_ptr, count, m, n)[...] = result
+        return Status.OK
+    except BaseException as error:  # as in _gemm
+        _pending.error = error
+        return Status.ERROR
+
+
 _I64 = ctypes.c_int64
 GEMM_ARGUMENTS = 12  # op index, m, k, b_rows, n, A pointer and strides, B pointer and strides, C
 GEMM_CFUNC = ctypes.CFUNCTYPE(ctypes.c_int32, *([_I64] * GEMM_ARGUMENTS))
 _callback = GEMM_CFUNC(_gemm)  # module global: must outlive every compiled function
 binding.add_symbol(SYMBOL, ctypes.cast(_callback, ctypes.c_void_p).value)
+STACK_SYMBOL = "mixpert_gemm_stack"
+STACK_ARGUMENTS = 8  # op index, count, m, k, n, A pointer, B pointer, C pointer
+_stack_callback = ctypes.CFUNCTYPE(ctypes.c_int32, *([_I64] * STACK_ARGUMENTS))(_gemm_stack)
+binding.add_symbol(STACK_SYMBOL, ctypes.cast(_stack_callback, ctypes.c_void_p).value)
