@@ -68,13 +68,25 @@ def _integer_product(a, b, dtype):  # type: ignore[no-untyped-def]
     return out
 
 
+@register_jitable
+def _as_bool(x):  # type: ignore[no-untyped-def]
+    return x != 0
+
+
+@register_jitable
+def _unchanged(x):  # type: ignore[no-untyped-def]
+    return x
+
+
 def _integer_impl(a: types.Array, b: types.Array, common: Any):  # type: ignore[no-untyped-def]
-    dtype = np.int64 if common == np.bool_ else common.type  # bools sum as integers here
+    boolean = common == np.bool_  # NumPy: OR of ANDs, a boolean (counted here, then tested)
+    dtype = np.int64 if boolean else common.type
+    finish = _as_bool if boolean else _unchanged
     if a.ndim == 1 and b.ndim == 1:
-        return lambda op_index, a, b: _integer_product(a, b, dtype)[0, 0]
+        return lambda op_index, a, b: finish(_integer_product(a, b, dtype)[0, 0])
     if a.ndim == 1 or b.ndim == 1:
-        return lambda op_index, a, b: _integer_product(a, b, dtype).ravel()
-    return lambda op_index, a, b: _integer_product(a, b, dtype)
+        return lambda op_index, a, b: finish(_integer_product(a, b, dtype).ravel())
+    return lambda op_index, a, b: finish(_integer_product(a, b, dtype))
 
 
 def _promoted_impl(kind: str, common: Any):  # type: ignore[no-untyped-def]

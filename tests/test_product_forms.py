@@ -237,6 +237,8 @@ def dot_of(a, b):
         (np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32)),
         (np.full((2, 3), 2**62, dtype=np.int64), np.full((3, 2), 2, dtype=np.int64)),  # wraps
         (np.ones((3, 3), np.complex64), RNG.standard_normal((3, 2)).astype(np.float32)),
+        (RNG.random((4, 3)) > 0.5, RNG.random((3, 5)) > 0.5),  # booleans: OR of ANDs
+        (RNG.random((4, 3)) > 0.5, np.arange(15, dtype=np.int8).reshape(3, 5)),
     ],
 )
 def test_integer_and_complex_products_follow_numpy(func, a, b) -> None:
