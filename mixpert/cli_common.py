@@ -157,10 +157,10 @@ def plan_table(plan: Plan, title: str) -> Table:
         table.add_row(
             escape(op.op_id),
             escape(op.location),
-            op.level,
+            escape(f"native: {op.native}") if op.native else op.level,  # never reaches it
             f"{op.share:.1%}",
             f"{op.contribution:+.2e}",
-            f"{native / get_level(op.level).relative_cost:.2f}x",
+            "1.00x" if op.native else f"{native / get_level(op.level).relative_cost:.2f}x",
         )
     return table
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
 
@@ -40,6 +40,7 @@ from .interpreted import native, python_variant
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
 from .passes.numpy_products import product_typing_error
+from .passes.record import KEY
 from .passes.sites import OpInfo
 from .plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .plan_lookup import OnMissing, PlanBook
@@ -210,6 +211,19 @@ class MixpertFunction(Generic[P, R]):
                 if concise is None:
                     raise
                 raise concise from None
+
+    def native_reasons(self, args: Sequence[Any]) -> dict[str, str]:
+        """Op id -> why the site runs Numba's own product for arguments like ``args`` (float64
+        operands, a matrix-vector product, ...), from compiling for their types; {} for CuPy
+        and Dask arguments (object mode decides per call)."""
+        if any(is_cupy_array(a) or is_dask_array(a) for a in args):
+            return {}
+        if self.scalar_rules == "numpy":
+            args = weak_float_arguments(tuple(args))
+        disp = self.dispatcher_for("nopython")
+        signature = tuple(numba.typeof(a) for a in args)
+        disp.compile(signature)
+        return dict(disp.overloads[signature].metadata[KEY].native_reasons)
 
     # --- what the passes found -------------------------------------------------------------
     @property

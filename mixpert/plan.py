@@ -94,6 +94,9 @@ class OpReport:
     level: str
     share: float  # share of the plan's predicted time
     contribution: float  # error added when the tuner set this op's level (0 at the top level)
+    # Why the op never reaches the runtime with the tuned arguments (float64 operands, a
+    # matrix-vector product, ...): it runs Numba's own product whatever its level says.
+    native: str = ""
 
 
 @dataclass

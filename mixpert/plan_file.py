@@ -87,7 +87,8 @@ PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 REQUIRED = ("levels", "function", "op_hash", "signature", "device", "tol", "error",
             "predicted_speedup")  # fmt: skip
 OP_FIELDS = {"op_id": _STR, "location": _STR, "level": _rule(_level_name, "a known level name"),
-             "share": _NUMBER, "contribution": _NUMBER}  # fmt: skip
+             "share": _NUMBER, "contribution": _NUMBER, "native": _STR}  # fmt: skip
+OP_REQUIRED = ("op_id", "location", "level", "share", "contribution")  # "native": newer files
 
 
 def _checked(data: Any, rules: Mapping[str, tuple[Callable[[Any], bool], str]],
@@ -114,7 +115,7 @@ def plan_from_json(data: Any, where: str = "plan") -> Plan:
     """A ``Plan`` from its JSON object, every field checked."""
     values = _checked(data, PLAN_FIELDS, REQUIRED, where)
     values["ops"] = [
-        OpReport(**_checked(row, OP_FIELDS, tuple(OP_FIELDS), f"{where}, ops[{i}]"))
+        OpReport(**_checked(row, OP_FIELDS, OP_REQUIRED, f"{where}, ops[{i}]"))
         for i, row in enumerate(values.get("ops", []))
     ]
     return Plan(**values)

@@ -340,6 +340,7 @@ def tune(
             lambda: tuned(*scratch), sync, 3
         )
     ops = jitted.ops
+    native = jitted.native_reasons(args) if hasattr(jitted, "native_reasons") else {}
     reports = [
         OpReport(
             op,
@@ -349,6 +350,7 @@ def tune(
             if mine
             else 0.0,
             result.contribution.get(op, 0.0),
+            native.get(op, ""),
         )
         for op, level in result.levels.items()
     ]

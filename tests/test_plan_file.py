@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from tuner_functions import mlp, mlp_inputs
@@ -55,3 +57,27 @@ def test_bad_files_fail_clearly(tmp_path) -> None:
     data = PLAN.to_json() | {"levels": {"op": "VII"}}
     with pytest.raises(PlanFileError, match="field 'levels' must be an object op id -> known"):
         Plan.from_json(data)
+
+
+def mixed_chain(x, w, v):
+    return (x @ w) @ v
+
+
+def test_a_site_that_stays_native_is_named_so_in_the_plan_with_why(tmp_path) -> None:
+    """Not "fp32": the plan says the op never reaches the runtime with these inputs, and why,
+    and the file keeps it; files written before the field load as before."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 32)).astype(np.float32)
+    f = mixpert.jit(mixed_chain)
+    plan = mixpert.tune(f, (x, x, x.astype(np.float64)), tol=1e-5)
+    reports = {op.op_id: op for op in plan.ops}
+    assert reports["mixed_chain:0"].native == ""
+    assert "float64" in reports["mixed_chain:1"].native
+    assert "argument `v`" in reports["mixed_chain:1"].native
+    loaded = Plan.load(plan.save(tmp_path / "p.json"))
+    assert {op.op_id: op.native for op in loaded.ops} == {k: r.native for k, r in reports.items()}
+    data = json.loads((tmp_path / "p.json").read_text())
+    for row in data["plans"][0]["ops"]:
+        del row["native"]  # as a file from before the field
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert Plan.load(tmp_path / "old.json").levels == plan.levels
