@@ -21,15 +21,21 @@ _OUT = types.Array(types.float32, 2, "C")
 _I64 = llvm.IntType(64)
 
 
+def _operands(context: Any, builder: Any, signature: Any, args: Any) -> tuple[Any, Any, Any]:
+    """The op index as int64 and the two operands' array structs."""
+    index_value, a_value, b_value = args
+    index_value = context.cast(builder, index_value, signature.args[0], types.int64)
+    a_arr = make_array(signature.args[1])(context, builder, a_value)
+    b_arr = make_array(signature.args[2])(context, builder, b_value)
+    return index_value, a_arr, b_arr
+
+
 @intrinsic
 def gemm_call(typingctx: Any, op_index: types.Type, a: types.Type, b: types.Type) -> Any:
     sig = types.Tuple((types.int32, _OUT))(types.int64, a, b)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        index_value, a_value, b_value = args
-        index_value = context.cast(builder, index_value, signature.args[0], types.int64)
-        a_arr = make_array(signature.args[1])(context, builder, a_value)
-        b_arr = make_array(signature.args[2])(context, builder, b_value)
+        index_value, a_arr, b_arr = _operands(context, builder, signature, args)
         a_shape = cgutils.unpack_tuple(builder, a_arr.shape, 2)
         b_shape = cgutils.unpack_tuple(builder, b_arr.shape, 2)
         a_strides = cgutils.unpack_tuple(builder, a_arr.strides, 2)
@@ -69,10 +75,7 @@ def gemm_stack_call(typingctx: Any, op_index: types.Type, a: types.Type, b: type
     sig = types.Tuple((types.int32, _STACK_OUT))(types.int64, a, b)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        index_value, a_value, b_value = args
-        index_value = context.cast(builder, index_value, signature.args[0], types.int64)
-        a_arr = make_array(signature.args[1])(context, builder, a_value)
-        b_arr = make_array(signature.args[2])(context, builder, b_value)
+        index_value, a_arr, b_arr = _operands(context, builder, signature, args)
         count, m, k = cgutils.unpack_tuple(builder, a_arr.shape, 3)
         n = cgutils.unpack_tuple(builder, b_arr.shape, 3)[2]
         out = _empty_nd_impl(context, builder, _STACK_OUT, [count, m, n])
