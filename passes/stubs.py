@@ -139,6 +139,7 @@ def _product(op_index, a, b):  # type: ignore[no-untyped-def]
     return out
 
 
+@register_jitable  # also called by the @= sites
 def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
     check_inner(a, b)
     m, k = a.shape[-2], a.shape[-1]
@@ -146,6 +147,7 @@ def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
     return _product(op_index, folded, b).reshape(a.shape[:-2] + (m, b.shape[1]))
 
 
+@register_jitable  # also called by the @= sites
 def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
     check_inner(a, b)
     k, n = b.shape[-2], b.shape[-1]
@@ -162,6 +164,7 @@ def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
     return out.reshape(b.shape[:-2] + (m, n))
 
 
+@register_jitable  # also called by the @= sites
 def _stack_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
     batch, a_all, b_all = broadcast_stacks(a, b)  # contiguous pairs: one runtime call for all
     status, out = gemm_stack_call(op_index, a_all, b_all)
@@ -239,5 +242,11 @@ def _imatmul_impl(op_index, a, b):  # type: ignore[no-untyped-def]
 def _ol_imatmul(op_index, a, b):  # type: ignore[no-untyped-def]
     if _emulable(a, b):
         return _imatmul_impl
-    # Numba has no @=: NumPy's meaning, the product written into a
-    return lambda op_index, a, b: _into_first(a, a @ b)
+    # Numba has no @=: NumPy's meaning, the product (as a @ b computes it) written into a
+    route = _stacked(a, b)
+    if route is not None:
+        stacked = STACKED[route]
+        return lambda op_index, a, b: _into_first(a, stacked(op_index, a, b))
+    native = _native_impl("matmul")
+    product = register_jitable(numpy_products.implementation("matmul", op_index, a, b, native))
+    return lambda op_index, a, b: _into_first(a, product(op_index, a, b))

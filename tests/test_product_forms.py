@@ -204,6 +204,30 @@ def test_in_place_matmul_writes_the_emulated_product_into_a() -> None:
     np.testing.assert_allclose(a64, MATRIX.astype(np.float64) @ b, rtol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore::mixpert.NotEmulatedWarning")
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (DEEP, RNG.standard_normal((3, 6, 6)).astype(np.float32)),  # stacks, broadcast
+        (STACK, RNG.standard_normal((6, 6)).astype(np.float32)),  # a stack times a matrix
+        (MATRIX.astype(np.float64), RNG.standard_normal((6, 6)).astype(np.float32)),  # promoted
+        (np.arange(12, dtype=np.int64).reshape(2, 6), np.arange(36, dtype=np.int64).reshape(6, 6)),
+        (DEEP.astype(np.float64), RNG.standard_normal((2, 3, 6, 6))),  # float64 stacks
+    ],
+)
+def test_in_place_matmul_of_stacks_and_other_dtypes(a, b) -> None:
+    """a @= b means NumPy's a = a @ b written into a, for every operand form @ takes."""
+    want = a.copy()
+    want @= b
+    f = mixpert.jit(in_place)
+    f.plan = dict.fromkeys(f.ops, "IV")
+    got = a.copy()
+    f(got, b)
+    if a.dtype == np.float32:
+        np.testing.assert_array_equal(got, mixpert.matmul(a, b, level="IV"))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-5)
+
+
 def three_spellings(a, b):
     return a @ b, np.dot(a, b), a.dot(b)
 
