@@ -205,12 +205,21 @@ def to_host(x: Any) -> np.ndarray:
     return np.asarray(x.get() if hasattr(x, "get") else x)
 
 
+def row_relative_errors(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """||y_i - ref_i|| / ||ref_i|| for every row i along the last axis (float64; leading axes
+    are rows too, so a (batch, seq, d) output gives one error per token)."""
+    ref = ref.astype(np.float64).reshape(-1, ref.shape[-1])
+    diff = y.astype(np.float64).reshape(ref.shape) - ref
+    return np.sqrt((diff * diff).sum(axis=1) / (ref * ref).sum(axis=1))
+
+
 __all__ = [
     "Check",
     "Sample",
     "SampleRun",
     "array_module",
     "load_sample",
+    "row_relative_errors",
     "run_sample",
     "sample_paths",
     "to_host",

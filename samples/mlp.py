@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 import mixpert
-from mixpert.samples import Check, Sample, to_host
+from mixpert.samples import Check, Sample, row_relative_errors, to_host
 
 BATCH_PER_WIDTH = 4  # batch rows = 4 x width
 
@@ -40,13 +40,6 @@ def make_inputs(xp, rng, width):
         b = xp.float32(0.1) * rng.standard_normal((width,), dtype=xp.float32)
         layers += [w, b]
     return (x, *layers)
-
-
-def row_relative_errors(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """||y_i - ref_i|| / ||ref_i|| for every row i (float64)."""
-    ref = ref.astype(np.float64)
-    diff = y.astype(np.float64) - ref
-    return np.sqrt((diff * diff).sum(axis=1) / (ref * ref).sum(axis=1))
 
 
 def checks(args, outputs, reference):
