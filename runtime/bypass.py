@@ -49,11 +49,15 @@ def unresolved(lines: np.ndarray, exponents: np.ndarray, fraction_bits: int, k: 
     return deep * DEEP_FRACTION > k
 
 
+def nonfinite_masks(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """Which rows of ``a`` and columns of ``b`` hold a NaN or Inf (stacks: per pair)."""
+    return ~xp.isfinite(a).all(axis=-1), ~xp.isfinite(b).all(axis=-2)
+
+
 def nonfinite_lines(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
     """Indices of the rows of ``a`` and the columns of ``b`` holding a NaN or Inf."""
-    rows = xp.flatnonzero(~xp.isfinite(a).all(axis=1))
-    cols = xp.flatnonzero(~xp.isfinite(b).all(axis=0))
-    return rows, cols
+    rows, cols = nonfinite_masks(xp, a, b)
+    return xp.flatnonzero(rows), xp.flatnonzero(cols)
 
 
 def recompute_lines(c: np.ndarray, a: np.ndarray, b: np.ndarray, rows: Any, cols: Any) -> None:

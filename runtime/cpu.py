@@ -69,10 +69,7 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
         b_digits[:, c0 : c0 + cols] = packer.slice_columns(
             block, col_exp[c0 : c0 + cols], level.b_slices
         )
-        if level.bypass_wide:
-            wide_cols[c0 : c0 + cols] = bypass.unresolved(
-                block.T, col_exp[c0 : c0 + cols], packer.fraction_bits(level.b_slices), k
-            )
+        wide_cols[c0 : c0 + cols] = _unresolved(block.T, col_exp[c0 : c0 + cols], level, "b")
     k_slack = k * overflow_slack(level)
     rows = workspace.rows_per_block(k, n, budget, len(level.groups))
     k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
@@ -84,10 +81,7 @@ def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
         a_digits = packer.slice_rows(block, row_exp, level.a_slices)
         sums = exact_class_sums(a_digits, b_digits, level, k_block)
         out[r0 : r0 + rows] = combine(sums, row_exp, col_exp, k_slack)
-        if level.bypass_wide:
-            wide_rows[r0 : r0 + rows] = bypass.unresolved(
-                block, row_exp, packer.fraction_bits(level.a_slices), k
-            )
+        wide_rows[r0 : r0 + rows] = _unresolved(block, row_exp, level, "a")
     bypass.recompute_lines(out, a, b, np.flatnonzero(wide_rows), np.flatnonzero(wide_cols))
     return out
 
@@ -119,15 +113,9 @@ def int8_product_stack(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray
         )
         c = out[p0 : p0 + step]
         c[...] = combine(sums, row_exp, col_exp, k_slack)
-        rows = ~np.isfinite(x).all(axis=-1)  # lines to recompute: NaN/Inf, or unresolved
-        cols = ~np.isfinite(y).all(axis=-2)
-        if level.bypass_wide:
-            bits_a, bits_b = (
-                packer.fraction_bits(level.a_slices),
-                packer.fraction_bits(level.b_slices),
-            )
-            rows |= bypass.unresolved(rx, row_exp, bits_a, k)
-            cols |= bypass.unresolved(np.swapaxes(ry, -1, -2), col_exp, bits_b, k)
+        rows, cols = bypass.nonfinite_masks(np, x, y)  # lines to recompute: NaN/Inf, or
+        rows |= _unresolved(rx, row_exp, level, "a")  # unresolved
+        cols |= _unresolved(np.swapaxes(ry, -1, -2), col_exp, level, "b")
         for i in np.flatnonzero(rows.any(axis=-1) | cols.any(axis=-1)):
             bypass.recompute_lines(
                 c[i], x[i], y[i], np.flatnonzero(rows[i]), np.flatnonzero(cols[i])
@@ -140,13 +128,19 @@ def unresolved_lines(a: np.ndarray, b: np.ndarray, level: Level) -> tuple[int, i
     if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
         return 0, 0
     a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
-    k = a.shape[1]
     ra, rb = equilibrate.rebalance(a, b, equilibrate.k_exponents(a, b))
-    rows = bypass.unresolved(ra, packer.scale_exponents(ra, axis=1),
-                             packer.fraction_bits(level.a_slices), k)  # fmt: skip
-    cols = bypass.unresolved(rb.T, packer.scale_exponents(rb, axis=0),
-                             packer.fraction_bits(level.b_slices), k)  # fmt: skip
+    rows = _unresolved(ra, packer.scale_exponents(ra, axis=1), level, "a")
+    cols = _unresolved(rb.T, packer.scale_exponents(rb, axis=0), level, "b")
     return int(rows.sum()), int(cols.sum())
+
+
+def _unresolved(lines: np.ndarray, exponents: np.ndarray, level: Level, side: str) -> np.ndarray:
+    """``bypass.unresolved`` for rebalanced lines of A (``side`` "a") or B ("b") along the
+    last axis (k); no line at a level that bypasses none."""
+    if not level.bypass_wide:
+        return np.zeros(lines.shape[:-1], dtype=bool)
+    slices = level.a_slices if side == "a" else level.b_slices
+    return bypass.unresolved(lines, exponents, packer.fraction_bits(slices), lines.shape[-1])
 
 
 def fp16_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
