@@ -58,11 +58,9 @@ def _cpu_stack_product(a: Any, b: Any, level: Level, backend: Backend) -> Any | 
     if not all(isinstance(x, np.ndarray) and x.ndim >= 3 for x in (a, b)):
         return None
     m, k = a.shape[-2:]
-    n = b.shape[-1]
-    if backend == "cuda" or (backend == "auto" and 2 * m * k * n >= OFFLOAD_MIN_FLOPS
-                             and device.gpu_available()):  # fmt: skip
+    pair_a, pair_b = np.empty((m, k), np.float32), np.empty((k, b.shape[-1]), np.float32)
+    if choose_backend(pair_a, pair_b, backend) != "cpu":  # the rules read shapes only
         return None
-    pair_a, pair_b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
     concrete = resolve_level(level, pair_a, pair_b, "cpu")
     if concrete.kind != "int8":
         return None
