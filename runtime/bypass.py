@@ -64,16 +64,20 @@ def recompute_lines(c: np.ndarray, a: np.ndarray, b: np.ndarray, rows: Any, cols
     """Overwrite the ``rows`` and ``cols`` of ``c`` with the in-order float64 sums of exact
     products (the CUDA combine kernel's loop), rounded once; NaN canonical."""
     if len(rows):
-        c[rows, :] = _in_order(a[rows, :], b)
+        c[rows, :] = in_order(a[rows, :], b)
     if len(cols):
-        c[:, cols] = _in_order(a, b[:, cols])
+        c[:, cols] = in_order(a, b[:, cols])
 
 
-def _in_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def in_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b as float64 sums of the exact products taken in k order, rounded once to float32,
+    NaN canonical: a bypassed line's entries, and level fp64-ordered. Stacks (..., m, k) @
+    (..., k, n) broadcast as np.matmul."""
     a64 = a.astype(np.float64)
     b64 = b.astype(np.float64)
-    total = np.zeros((a.shape[0], b.shape[1]), dtype=np.float64)
+    shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+    total = np.zeros(shape, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        for q in range(a.shape[1]):  # q order: each step rounds once, as the GPU's loop
-            total += a64[:, q, None] * b64[None, q, :]
+        for q in range(a.shape[-1]):  # q order: each step rounds once, as the GPU's loop
+            total += a64[..., :, q, None] * b64[..., None, q, :]
         return np.where(np.isnan(total), np.float32(np.nan), total.astype(np.float32))

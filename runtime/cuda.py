@@ -39,6 +39,7 @@ GEMM_ROW_BLOCK = 4096
 PACK_THREADS = 256
 COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
+MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and .z: longer stacks launch in chunks
 
 # cudaDataType_t values (library_types.h); CuPy's runtime module does not export all of them.
 CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
@@ -73,15 +74,26 @@ def _unit_inner(x: cp.ndarray) -> cp.ndarray:
     return x if _rows_contiguous(x) else cp.ascontiguousarray(x)
 
 
-class PackedOperand:
-    """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags."""
+def _batch_chunks(count: int) -> range:
+    """First indices of the chunks of a stack of ``count`` that one launch covers."""
+    return range(0, count, MAX_GRID_YZ)
 
-    def __init__(self, count: int, slots: int, k_pad: int, dtype: Any) -> None:
+
+def _chunk(first: int, count: int) -> int:
+    return min(MAX_GRID_YZ, count - first)
+
+
+class PackedOperand:
+    """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags;
+    a stack's matrices one after another (``batch`` of them, ``count // batch`` lines each)."""
+
+    def __init__(self, count: int, slots: int, k_pad: int, dtype: Any, batch: int = 1) -> None:
         self.data = cp.empty((count, slots, k_pad), dtype=dtype)
         self.exponents = cp.empty(count, dtype=cp.int32)
         self.nonfinite = cp.empty(count, dtype=cp.int32)
         self.k_pad = k_pad
         self.slots = slots
+        self.batch = batch
 
     def span(self, first_slot: int) -> int:
         """Device pointer to slot ``first_slot`` of line 0."""
@@ -90,6 +102,11 @@ class PackedOperand:
     @property
     def ld(self) -> int:
         return self.slots * self.k_pad
+
+    @property
+    def lines(self) -> int:
+        """Lines of one matrix of the stack."""
+        return self.data.shape[0] // self.batch
 
 
 def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: Any) -> None:
@@ -121,16 +138,19 @@ COLUMN_MAX_ROWS = 512  # rows per block of the column maxima: enough blocks to f
 
 
 def _column_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
-    """Largest finite |x| of each column of a row-major ``x``, as float32 bits, into ``out``."""
-    rows, cols = x.shape
+    """Largest finite |x| of each column of each matrix of a stack ``x`` (s, rows, cols) with
+    contiguous rows, as float32 bits, into ``out`` (s, cols)."""
+    count, rows, cols = x.shape
     if rows == 0 or cols == 0:
         return
-    _pack_module().get_function("column_max_bits")(
-        (-(-cols // 32), -(-rows // COLUMN_MAX_ROWS)),
-        (32, 8),
-        (x, np.int64(x.strides[0] // x.itemsize), np.int32(rows), np.int32(cols),
-         np.int32(COLUMN_MAX_ROWS), out),
-    )  # fmt: skip
+    item = x.itemsize
+    for first in _batch_chunks(count):
+        _pack_module().get_function("column_max_bits")(
+            (-(-cols // 32), -(-rows // COLUMN_MAX_ROWS), _chunk(first, count)),
+            (32, 8),
+            (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
+             np.int32(COLUMN_MAX_ROWS), np.int64(x.strides[0] // item), np.int32(first), out),
+        )  # fmt: skip
 
 
 def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
@@ -145,21 +165,28 @@ def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
 def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """``equilibrate.k_exponents`` on the GPU: ``a_rows`` is A with contiguous rows, ``b`` is B
     (either layout); one read of each, no host synchronisation. Entry k (one past the
-    exponents) is 1 when any k-index moves or is dropped."""
-    k = a_rows.shape[1]
-    a_top = cp.zeros(k, dtype=cp.uint32)
-    b_top = cp.zeros(k, dtype=cp.uint32)
-    _column_max_bits(a_rows, a_top)
-    if _rows_contiguous(b):
+    exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k n), both
+    C-contiguous: one row of k + 1 entries per pair."""
+    stack = a_rows.ndim == 3
+    a3 = a_rows if stack else a_rows[None]
+    count, _, k = a3.shape
+    a_top = cp.zeros((count, k), dtype=cp.uint32)
+    b_top = cp.zeros((count, k), dtype=cp.uint32)
+    _column_max_bits(a3, a_top)
+    if stack:
+        _row_max_bits(b.reshape(count * k, -1), b_top)
+    elif _rows_contiguous(b):
         _row_max_bits(b, b_top)
     else:
-        _column_max_bits(_unit_inner(b.T), b_top)
-    f = cp.zeros(k + 1, dtype=cp.int32)  # f[k]: whether any k-index moves
+        _column_max_bits(_unit_inner(b.T)[None], b_top)
+    f = cp.zeros((count, k + 1), dtype=cp.int32)  # f[:, k]: whether any k-index moves
     if k:
-        _pack_module().get_function("k_exponents")(
-            (-(-k // 256),), (256,), (a_top, b_top, np.int32(k), f)
-        )
-    return f
+        for first in _batch_chunks(count):
+            _pack_module().get_function("k_exponents")(
+                (-(-k // 256), _chunk(first, count)), (256,),
+                (a_top, b_top, np.int32(k), np.int32(first), f),
+            )  # fmt: skip
+    return f if stack else f[0]
 
 
 def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
@@ -195,14 +222,17 @@ def pack_int8(
     slices: int,
     reversed_slots: bool,
     bypass_wide: bool = False,
+    batch: int = 1,
 ) -> PackedOperand:
     """``packer.slice_rows`` on the GPU: digits of each rebalanced row of ``lines`` (rows
     contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns. The
-    ``nonfinite`` flags also mark unresolved lines when ``bypass_wide`` (``bypass``)."""
-    packed = PackedOperand(lines.shape[0], slices, _padded(lines.shape[1]), cp.int8)
+    ``nonfinite`` flags also mark unresolved lines when ``bypass_wide`` (``bypass``). A stack:
+    ``batch`` matrices' lines one after another, ``kexp`` (batch, k + 1)."""
+    count, k = lines.shape
+    packed = PackedOperand(count, slices, _padded(k), cp.int8, batch)
     _launch_pack(
-        "pack_int8", lines, packed, kexp, np.int32(side), np.int32(slices),
-        np.int32(reversed_slots), _deep(slices, lines.shape[1], bypass_wide),
+        "pack_int8", lines, packed, kexp, np.int32(max(1, count // batch)), np.int32(side),
+        np.int32(slices), np.int32(reversed_slots), _deep(slices, k, bypass_wide),
     )  # fmt: skip
     return packed
 
@@ -210,28 +240,23 @@ def pack_int8(
 def pack_int8_columns(
     x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, bypass_wide: bool = False
 ) -> PackedOperand:
-    """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place."""
-    k, n = x.shape
-    packed = PackedOperand(n, slices, _padded(k), cp.int8)
-    if n:
+    """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
+    (s, k, n) of them with ``kexp`` (s, k + 1)."""
+    x3 = x if x.ndim == 3 else x[None]
+    count, k, n = x3.shape
+    packed = PackedOperand(count * n, slices, _padded(k), cp.int8, count)
+    if n == 0:
+        return packed
+    item = x.itemsize
+    for first in _batch_chunks(count):
         _pack_module().get_function("pack_int8_columns")(
-            (-(-n // 32),),
+            (-(-n // 32), _chunk(first, count)),
             (32, 8),
-            (
-                x,
-                np.int64(x.strides[0] // x.itemsize),
-                np.int32(k),
-                np.int32(n),
-                np.int32(packed.k_pad),
-                kexp,
-                np.int32(slices),
-                np.int32(reversed_slots),
-                _deep(slices, k, bypass_wide),
-                packed.data,
-                packed.exponents,
-                packed.nonfinite,
-            ),
-        )
+            (x3, np.int64(x3.strides[1] // item), np.int32(k), np.int32(n),
+             np.int32(packed.k_pad), kexp, np.int32(slices), np.int32(reversed_slots),
+             _deep(slices, k, bypass_wide), np.int64(x3.strides[0] // item), np.int32(first),
+             packed.data, packed.exponents, packed.nonfinite),
+        )  # fmt: skip
     return packed
 
 
@@ -267,8 +292,8 @@ def gemm_tn(
     B_span (n x depth, transposed) times A_span^T, both operands k-contiguous ("TN").
     Tall outputs run as blocks of GEMM_ROW_BLOCK rows: at m = 16384 cuBLAS's own choice ran
     INT8 at 780 TOPS on an H100, four 4096-row GEMMs at 1640 (benchmarks/int8_row_blocks.py).
+    A stack (``out`` (s, m, n), s > 1) is one cublasGemmStridedBatchedEx over its pairs.
     """
-    m, n = out.shape
     integer = a.data.dtype == cp.int8
     in_type = CUDA_R_8I if integer else CUDA_R_16F
     out_type = CUDA_R_32I if integer else CUDA_R_32F
@@ -277,6 +302,19 @@ def gemm_tn(
     beta = one if accumulate else zero
     offset = k_offset * a.data.itemsize
     handle = cp.cuda.device.get_cublas_handle()
+    m, n = out.shape[-2:]
+    if out.ndim == 3 and out.shape[0] > 1:
+        cublas.gemmStridedBatchedEx(
+            handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, depth,
+            one.ctypes.data,
+            b.span(b_slot) + offset, in_type, b.ld, n * b.ld,
+            a.span(a_slot) + offset, in_type, a.ld, m * a.ld,
+            beta.ctypes.data,
+            out.data.ptr, out_type, n, m * n,
+            out.shape[0], compute, cublas.CUBLAS_GEMM_DEFAULT,
+        )  # fmt: skip
+        return
+    out = out.reshape(m, n)
     for first in range(0, m, GEMM_ROW_BLOCK):
         rows = min(GEMM_ROW_BLOCK, m - first)
         a_ptr = a.span(a_slot) + offset + first * a.ld * a.data.itemsize
@@ -314,21 +352,22 @@ def class_spans(level: Level, g: int) -> tuple[int, int, int]:
 
 
 def int8_class_sums(a_pack: PackedOperand, b_pack: PackedOperand, level: Level) -> cp.ndarray:
-    """Exact class sums S_g, (groups, m, n): int32 when k fits one block, else float64."""
-    m, n = a_pack.data.shape[0], b_pack.data.shape[0]
+    """Exact class sums S_g, (groups, s, m, n) for a stack of s pairs (1 for two matrices):
+    int32 when k fits one block, else float64."""
+    s, m, n = a_pack.batch, a_pack.lines, b_pack.lines
     groups = len(level.groups)
     block = int32_k_block(level)
     k_pad = a_pack.k_pad
     if k_pad <= block:
-        sums = cp.empty((groups, m, n), dtype=cp.int32)
+        sums = cp.empty((groups, s, m, n), dtype=cp.int32)
         for g in level.groups:
             a_slot, b_slot, count = class_spans(level, g)
             gemm_tn(a_pack, a_slot, b_pack, b_slot, count * k_pad, sums[g])
         return sums
     # Long k: per pair and per k-block into INT32 (each within the bound), then exactly into
     # float64 (|S_g| < 2^53 by combine.float64_k_block).
-    sums = cp.zeros((groups, m, n), dtype=cp.float64)
-    scratch = cp.empty((m, n), dtype=cp.int32)
+    sums = cp.zeros((groups, s, m, n), dtype=cp.float64)
+    scratch = cp.empty((s, m, n), dtype=cp.int32)
     block -= block % K_ALIGN
     for start in range(0, k_pad, block):
         depth = min(block, k_pad - start)
@@ -352,50 +391,43 @@ def _combine(
     a: cp.ndarray,
     b: cp.ndarray,
 ) -> cp.ndarray:
-    """The combine kernel; ``slack``: ``combine.overflow_slack`` of the level."""
-    m, k = a.shape
-    n = b.shape[1]
-    c = cp.empty((m, n), dtype=cp.float32)
-    grid = (min(-(-n // COMBINE_THREADS), 1024), min(m, 65535))
-    _combine_module().get_function(kernel)(
-        grid,
-        (COMBINE_THREADS,),
-        (
-            sums,
-            np.int32(sums.shape[0]),
-            np.int64(m * n),
-            np.int32(w0),
-            np.int32(step),
-            np.int32(exp_offset),
-            np.float64(k * slack),  # the same double as the CPU's k_slack
-            a_pack.exponents,
-            b_pack.exponents,
-            a_pack.nonfinite,
-            b_pack.nonfinite,
-            np.int32(m),
-            np.int32(n),
-            c,
-        ),
-    )
-    _bypass_lines(a_pack, b_pack, a, b, c)
-    return c
+    """The combine kernel; ``slack``: ``combine.overflow_slack`` of the level. ``a`` and ``b``
+    are the product's operands, or two stacks of s pairs (then C is (s, m, n))."""
+    stack = a.ndim == 3
+    a3, b3 = (a, b) if stack else (a[None], b[None])
+    count, m, k = a3.shape
+    n = b3.shape[2]
+    c = cp.empty((count, m, n), dtype=cp.float32)
+    grid = (min(-(-n // COMBINE_THREADS), 1024), min(m, MAX_GRID_YZ))
+    for first in _batch_chunks(count):
+        _combine_module().get_function(kernel)(
+            (*grid, _chunk(first, count)),
+            (COMBINE_THREADS,),
+            (sums, np.int32(sums.shape[0]), np.int64(count * m * n), np.int32(w0),
+             np.int32(step), np.int32(exp_offset),
+             np.float64(k * slack),  # the same double as the CPU's k_slack
+             a_pack.exponents, b_pack.exponents, a_pack.nonfinite, b_pack.nonfinite,
+             np.int32(m), np.int32(n), np.int32(first), c),
+        )  # fmt: skip
+    _bypass_lines(a_pack, b_pack, a3, b3, c)
+    return c if stack else c[0]
 
 
 def _bypass_lines(
     a_pack: PackedOperand, b_pack: PackedOperand, a: cp.ndarray, b: cp.ndarray, c: cp.ndarray
 ) -> None:
-    """``bypass.recompute_lines`` for the flagged rows and columns (no host synchronisation:
-    tiles without a flagged line return at once)."""
-    (m, k), n = a.shape, b.shape[1]
-    item = a.itemsize
-    _combine_module().get_function("bypass_lines")(
-        (-(-n // BYPASS_TILE), -(-m // BYPASS_TILE)),
-        (16, 16),
-        (a_pack.nonfinite, b_pack.nonfinite,
-         a, np.int64(a.strides[0] // item), np.int64(a.strides[1] // item),
-         b, np.int64(b.strides[0] // item), np.int64(b.strides[1] // item),
-         np.int32(m), np.int32(n), np.int32(k), c),
-    )  # fmt: skip
+    """``bypass.recompute_lines`` for the flagged rows and columns of each pair of the stacks
+    ``a`` (s, m, k) and ``b`` (s, k, n) (no host synchronisation: tiles without a flagged line
+    return at once)."""
+    (count, m, k), n = a.shape, b.shape[2]
+    a_s, b_s = (tuple(np.int64(x // a.itemsize) for x in y.strides) for y in (a, b))
+    for first in _batch_chunks(count):
+        _combine_module().get_function("bypass_lines")(
+            (-(-n // BYPASS_TILE), -(-m // BYPASS_TILE), _chunk(first, count)),
+            (16, 16),
+            (a_pack.nonfinite, b_pack.nonfinite, a, a_s[1], a_s[2], a_s[0], b, b_s[1], b_s[2],
+             b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
+        )  # fmt: skip
 
 
 def _combine_int8(
@@ -427,6 +459,23 @@ def _pack_both(
 def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     a_rows = _unit_inner(a)
     a_pack, b_pack = _pack_both(a_rows, b, k_exponents(a_rows, b), level)
+    sums = int8_class_sums(a_pack, b_pack, level)
+    return _combine_int8(sums, a_pack, b_pack, a, b, level)
+
+
+def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
+    """``int8_product`` of each pair of two float32 stacks (s, m, k) and (s, k, n) with m, k,
+    n > 0, in a few launches for the whole stack: k-exponents, one pack of each operand, one
+    strided-batched INT8 GEMM per weight class (per k block when k is long), one combine and
+    one bypass launch. Each pair gets ``int8_product``'s bits (the same kernels, per pair)."""
+    a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+    count, m, k = a.shape
+    kexp = k_exponents(a, b)
+    wide = level.bypass_wide
+    a_pack = pack_int8(
+        a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, batch=count
+    )
+    b_pack = pack_int8_columns(b, kexp, level.b_slices, reversed_slots=True, bypass_wide=wide)
     sums = int8_class_sums(a_pack, b_pack, level)
     return _combine_int8(sums, a_pack, b_pack, a, b, level)
 
@@ -528,6 +577,26 @@ def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return _conversion(NARROW, "mixpert_narrow")(product)
 
 
+def ordered_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Level fp64-ordered (``bypass.in_order``) for two matrices or two stacks (s, m, k) and
+    (s, k, n) with m, n > 0: one launch, a 16 R x 16 R output tile per block, R the smallest
+    of 1, 2, 4 that covers m and n (small matrices waste no threads)."""
+    stack = a.ndim == 3
+    a3, b3 = (cp.ascontiguousarray(x if stack else x[None]) for x in (a, b))
+    count, m, k = a3.shape
+    n = b3.shape[2]
+    r = next((r for r in (1, 2) if max(m, n) <= 16 * r), 4)
+    tile = 16 * r
+    c = cp.empty((count, m, n), dtype=cp.float32)
+    kernel = _combine_module().get_function(f"in_order_product_{r}")
+    for first in _batch_chunks(count):
+        kernel(
+            (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
+            (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
+        )  # fmt: skip
+    return c if stack else c[0]
+
+
 # Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0.
 PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
     "int8": int8_product,
@@ -535,6 +604,14 @@ PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
     "tf32": lambda a, b, level: tf32_product(a, b),
     "fp32": lambda a, b, level: cp.matmul(a, b),
     "fp64": lambda a, b, level: fp64_product(a, b),
+    "ordered": lambda a, b, level: ordered_product(a, b),
+}
+# ... and for two stacks (s, m, k), (s, k, n) in one call; the other kinds run pair by pair.
+STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
+    "int8": int8_product_stack,
+    "fp32": lambda a, b, level: cp.matmul(a, b),  # cuBLAS strided-batched SGEMM
+    "fp64": lambda a, b, level: fp64_product(a, b),
+    "ordered": lambda a, b, level: ordered_product(a, b),
 }
 
 
@@ -559,11 +636,34 @@ def matmul(a: Any, b: Any, level: Level) -> Any:
     m, k = a.shape
     n = b.shape[1]
     empty = m == 0 or n == 0 or k == 0
-    if level.emulated and not empty:
-        block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
-        long_k = _padded(k) > block
-        needed = workspace.gpu_bytes(level, m, k, n, _padded(k), long_k)
-        free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
-        workspace.check_fits(level, m, k, n, needed, free, "GPU")
+    if not empty:
+        _check_workspace(level, m, k, n)
     c = cp.zeros((m, n), dtype=cp.float32) if empty else product(a, b, level)
+    return cp.asnumpy(c) if host else c
+
+
+def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> None:
+    """MemoryError before allocating when ``count`` products' workspace cannot fit."""
+    if not level.emulated:
+        return
+    block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
+    needed = count * workspace.gpu_bytes(level, m, k, n, _padded(k), _padded(k) > block)
+    free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
+    workspace.check_fits(level, count * m, k, n, needed, free, "GPU")
+
+
+def matmul_stack(a: Any, b: Any, level: Level) -> Any:
+    """``matmul`` of each pair of two stacks (s, m, k) and (s, k, n), as one stack: the whole
+    stack in a few launches where the level's kind has a stack product, else pair by pair."""
+    host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
+    a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    count, m, k = a.shape
+    n = b.shape[2]
+    if 0 in (count, m, k, n):
+        c = cp.zeros((count, m, n), dtype=cp.float32)
+    elif level.kind in STACK_PRODUCTS:
+        _check_workspace(level, m, k, n, count)
+        c = STACK_PRODUCTS[level.kind](a, b, level)
+    else:
+        c = cp.stack([matmul(a[i], b[i], level) for i in range(count)])
     return cp.asnumpy(c) if host else c

@@ -159,12 +159,16 @@ __device__ double line_max(const float* __restrict__ row, int k, const int* __re
 
 // equilibrate.k_exponents, step 1: the largest finite |x| of each column of a row-major
 // (rows, cols) matrix, as float32 magnitude bits (unsigned order is magnitude order); blocks
-// of 32 columns x 8 row strips, merged with atomicMax into a zeroed out.
+// of 32 columns x 8 row strips, merged with atomicMax into a zeroed out. Stacks: matrix z =
+// blockIdx.z + batch0 starts z * batch_stride floats into x, its maxima z * cols into out.
 extern "C" __global__ void column_max_bits(
     const float* __restrict__ x, long long row_stride, int rows, int cols, int rows_per_block,
-    unsigned int* __restrict__ out)
+    long long batch_stride, int batch0, unsigned int* __restrict__ out)
 {
     __shared__ unsigned int part[8][32];
+    const long long z = blockIdx.z + (long long)batch0;
+    x += z * batch_stride;
+    out += z * cols;
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
     const int first = blockIdx.y * rows_per_block;
     const int last = min(rows, first + rows_per_block);
@@ -200,11 +204,16 @@ extern "C" __global__ void row_max_bits(
 // equilibrate.k_exponents, step 2: f_q = floor(gap / 2) when the binades of A's column q and
 // B's row q lie more than IMBALANCE apart, 0 within the band, DEAD when either is all zero.
 // f[k] (one past the exponents) is set to 1 when any k-index moves or is dead: the packers
-// read it once per block and, when 0, skip the rebalancing arithmetic.
+// read it once per block and, when 0, skip the rebalancing arithmetic. Stacks: pair z =
+// blockIdx.y + batch0 has its maxima at z * k and its exponents at z * (k + 1).
 extern "C" __global__ void k_exponents(
     const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
-    int* __restrict__ f)
+    int batch0, int* __restrict__ f)
 {
+    const long long z = blockIdx.y + (long long)batch0;
+    a_top += z * k;
+    b_top += z * k;
+    f += z * (k + 1);
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= k) return;
     int fq = ${DEAD};
@@ -304,14 +313,16 @@ __device__ __forceinline__ void write_digits4(const double v[4], int shift, int 
     }
 }
 
-// One line per block: A's rows (sign -1) or B's columns read as rows of B^T (sign +1).
+// One line per block: A's rows (sign -1) or B's columns read as rows of B^T (sign +1). Stacks:
+// lines_per_batch consecutive lines share one pair's k-exponents (k + 1 entries each).
 extern "C" __global__ void pack_int8(
     const float* __restrict__ x, long long line_stride, int k, int k_pad,
-    const int* __restrict__ kexp, int sign, int slices, int reversed,
+    const int* __restrict__ kexp, int lines_per_batch, int sign, int slices, int reversed,
     int deep, signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
+    kexp += (line / lines_per_batch) * (k + 1LL);
     int bad;
     const double top = line_max(row, k, kexp, sign, &bad);
 
@@ -334,12 +345,20 @@ extern "C" __global__ void pack_int8(
 
 // pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
 // k-index q: scaled by 2^f[q]): a block takes 32 columns; reads are coalesced along rows, and a
-// shared tile turns them so the digit writes run along k.
+// shared tile turns them so the digit writes run along k. Stacks: matrix z = blockIdx.y + batch0
+// starts z * batch_stride floats into x; its n lines follow those of the matrices before it.
 extern "C" __global__ void pack_int8_columns(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
     const int* __restrict__ kexp, int slices, int reversed, int deep,
+    long long batch_stride, int batch0,
     signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
 {
+    const long long z = blockIdx.y + (long long)batch0;
+    x += z * batch_stride;
+    kexp += z * (k + 1);
+    out += z * n * (long long)slices * k_pad;
+    exps += z * n;
+    nonfinite += z * n;
     __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
     __shared__ int tile_kexp[32];
     __shared__ double col_max[8][32];
@@ -431,15 +450,23 @@ extern "C" __global__ void pack_fp16(
 
 COMBINE_SOURCE = r"""
 // C = float32(2^(row_exp + col_exp + exp_offset) * sum_g sums[g] * 2^-(w0 + step * g)),
-// summed from the largest g (smallest weight) down.
+// summed from the largest g (smallest weight) down. Stacks: product z = blockIdx.z + batch0
+// has its sums and output z * m * n entries in, its lines' scales and flags z * m and z * n.
 template <typename Sum>
 __device__ void combine_impl(
     const Sum* __restrict__ sums, int groups, long long group_stride, int w0, int step,
     int exp_offset, double k_slack,
     const int* __restrict__ row_exp, const int* __restrict__ col_exp,
     const int* __restrict__ row_bad, const int* __restrict__ col_bad,
-    int m, int n, float* __restrict__ c)
+    int m, int n, int batch0, float* __restrict__ c)
 {
+    const long long z = blockIdx.z + (long long)batch0;
+    sums += z * m * n;
+    c += z * m * n;
+    row_exp += z * m;
+    row_bad += z * m;
+    col_exp += z * n;
+    col_bad += z * n;
     for (int r = blockIdx.y; r < m; r += gridDim.y) {
         for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < n;
              col += gridDim.x * blockDim.x) {
@@ -456,43 +483,67 @@ __device__ void combine_impl(
 
 """
 
-BYPASS_SOURCE = r"""
-// bypass.recompute_lines: every entry whose row of A or column of B is flagged (NaN/Inf, or
-// unresolved) becomes canonical(sum over q in order of a_rq b_qc) in float64 (each product is
-// exact, so FMA and multiply-add agree). A block takes a BYPASS_TILE^2 output tile (16 x 16
-// threads, 4 x 4 entries each, k in steps of 16 through shared memory) and leaves at once when
-// no line of the tile is flagged, so data without bypassed lines pay one cheap launch.
-extern "C" __global__ void bypass_lines(
-    const int* __restrict__ row_bad, const int* __restrict__ col_bad,
+IN_ORDER_SOURCE = r"""
+// The in-order float64 product of one output tile: acc[i][j] = sum over q in order of the exact
+// products a_rq b_qc (float32 x float32 is exact in float64, so FMA and multiply-add agree) for
+// rows r0 + ty + 16 i and columns c0 + tx + 16 j, R x R entries per thread of a 16 x 16 block
+// (tiles of 16 R); k runs in steps of 16 through shared memory. Loads are coalesced for
+// row-major operands: consecutive threads read consecutive q of A's rows and columns of B.
+template <int R>
+__device__ void in_order_tile(
     const float* __restrict__ a, long long a_rs, long long a_cs,
     const float* __restrict__ b, long long b_rs, long long b_cs,
-    int m, int n, int k, float* __restrict__ c)
+    int m, int n, int k, int r0, int c0, double (&acc)[R][R])
 {
-    __shared__ double a_tile[16][64];  // [q][row]
-    __shared__ double b_tile[16][64];  // [q][col]
+    constexpr int T = 16 * R;
+    __shared__ double a_tile[T][17];  // [row][q], padded: the column writes spread over banks
+    __shared__ double b_tile[16][T];  // [q][col]
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+    for (int i = 0; i < R; ++i)
+        for (int j = 0; j < R; ++j) acc[i][j] = 0.0;
+    for (int q0 = 0; q0 < k; q0 += 16) {
+        for (int i = t; i < 16 * T; i += 256) {
+            const int a_line = i >> 4, a_q = q0 + (i & 15);
+            a_tile[a_line][i & 15] = (a_q < k && r0 + a_line < m)
+                ? exact_double(a[(r0 + a_line) * a_rs + a_q * a_cs]) : 0.0;
+            const int b_q = q0 + i / T, b_line = i % T;
+            b_tile[i / T][b_line] = (b_q < k && c0 + b_line < n)
+                ? exact_double(b[b_q * b_rs + (c0 + b_line) * b_cs]) : 0.0;
+        }
+        __syncthreads();
+        const int depth = min(16, k - q0);  // no padded steps: -0.0 + 0.0 would turn signs
+        for (int q = 0; q < depth; ++q)
+            for (int i = 0; i < R; ++i)
+                for (int j = 0; j < R; ++j)
+                    acc[i][j] = fma(a_tile[ty + 16 * i][q], b_tile[q][tx + 16 * j], acc[i][j]);
+        __syncthreads();
+    }
+}
+
+// bypass.recompute_lines: every entry whose row of A or column of B is flagged (NaN/Inf, or
+// unresolved) becomes canonical(its in-order sum). A block takes a 64 x 64 output tile and
+// leaves at once when no line of the tile is flagged, so data without bypassed lines pay one
+// cheap launch. Stacks: pair z = blockIdx.z + batch0 starts z * a_bs into a, z * b_bs into b.
+extern "C" __global__ void bypass_lines(
+    const int* __restrict__ row_bad, const int* __restrict__ col_bad,
+    const float* __restrict__ a, long long a_rs, long long a_cs, long long a_bs,
+    const float* __restrict__ b, long long b_rs, long long b_cs, long long b_bs,
+    int m, int n, int k, int batch0, float* __restrict__ c)
+{
+    const long long z = blockIdx.z + (long long)batch0;
+    a += z * a_bs;
+    b += z * b_bs;
+    c += z * m * n;
+    row_bad += z * m;
+    col_bad += z * n;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
     const int r0 = blockIdx.y * 64, c0 = blockIdx.x * 64;
     int mine = 0;
     if (t < 64) mine = (r0 + t < m && row_bad[r0 + t]) | (c0 + t < n && col_bad[c0 + t]);
     if (!__syncthreads_or(mine)) return;
 
-    double acc[4][4] = {};
-    for (int q0 = 0; q0 < k; q0 += 16) {
-        for (int i = t; i < 16 * 64; i += 256) {
-            const int q = q0 + (i >> 6), line = i & 63;
-            a_tile[i >> 6][line] = (q < k && r0 + line < m)
-                ? exact_double(a[(r0 + line) * a_rs + q * a_cs]) : 0.0;
-            b_tile[i >> 6][line] = (q < k && c0 + line < n)
-                ? exact_double(b[q * b_rs + (c0 + line) * b_cs]) : 0.0;
-        }
-        __syncthreads();
-        const int depth = min(16, k - q0);  // no padded steps: -0.0 + 0.0 would turn signs
-        for (int q = 0; q < depth; ++q)
-            for (int i = 0; i < 4; ++i)
-                for (int j = 0; j < 4; ++j)
-                    acc[i][j] += a_tile[q][ty + 16 * i] * b_tile[q][tx + 16 * j];
-        __syncthreads();
-    }
+    double acc[4][4];
+    in_order_tile<4>(a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, r0, c0, acc);
     for (int i = 0; i < 4; ++i) {
         const int r = r0 + ty + 16 * i;
         if (r >= m) continue;
@@ -503,18 +554,51 @@ extern "C" __global__ void bypass_lines(
         }
     }
 }
+
+// Level "fp64-ordered": every entry of every product of a stack is canonical(its in-order sum).
+// One 16 R x 16 R tile per block; pair z = blockIdx.z + batch0 (C-contiguous operands).
+template <int R>
+__device__ void in_order_product(const float* __restrict__ a, const float* __restrict__ b,
+                                 int m, int n, int k, int batch0, float* __restrict__ c)
+{
+    const long long z = blockIdx.z + (long long)batch0;
+    a += z * m * k;
+    b += z * k * n;
+    c += z * m * n;
+    const int r0 = blockIdx.y * 16 * R, c0 = blockIdx.x * 16 * R;
+    double acc[R][R];
+    in_order_tile<R>(a, k, 1, b, n, 1, m, n, k, r0, c0, acc);
+    for (int i = 0; i < R; ++i) {
+        const int r = r0 + threadIdx.y + 16 * i;
+        for (int j = 0; j < R; ++j) {
+            const int col = c0 + threadIdx.x + 16 * j;
+            if (r < m && col < n) c[(long long)r * n + col] = canonical(acc[i][j]);
+        }
+    }
+}
 """
-COMBINE_SOURCE += BYPASS_SOURCE
+# One exported entry per tile size (CuPy's RawModule looks kernels up by name).
+IN_ORDER_SOURCE += "".join(
+    f"""
+extern "C" __global__ void in_order_product_{r}(
+    const float* a, const float* b, int m, int n, int k, int batch0, float* c)
+{{
+    in_order_product<{r}>(a, b, m, n, k, batch0, c);
+}}
+"""
+    for r in (1, 2, 4)
+)
+COMBINE_SOURCE += IN_ORDER_SOURCE
 
 # One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
 _COMBINE_ENTRY = """
 extern "C" __global__ void combine_{name}(
     const {sum}* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
     double k_slack, const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
-    int m, int n, float* c)
+    int m, int n, int batch0, float* c)
 {{
     combine_impl<{sum}>(sums, groups, group_stride, w0, step, exp_offset, k_slack, row_exp, col_exp,
-                        row_bad, col_bad, m, n, c);
+                        row_bad, col_bad, m, n, batch0, c);
 }}
 """
 COMBINE_SOURCE += "".join(

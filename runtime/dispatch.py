@@ -6,14 +6,15 @@ module decides which one runs and, for the "auto" policy, which level.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
 
-from . import batched, cpu, dask_products, device, equilibrate
+from . import batched, bypass, cpu, dask_products, device, equilibrate
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
-from .validation import check_pair
+from .validation import check_operand, check_pair
 
 Backend = Literal["auto", "cpu", "cuda"]
 BACKENDS: tuple[Backend, ...] = ("auto", "cpu", "cuda")
@@ -26,6 +27,12 @@ OFFLOAD_MIN_FLOPS = 2 * 512**3
 # below peak, and packing reads every input once, so skinny and small shapes stay native.
 AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
+# ... and for stacks (benchmarks/results/<gpu>/batched.json, against cuBLAS strided-batched
+# SGEMM): the in-order kernel for small matrices, whose time is data movement; level IV over the
+# whole stack where each pair is large and the stack holds enough work to fill the GPU.
+AUTO_ORDERED_MAX_DIM = 64
+AUTO_STACK_MIN_DIM = 1024
+AUTO_STACK_MIN_FLOPS = 2 * AUTO_MIN_DIM**3
 
 
 def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
@@ -36,7 +43,7 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
         chunk_backend = "auto" if backend == DASK else backend
         return dask_products.matmul(a, b, lambda x, y: matmul(x, y, level, chunk_backend))
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
-        each = _cpu_stack_product(a, b, level, backend)
+        each = _stack_product(level, backend)
         return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend), each)
     if level.kind == "policy" and backend == "auto":
         routed = _native_gpu_fast_path(a, b)
@@ -52,25 +59,40 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
     return cpu.matmul(np.asarray(a), np.asarray(b), concrete)
 
 
-def _cpu_stack_product(a: Any, b: Any, level: Level, backend: Backend) -> Any | None:
-    """``cpu.int8_product_stack`` at ``level`` for two NumPy stacks whose pairs would each run
-    on the CPU at an INT8 level (their shape decides, as in ``route``), else None."""
-    if not all(isinstance(x, np.ndarray) and x.ndim >= 3 for x in (a, b)):
-        return None
-    m, k = a.shape[-2:]
-    pair_a, pair_b = np.empty((m, k), np.float32), np.empty((k, b.shape[-1]), np.float32)
-    if choose_backend(pair_a, pair_b, backend) != "cpu":  # the rules read shapes only
-        return None
-    concrete = resolve_level(level, pair_a, pair_b, "cpu")
-    if concrete.kind != "int8":
-        return None
-    return lambda x, y: cpu.int8_product_stack(x, y, concrete)
+def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:
+    """``batched.matmul``'s ``stack_product``: all pairs of two float32 stacks (s, m, k) and
+    (s, k, n) in one call. The backend and "auto" resolve for the stack as ``route`` does for
+    one pair; the CUDA stack path, or on the CPU the whole-stack INT8 and in-order products,
+    else pair by pair."""
+
+    def product(x: Any, y: Any) -> Any:
+        chosen, concrete = route(x, y, level, backend)
+        if chosen == "cuda":
+            from . import cuda
+
+            return cuda.matmul_stack(x, y, concrete)
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            if concrete.kind == "int8":
+                return cpu.int8_product_stack(x, y, concrete)
+            if concrete.kind == "ordered":
+                return bypass.in_order(x, y)
+        out = np.empty((x.shape[0], x.shape[1], y.shape[2]), dtype=np.float32)
+        for i in range(x.shape[0]):  # CuPy stacks here raise route's backend="cpu" error
+            out[i] = matmul(x[i], y[i], concrete, backend)
+        return out
+
+    return product
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> tuple[str, Level]:
-    """(backend, concrete level) for one product, after checking the operands and names."""
+    """(backend, concrete level) for one product, or for all pairs of two stacks (s, m, k) and
+    (s, k, n), after checking the operands and names."""
     requested = get_level(level)  # unknown names fail before anything else
-    check_pair(a, b)
+    if getattr(a, "ndim", 2) == 2 and getattr(b, "ndim", 2) == 2:
+        check_pair(a, b)
+    else:  # two stacks (s, m, k) and (s, k, n): batched.matmul has checked their shapes
+        check_operand("a", a, matrix=False)
+        check_operand("b", b, matrix=False)
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
     if device.is_dask_array(a) or device.is_dask_array(b):
@@ -107,9 +129,19 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     requested = get_level(level)
     if requested.kind != "policy":
         return requested
-    m, k = a.shape
-    n = b.shape[1]
-    if backend == "cuda" and min(m, k, n) >= AUTO_MIN_DIM:
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if backend != "cuda":
+        return get_level(NATIVE_LEVEL)
+    if a.ndim >= 3 and b.ndim >= 3:  # a stack of products
+        count = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        if max(m, k, n) <= AUTO_ORDERED_MAX_DIM:
+            return get_level("fp64-ordered")
+        flops = 2 * count * m * k * n
+        if min(m, k, n) >= AUTO_STACK_MIN_DIM and flops >= AUTO_STACK_MIN_FLOPS:
+            return get_level(AUTO_EMULATED)
+        return get_level(NATIVE_LEVEL)
+    if min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
     return get_level(NATIVE_LEVEL)
 
@@ -122,8 +154,8 @@ def choose_backend(a: Any, b: Any, backend: Backend) -> str:
         return backend
     if on_gpu:
         return "cuda"
-    m, k = a.shape
-    large = 2 * m * k * b.shape[1] >= OFFLOAD_MIN_FLOPS
+    m, k = a.shape[-2:]  # a stack's pairs decide one by one (each must repay its copies)
+    large = 2 * m * k * b.shape[-1] >= OFFLOAD_MIN_FLOPS
     return "cuda" if large and device.gpu_available() else "cpu"
 
 

@@ -23,7 +23,7 @@ from .packer import fraction_bits
 # How a level computes: INT8 slices, the FP16 split, one native product (TF32 inputs, float32,
 # float64), or "policy" (a rule that picks one of the others per call: "auto"). Each backend
 # keeps a table kind -> product function.
-Kind = Literal["int8", "fp16", "tf32", "fp32", "fp64", "policy"]
+Kind = Literal["int8", "fp16", "tf32", "fp32", "fp64", "ordered", "policy"]
 EMULATED_KINDS: tuple[Kind, ...] = ("int8", "fp16")
 
 
@@ -71,9 +71,8 @@ class Level:
         largest entry, which sets the scale; FP16: per entry, within 30 binades of it)."""
         if self.kind == "int8":
             return f"{fraction_bits(self.a_slices)} x {fraction_bits(self.b_slices)}"
-        return {"fp16": "22 x 22", "tf32": "11 x 11", "fp32": "24 x 24", "fp64": "24 x 24"}.get(
-            self.kind, "-"
-        )
+        native = {"tf32": "11 x 11", "fp32": "24 x 24", "fp64": "24 x 24", "ordered": "24 x 24"}
+        return {"fp16": "22 x 22", **native}.get(self.kind, "-")
 
     @property
     def emulated(self) -> bool:
@@ -178,10 +177,22 @@ LADDER: tuple[Level, ...] = (
         expected_error=2.5e-8,
         description="float64 product of the float32 inputs, rounded once to float32",
     ),
+    # fp64's numbers with one fixed summation order, so every backend gives the same bits: the
+    # GPU's batched small-matrix kernel (cuda.ordered_product), where data movement, not
+    # arithmetic, sets the time. On large products it is slower than fp64 (no BLAS).
+    Level(
+        "fp64-ordered",
+        "ordered",
+        relative_cost=32.0,
+        expected_error=2.5e-8,
+        description="float64 sums of exact products in k order, rounded once to float32",
+    ),
 )
 
 LEVELS: dict[str, Level] = {level.name: level for level in LADDER}
-LevelName = Literal["auto", "tf32", "I", "II", "III", "T6", "IV", "V", "fp16", "fp32", "fp64"]
+LevelName = Literal[
+    "auto", "tf32", "I", "II", "III", "T6", "IV", "V", "fp16", "fp32", "fp64", "fp64-ordered"
+]
 
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand
 # (dispatch.resolve_level): level IV where the INT8 tensor cores win, native float32 elsewhere.

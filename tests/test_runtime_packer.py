@@ -157,7 +157,19 @@ def test_mixpert_levels_are_full_triangles() -> None:
 
 def test_ladder_is_data_a_tuner_can_walk() -> None:
     names = [lv.name for lv in LADDER]
-    assert names == ["tf32", "I", "II", "III", "T6", "IV", "V", "fp16", "fp32", "fp64"]
+    assert names == [
+        "tf32",
+        "I",
+        "II",
+        "III",
+        "T6",
+        "IV",
+        "V",
+        "fp16",
+        "fp32",
+        "fp64",
+        "fp64-ordered",
+    ]
     assert len(set(names)) == len(names)
     for lv in LADDER:
         assert lv.relative_cost > 0 and lv.products >= 1 and lv.description

@@ -95,8 +95,8 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind."""
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
         return dispatch.matmul(a, b, level=level)
-    stack = a.ndim == 3  # the pairs of two stacks (mixpert_gemm_stack): routed as one pair
-    backend, level = dispatch.route(*((a[0], b[0]) if stack else (a, b)), level)
+    stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
+    backend, level = dispatch.route(a, b, level)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if stack:
@@ -153,8 +153,18 @@ def run_site(
     ``matmul`` site (``@``, ``np.matmul``) also takes float32 stacks, one 2-D product each
     (a shared matrix folds the stack into one)."""
     if matmul and stacked(a, b):
-        return batched.matmul(a, b, lambda x, y: run_site(op_index, x, y, native))
+        each = None if device.is_dask_array(a) or device.is_dask_array(b) else (
+            lambda x, y: _run_stack(op_index, x, y, native)
+        )  # fmt: skip
+        return batched.matmul(a, b, lambda x, y: run_site(op_index, x, y, native), each)
     level = level_to_run(op_index, a, b) if emulable(a, b) else None
+    return native(a, b) if level is None else run_product(op_index, a, b, level)
+
+
+def _run_stack(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any]) -> Any:
+    """The pairs of two float32 stacks (s, m, k) and (s, k, n) of one kind as one runtime call
+    (the CUDA stack path: a few launches for the whole stack), or ``native`` on them."""
+    level = level_to_run(op_index, a, b) if a.shape[0] else None
     return native(a, b) if level is None else run_product(op_index, a, b, level)
 
 
@@ -212,7 +222,7 @@ def _gemm_stack(
     stack route: on the CPU one vectorised product, ``cpu.int8_product_stack``)."""
     try:
         a, b = _stack(a_ptr, count, m, k), _stack(b_ptr, count, k, n)
-        level = level_to_run(op_index, a[0], b[0]) if count else None
+        level = level_to_run(op_index, a, b) if count else None
         if level is None:
             return Status.NATIVE
         result = run_product(op_index, a, b, level)
