@@ -4,6 +4,7 @@
 # then the benchmark.
 #   bash benchmarks/device_run.sh [tests|bench|quick|all] [pytest args]   (results land in $OUT)
 #   bash benchmarks/device_run.sh e2e [sample names] [--size-key KEY]     (samples end to end)
+#   bash benchmarks/device_run.sh batched [--quick]                        (stacks of products)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -19,6 +20,9 @@ fi
 if [[ $what == bench || $what == all || $what == quick ]]; then
   flag=""; [[ $what == quick ]] && flag="--quick"
   python -m mixpert.cli bench $flag --out "$out/results" 2>&1 | tee "$out/bench.log"
+fi
+if [[ $what == batched ]]; then
+  python -m mixpert.cli bench --batched "$@" --out "$out/results" 2>&1 | tee "$out/batched.log"
 fi
 if [[ $what == e2e ]]; then
   python "$repo/benchmarks/samples_e2e.py" "$@" --out "$out/results" 2>&1 | tee "$out/e2e.log"

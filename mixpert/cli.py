@@ -92,12 +92,28 @@ def levels(size: int, phi: float, backend: str, seed: int, as_json: bool) -> Non
 @click.option(
     "--breakdown-n", default=16384, show_default=True, help="size of the level IV time breakdown"
 )
-def bench(quick: bool, out_dir: str | None, breakdown_n: int) -> None:
+@click.option(
+    "--batched",
+    is_flag=True,
+    help="stacks of products (batch x m x k n) against cuBLAS strided-batched SGEMM instead",
+)
+def bench(quick: bool, out_dir: str | None, breakdown_n: int, batched: bool) -> None:
     """Time every level beside cuBLAS SGEMM and TF32 on the GPU; write JSON and a plot."""
     from pathlib import Path
 
     from . import bench_report, benchmark
 
+    if batched:
+        from . import benchmark_batched
+
+        with user_errors("mixpert bench --batched"):
+            stack_rows = benchmark_batched.run(quick=quick, progress=console.print)
+        gpu = stack_rows[0].gpu if stack_rows else "gpu"
+        folder = Path(out_dir) if out_dir else Path("benchmarks/results") / gpu.replace(" ", "-")
+        path = benchmark_batched.write_results(stack_rows, folder)
+        console.print(benchmark_batched.markdown(stack_rows))
+        console.print(f"wrote {path}, batched.md and batched.png")
+        return
     with user_errors("mixpert bench"):
         rows = benchmark.run(quick=quick, progress=console.print)
     stages = benchmark.breakdown(breakdown_n)

@@ -535,32 +535,25 @@ def fp16_product(a: cp.ndarray, b: cp.ndarray, k_block: int | None = None) -> cp
 
 
 def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Native float32 GEMM with TF32 tensor-core inputs (cublasGemmEx, COMPUTE_32F_FAST_TF32)."""
+    """Native float32 GEMM with TF32 tensor-core inputs (COMPUTE_32F_FAST_TF32): cublasGemmEx
+    for two matrices, cublasGemmStridedBatchedEx for two stacks (s, m, k) and (s, k, n)."""
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
-    m, k = a.shape
-    n = b.shape[1]
-    c = cp.empty((m, n), dtype=cp.float32)
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    c = cp.empty((*a.shape[:-2], m, n), dtype=cp.float32)
+    handle = cp.cuda.device.get_cublas_handle()
+    ops = (handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, _ONE_F32.ctypes.data)
+    tail = (cublas.CUBLAS_COMPUTE_32F_FAST_TF32, cublas.CUBLAS_GEMM_DEFAULT)
+    if a.ndim == 3:
+        cublas.gemmStridedBatchedEx(
+            *ops, b.data.ptr, CUDA_R_32F, n, k * n, a.data.ptr, CUDA_R_32F, k, m * k,
+            _ZERO_F32.ctypes.data, c.data.ptr, CUDA_R_32F, n, m * n, a.shape[0], *tail,
+        )  # fmt: skip
+        return c
     cublas.gemmEx(
-        cp.cuda.device.get_cublas_handle(),
-        cublas.CUBLAS_OP_N,
-        cublas.CUBLAS_OP_N,
-        n,
-        m,
-        k,
-        _ONE_F32.ctypes.data,
-        b.data.ptr,
-        CUDA_R_32F,
-        n,
-        a.data.ptr,
-        CUDA_R_32F,
-        k,
-        _ZERO_F32.ctypes.data,
-        c.data.ptr,
-        CUDA_R_32F,
-        n,
-        cublas.CUBLAS_COMPUTE_32F_FAST_TF32,
-        cublas.CUBLAS_GEMM_DEFAULT,
-    )
+        *ops, b.data.ptr, CUDA_R_32F, n, a.data.ptr, CUDA_R_32F, k,
+        _ZERO_F32.ctypes.data, c.data.ptr, CUDA_R_32F, n, *tail,
+    )  # fmt: skip
     return c
 
 
@@ -609,6 +602,7 @@ PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
 # ... and for two stacks (s, m, k), (s, k, n) in one call; the other kinds run pair by pair.
 STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
     "int8": int8_product_stack,
+    "tf32": lambda a, b, level: tf32_product(a, b),
     "fp32": lambda a, b, level: cp.matmul(a, b),  # cuBLAS strided-batched SGEMM
     "fp64": lambda a, b, level: fp64_product(a, b),
     "ordered": lambda a, b, level: ordered_product(a, b),

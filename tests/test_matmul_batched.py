@@ -84,3 +84,84 @@ def test_every_batch_element_has_the_cpu_bits_on_the_gpu(case: str) -> None:
         np.testing.assert_allclose(got.get(), want, rtol=1e-5, atol=1e-5)
         return
     np.testing.assert_array_equal(got.get().view(np.uint32), want.view(np.uint32))
+
+
+STACK_LEVELS = ["I", "T6", "IV", "V", "fp64-ordered"]
+GPU_STACKS = [
+    ((40, 16, 16), (40, 16, 16), 0.5),
+    ((2, 3, 30, 70), (3, 70, 20), 2.5),  # broadcast, wide range: bypassed lines
+    ((6, 3, 1), (6, 1, 4), 1.0),
+    ((5, 70, 33), (5, 33, 90), 1.5),  # tiles of the in-order kernel cut m and n
+]
+
+
+def _special_stacks(a_shape, b_shape, phi, seed) -> tuple[np.ndarray, np.ndarray]:
+    """Stacks of fresh gemmul8 data with an Inf, a NaN with a payload and a subnormal in them."""
+    rng = np.random.default_rng(seed)
+    a, b = gemmul8(np, rng, a_shape, phi), gemmul8(np, rng, b_shape, phi)
+    a.reshape(-1, *a_shape[-2:])[0, 0, 0] = np.inf
+    b.reshape(-1, *b_shape[-2:])[-1, 0, 0] = np.array(0x7FC00123, np.uint32).view(np.float32)
+    a.reshape(-1, *a_shape[-2:])[-1, -1, -1] = np.float32(1e-40)  # subnormal
+    return a, b
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("level", STACK_LEVELS)
+@pytest.mark.parametrize(("a_shape", "b_shape", "phi"), GPU_STACKS)
+def test_gpu_stacks_have_the_cpu_bits(level, a_shape, b_shape, phi) -> None:
+    """The CUDA stack path (a few launches for the whole stack) gives every pair the CPU
+    oracle's bits: equilibration, scales, bypassed lines, NaN, Inf and subnormals included."""
+    cp = device.cupy_module()
+    a, b = _special_stacks(a_shape, b_shape, phi, seed=a_shape[-1])
+    want = mixpert.matmul(a, b, level=level, backend="cpu")
+    got = mixpert.matmul(cp.asarray(a), cp.asarray(b), level=level, backend="cuda")
+    assert type(got) is cp.ndarray and got.shape == want.shape
+    assert np.array_equal(got.get().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("level", ["IV", "fp64-ordered"])
+def test_gpu_stacks_longer_than_one_launch_and_long_k(level) -> None:
+    """70000 pairs (more than a grid dimension holds: launches in chunks) and k beyond one
+    INT32 block (k blocks summed in float64) keep the CPU's bits."""
+    cp = device.cupy_module()
+    rng = np.random.default_rng(7)
+    for a_shape, b_shape in (((70000, 2, 3), (70000, 3, 2)), ((2, 4, 50000), (2, 50000, 3))):
+        a, b = gemmul8(np, rng, a_shape, 1.0), gemmul8(np, rng, b_shape, 1.0)
+        want = mixpert.matmul(a, b, level=level, backend="cpu")
+        got = mixpert.matmul(cp.asarray(a), cp.asarray(b), level=level).get()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), a_shape
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("count", [4, 64])
+def test_gpu_stack_runs_one_int8_gemm_per_class_whatever_its_length(count, monkeypatch) -> None:
+    """No loop over the pairs: one strided-batched GEMM per weight class, no 2-D product."""
+    cp = device.cupy_module()
+    from mixpert.runtime import cuda
+
+    calls = []
+    gemm = cuda.gemm_tn
+    monkeypatch.setattr(cuda, "gemm_tn", lambda *args, **kw: calls.append(1) or gemm(*args, **kw))
+    monkeypatch.setattr(cuda, "matmul", lambda *args: pytest.fail("a pair ran on its own"))
+    a = cp.asarray(f32(count, 48, 40))
+    b = cp.asarray(f32(count, 40, 24))
+    mixpert.matmul(a, b, level="IV")
+    assert len(calls) == len(mixpert.LEVELS["IV"].groups)
+
+
+def test_auto_routes_stacks_by_their_shape() -> None:
+    """On the GPU "auto" picks per stack shape (dispatch's crossovers); the CPU stays native."""
+    from mixpert.runtime import dispatch
+
+    def level(count: int, m: int, k: int, n: int, backend: str = "cuda") -> str:
+        a, b = np.empty((count, m, k), np.float32), np.empty((count, k, n), np.float32)
+        return dispatch.resolve_level("auto", a, b, backend).name
+
+    small = dispatch.AUTO_ORDERED_MAX_DIM
+    large = max(dispatch.AUTO_STACK_MIN_DIM, 1024)
+    assert level(4096, small, small, small) == "fp64-ordered"
+    assert level(4096, small, small, small, backend="cpu") == "fp32"
+    assert level(64, large, large, large) == dispatch.AUTO_EMULATED
+    assert level(64, large, small + 1, large) in ("fp32", dispatch.AUTO_EMULATED)
+    assert level(1, large, large, large) == "fp32"  # one pair: too little work to fill the GPU
