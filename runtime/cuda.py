@@ -570,18 +570,28 @@ def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return _conversion(NARROW, "mixpert_narrow")(product)
 
 
+@functools.cache
+def _in_order_kernel(r: int) -> Any:
+    return _combine_module().get_function(f"in_order_product_{r}")
+
+
+def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
+    return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
+
+
 def ordered_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp64-ordered (``bypass.in_order``) for two matrices or two stacks (s, m, k) and
     (s, k, n) with m, n > 0: one launch, a 16 R x 16 R output tile per block, R the smallest
     of 1, 2, 4 that covers m and n (small matrices waste no threads)."""
     stack = a.ndim == 3
-    a3, b3 = (cp.ascontiguousarray(x if stack else x[None]) for x in (a, b))
+    a3 = _c_contiguous(a if stack else a[None])
+    b3 = _c_contiguous(b if stack else b[None])
     count, m, k = a3.shape
     n = b3.shape[2]
-    r = next((r for r in (1, 2) if max(m, n) <= 16 * r), 4)
+    r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
     tile = 16 * r
     c = cp.empty((count, m, n), dtype=cp.float32)
-    kernel = _combine_module().get_function(f"in_order_product_{r}")
+    kernel = _in_order_kernel(r)
     for first in _batch_chunks(count):
         kernel(
             (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),

@@ -43,6 +43,10 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
         chunk_backend = "auto" if backend == DASK else backend
         return dask_products.matmul(a, b, lambda x, y: matmul(x, y, level, chunk_backend))
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
+        if backend != "cpu":
+            routed = _gpu_stack_fast_path(a, b, level)
+            if routed is not None:
+                return routed
         each = _stack_product(level, backend)
         return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend), each)
     if level.kind == "policy" and backend == "auto":
@@ -119,6 +123,27 @@ def _native_gpu_fast_path(a: Any, b: Any) -> Any | None:
     return cp.matmul(a, b)
 
 
+def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
+    """``cuda.matmul_stack`` straight away for two C-contiguous float32 CuPy stacks of one
+    stack shape, (..., m, k) @ (..., k, n): a small stack's kernel takes ~10 us, and the
+    general path's broadcasting and reshapes would cost several times that."""
+    cp = device.cupy_module() if device.is_cupy_array(a) else None
+    if cp is None or type(a) is not cp.ndarray or type(b) is not cp.ndarray:
+        return None
+    if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        return None
+    if a.dtype != np.float32 or b.dtype != np.float32:
+        return None
+    if not (a.flags.c_contiguous and b.flags.c_contiguous) or 0 in a.shape or 0 in b.shape:
+        return None
+    from . import cuda
+
+    m, k = a.shape[-2:]
+    a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, b.shape[-1])
+    c = cuda.matmul_stack(a3, b3, resolve_level(level, a3, b3, "cuda"))
+    return c.reshape(*a.shape[:-1], b.shape[-1])
+
+
 def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     """The level a call runs: ``level`` itself, or for "auto" the fastest float32-grade one.
 
@@ -134,7 +159,7 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     if backend != "cuda":
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3:  # a stack of products
-        count = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        count = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))  # pairs
         if max(m, k, n) <= AUTO_ORDERED_MAX_DIM:
             return get_level("fp64-ordered")
         flops = 2 * count * m * k * n

@@ -1,0 +1,78 @@
+"""Where a stack's time goes on the GPU: the in-order kernel alone against the whole call
+(dispatch overhead), and the stages of a level-IV stack (k-exponents, packs, the strided-batched
+INT8 GEMMs, combine) against cuBLAS strided-batched SGEMM; prints a table, writes JSON.
+
+    python benchmarks/stack_stages.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import cupy as cp
+import numpy as np
+
+from mixpert.runtime import LEVELS, cuda, dispatch
+from mixpert.testdata import gemmul8
+from mixpert.timing import gpu_median_seconds
+
+SMALL = ((4096, 16, 16, 16), (4096, 32, 32, 32), (1024, 64, 64, 64), (1024, 128, 128, 128))
+LARGE = ((64, 1024, 1024, 1024), (16, 4096, 4096, 4096))
+
+
+def ms(fn, flops: float) -> float:
+    return gpu_median_seconds(fn, flops) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rng = cp.random.default_rng(5)
+    rows = []
+    for count, m, k, n in SMALL:
+        a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
+        flops = 2.0 * count * m * k * n
+        ordered = LEVELS["fp64-ordered"]
+        row = {
+            "shape": f"{count} x {m}x{k}x{n}",
+            "sgemm": ms(lambda: cp.matmul(a, b), flops),
+            "kernel": ms(lambda: cuda.ordered_product(a, b), flops),
+            "matmul_stack": ms(lambda: cuda.matmul_stack(a, b, ordered), flops),
+            "dispatch": ms(lambda: dispatch.matmul(a, b, ordered), flops),
+            "auto": ms(lambda: dispatch.matmul(a, b, "auto"), flops),
+        }
+        rows.append(row)
+        print(row, flush=True)
+    level = LEVELS["IV"]
+    for count, m, k, n in LARGE:
+        a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
+        flops = 2.0 * count * m * k * n
+        kexp = cuda.k_exponents(a, b)
+        a_pack = cuda.pack_int8(a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count)
+        b_pack = cuda.pack_int8_columns(b, kexp, 3, True, True)
+        sums = cuda.int8_class_sums(a_pack, b_pack, level)
+        row = {
+            "shape": f"{count} x {m}x{k}x{n}",
+            "sgemm": ms(lambda: cp.matmul(a, b), flops),
+            "IV stack": ms(lambda: cuda.int8_product_stack(a, b, level), flops),
+            "IV pair by pair": ms(lambda: [cuda.int8_product(a[i], b[i], level) for i in range(count)], flops),
+            "k-exponents": ms(lambda: cuda.k_exponents(a, b), flops),
+            "pack A": ms(lambda: cuda.pack_int8(a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count), flops),
+            "pack B": ms(lambda: cuda.pack_int8_columns(b, kexp, 3, True, True), flops),
+            "INT8 GEMMs (strided batched)": ms(lambda: cuda.int8_class_sums(a_pack, b_pack, level), flops),
+            "combine + bypass": ms(lambda: cuda._combine_int8(sums, a_pack, b_pack, a, b, level), flops),
+        }
+        rows.append(row)
+        print(row, flush=True)
+        del a, b, a_pack, b_pack, sums
+        cp.get_default_memory_pool().free_all_blocks()
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "stack_stages.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
