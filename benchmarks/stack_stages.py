@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import cupy as cp
-import numpy as np
 
 from mixpert.runtime import LEVELS, cuda, dispatch
 from mixpert.testdata import gemmul8
@@ -58,12 +57,23 @@ def main() -> None:
             "shape": f"{count} x {m}x{k}x{n}",
             "sgemm": ms(lambda: cp.matmul(a, b), flops),
             "IV stack": ms(lambda: cuda.int8_product_stack(a, b, level), flops),
-            "IV pair by pair": ms(lambda: [cuda.int8_product(a[i], b[i], level) for i in range(count)], flops),
+            "IV pair by pair": ms(
+                lambda: [cuda.int8_product(a[i], b[i], level) for i in range(count)], flops
+            ),
             "k-exponents": ms(lambda: cuda.k_exponents(a, b), flops),
-            "pack A": ms(lambda: cuda.pack_int8(a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count), flops),
+            "pack A": ms(
+                lambda: cuda.pack_int8(
+                    a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count
+                ),
+                flops,
+            ),
             "pack B": ms(lambda: cuda.pack_int8_columns(b, kexp, 3, True, True), flops),
-            "INT8 GEMMs (strided batched)": ms(lambda: cuda.int8_class_sums(a_pack, b_pack, level), flops),
-            "combine + bypass": ms(lambda: cuda._combine_int8(sums, a_pack, b_pack, a, b, level), flops),
+            "INT8 GEMMs (strided batched)": ms(
+                lambda: cuda.int8_class_sums(a_pack, b_pack, level), flops
+            ),
+            "combine + bypass": ms(
+                lambda: cuda._combine_int8(sums, a_pack, b_pack, a, b, level), flops
+            ),
         }
         rows.append(row)
         print(row, flush=True)

@@ -501,7 +501,9 @@ __device__ void in_order_tile(
     __shared__ __align__(16) double a_tile[16][T + PAD];  // [q][row]
     __shared__ __align__(16) double b_tile[16][T + PAD];  // [q][col]
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+#pragma unroll
     for (int i = 0; i < R; ++i)
+#pragma unroll
         for (int j = 0; j < R; ++j) acc[i][j] = 0.0;
     for (int q0 = 0; q0 < k; q0 += 16) {
         for (int i = t; i < 16 * T; i += 256) {
@@ -522,13 +524,16 @@ __device__ void in_order_tile(
             } else {  // R values as R / 2 aligned double2 loads
                 const double2* a_row = reinterpret_cast<const double2*>(&a_tile[q][R * ty]);
                 const double2* b_row = reinterpret_cast<const double2*>(&b_tile[q][R * tx]);
+#pragma unroll
                 for (int h = 0; h < R / 2; ++h) {
                     const double2 x = a_row[h], y = b_row[h];
                     av[2 * h] = x.x; av[2 * h + 1] = x.y;
                     bv[2 * h] = y.x; bv[2 * h + 1] = y.y;
                 }
             }
+#pragma unroll
             for (int i = 0; i < R; ++i)
+#pragma unroll
                 for (int j = 0; j < R; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
         }
         __syncthreads();

@@ -35,13 +35,15 @@ def attention(x, wq, wk, wv, wo):
     b, s, d = x.shape
     h = d // min(HEAD_DIM, d // 4)  # heads
     dh = d // h
-    q = np.ascontiguousarray((x @ wq).reshape((b, s, h, dh)).transpose((0, 2, 1, 3)))
-    k = np.ascontiguousarray((x @ wk).reshape((b, s, h, dh)).transpose((0, 2, 3, 1)))
-    v = np.ascontiguousarray((x @ wv).reshape((b, s, h, dh)).transpose((0, 2, 1, 3)))
+    # .copy(): a C-contiguous copy in NumPy, Numba and CuPy alike (np.ascontiguousarray would
+    # turn CuPy arrays into NumPy ones)
+    q = (x @ wq).reshape((b, s, h, dh)).transpose((0, 2, 1, 3)).copy()
+    k = (x @ wk).reshape((b, s, h, dh)).transpose((0, 2, 3, 1)).copy()
+    v = (x @ wv).reshape((b, s, h, dh)).transpose((0, 2, 1, 3)).copy()
     scores = (q @ k) * t(1.0 / np.sqrt(dh))  # (b, h, s, s)
     e = np.exp(scores - scores.max())
     p = e / e.sum(axis=3).reshape((b, h, s, 1))
-    context = np.ascontiguousarray((p @ v).transpose((0, 2, 1, 3))).reshape((b, s, d))
+    context = (p @ v).transpose((0, 2, 1, 3)).copy().reshape((b, s, d))
     return context @ wo + x
 
 
