@@ -10,8 +10,11 @@ Times come from a cost model: an op's time at a level is
 run). ``INT8_RATE`` = 1.4e15 ops/s is one INT8 GEMM's throughput on the H100: level IV sustains
 ~160 TFLOPS at n = 16384 in ``benchmarks/results/NVIDIA-H100-80GB-HBM3/gemm.json`` and its
 relative cost is 9, so 9 x 160e12 ~ 1.4e15. The tuner only compares times, so the constant only
-scales the predicted seconds. On a GPU the tuned plan's speed is also *measured* (wall time of
-the function against all ops at native float32); the decisions still use the model.
+scales the predicted seconds. On a GPU the walk's plan is then checked against measured times:
+an op that ran slower at its tuned level than at native float32 (small, skinny and batched
+shapes, where the model's shape-free costs are wrong) goes native where the error allows
+(``_native_where_faster``), and the tuned plan's speed is measured (wall time of the function
+against all ops at native float32).
 
 The search: start with every op at the most accurate candidate level (if that misses ``tol``,
 return it with ``met_tol=False`` and a warning: a tol tighter than float32 can reach selects the
@@ -140,6 +143,18 @@ class Profiler:
         self.errors[key] = output_error(outputs, self.reference)
         return self.errors[key]
 
+    def op_seconds(self, levels: Mapping[str, str]) -> dict[str, float]:
+        """Measured seconds of each op under ``levels`` (the second of two runs: the first
+        compiles kernels and fills caches); two profiling runs."""
+        for _ in range(2):
+            with record_calls() as calls:
+                self.func.with_plan(dict(levels))(*copies(self.args))
+            self.runs += 1
+        seconds: dict[str, float] = {}
+        for call in calls:
+            seconds[call.op_id] = seconds.get(call.op_id, 0.0) + call.seconds
+        return seconds
+
 
 def _same_values(given: Any, ran: Any) -> bool:
     """Whether a float64 copy still holds the values of the argument it was made from."""
@@ -253,10 +268,31 @@ def greedy(
                         break
     except BudgetExhausted:
         pass
+    levels, current_error = _native_where_faster(prof, levels_of(rung), current_error, accept)
     idle = dict.fromkeys(set(ops) - set(tunable), BASELINE_LEVEL)  # native, as they ran
-    return Result(
-        {**levels_of(rung), **idle}, current_error, True, prof.runs, prof.flops, contribution
-    )
+    return Result({**levels, **idle}, current_error, True, prof.runs, prof.flops, contribution)
+
+
+def _native_where_faster(
+    prof: Profiler, levels: dict[str, str], error: float, accept: float
+) -> tuple[dict[str, str], float]:
+    """On a GPU, the measured check of the cost model: an op whose tuned level ran slower than
+    native float32 on the tuning inputs (small, skinny or batched shapes, where packing costs
+    more than the INT8 tensor cores save) goes native where the error allows. The model
+    alone cannot see this: its costs do not depend on shape. On the CPU emulation is the oracle
+    and is never faster, so the model's plan stands."""
+    if not any(device.is_cupy_array(a) for a in prof.args) or not levels:
+        return levels, error
+    prof.budget = None  # the walk's cap; this check costs at most 4 + len(levels) runs
+    native = dict.fromkeys(levels, BASELINE_LEVEL)
+    tuned_s, native_s = prof.op_seconds(levels), prof.op_seconds(native)
+    slower = [op for op in levels if tuned_s.get(op, 0.0) > native_s.get(op, float("inf"))]
+    for op in sorted(slower, key=lambda op: native_s[op] - tuned_s[op]):  # largest loss first
+        trial = {**levels, op: BASELINE_LEVEL}
+        trial_error = prof.error(trial)
+        if trial_error <= accept:
+            levels, error = trial, trial_error
+    return levels, error
 
 
 def exhaustive(

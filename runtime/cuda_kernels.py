@@ -491,7 +491,7 @@ IN_ORDER_SOURCE = r"""
 // values of a step lie side by side (vector loads: the FP64 units, not shared memory, set the
 // pace). Global loads are coalesced for row-major operands.
 template <int R>
-__device__ void in_order_tile(
+__device__ __forceinline__ void in_order_tile(  // inlined: acc stays in registers
     const float* __restrict__ a, long long a_rs, long long a_cs,
     const float* __restrict__ b, long long b_rs, long long b_cs,
     int m, int n, int k, int r0, int c0, double (&acc)[R][R])
@@ -578,8 +578,9 @@ extern "C" __global__ void bypass_lines(
 // Level "fp64-ordered": every entry of every product of a stack is canonical(its in-order sum).
 // One 16 R x 16 R tile per block; pair z = blockIdx.z + batch0 (C-contiguous operands).
 template <int R>
-__device__ void in_order_product(const float* __restrict__ a, const float* __restrict__ b,
-                                 int m, int n, int k, int batch0, float* __restrict__ c)
+__device__ __forceinline__ void in_order_product(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int batch0,
+    float* __restrict__ c)
 {
     const long long z = blockIdx.z + (long long)batch0;
     a += z * m * k;

@@ -6,7 +6,6 @@ module decides which one runs and, for the "auto" policy, which level.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import numpy as np
@@ -27,12 +26,11 @@ OFFLOAD_MIN_FLOPS = 2 * 512**3
 # below peak, and packing reads every input once, so skinny and small shapes stay native.
 AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
-# ... and for stacks (benchmarks/results/<gpu>/batched.json, against cuBLAS strided-batched
-# SGEMM): the in-order kernel for small matrices, whose time is data movement; level IV over the
-# whole stack where each pair is large and the stack holds enough work to fill the GPU.
+# ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
+# SGEMM): the in-order kernel for small matrices, whose time is data movement and launches;
+# level IV where each pair passes the 2-D rule (H100: 1.73x at 16 x 4096^3, 0.92x at 64 x 1024^3).
 AUTO_ORDERED_MAX_DIM = 64
-AUTO_STACK_MIN_DIM = 1024
-AUTO_STACK_MIN_FLOPS = 2 * AUTO_MIN_DIM**3
+AUTO_SMALL = "fp64-ordered"
 
 
 def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
@@ -140,7 +138,8 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
 
     m, k = a.shape[-2:]
     a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, b.shape[-1])
-    c = cuda.matmul_stack(a3, b3, resolve_level(level, a3, b3, "cuda"))
+    concrete = level if level.kind != "policy" else resolve_level(level, a3, b3, "cuda")
+    c = cuda.matmul_stack(a3, b3, concrete)
     return c.reshape(*a.shape[:-1], b.shape[-1])
 
 
@@ -158,14 +157,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     n = b.shape[-1]
     if backend != "cuda":
         return get_level(NATIVE_LEVEL)
-    if a.ndim >= 3 and b.ndim >= 3:  # a stack of products
-        count = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))  # pairs
-        if max(m, k, n) <= AUTO_ORDERED_MAX_DIM:
-            return get_level("fp64-ordered")
-        flops = 2 * count * m * k * n
-        if min(m, k, n) >= AUTO_STACK_MIN_DIM and flops >= AUTO_STACK_MIN_FLOPS:
-            return get_level(AUTO_EMULATED)
-        return get_level(NATIVE_LEVEL)
+    if a.ndim >= 3 and b.ndim >= 3 and max(m, k, n) <= AUTO_ORDERED_MAX_DIM:  # small pairs
+        return get_level(AUTO_SMALL)
     if min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
     return get_level(NATIVE_LEVEL)

@@ -285,3 +285,22 @@ def test_a_mixpert_function_called_from_plain_numba_runs_its_plan() -> None:
         return jitted(x, y) + np.float32(1)
 
     np.testing.assert_array_equal(outer(a, a), mixpert.matmul(a, a, level="V") + np.float32(1))
+
+
+def small_then_large(a, b, c, d):
+    return a @ b, c @ d
+
+
+@pytest.mark.gpu
+def test_gpu_tuning_leaves_native_the_ops_emulation_slows_down() -> None:
+    """The measured check of the cost model: a 64^3 product runs faster natively than at any
+    emulated level, a 4096^3 one slower, so a GPU tune plans the first native, the second not."""
+    cp = device.cupy_module()
+    rng = cp.random.default_rng(2)
+    args = [rng.standard_normal(s, dtype=cp.float32) for s in ((64, 64),) * 2 + ((4096, 4096),) * 2]
+    f = mixpert.jit(small_then_large)
+    plan = mixpert.tune(f, tuple(args), tol=1e-4)
+    small, large = f.ops
+    assert plan.levels[small] == "fp32"
+    assert plan.levels[large] != "fp32"
+    assert plan.error <= 1e-4
