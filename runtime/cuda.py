@@ -660,7 +660,9 @@ def matmul_stack(a: Any, b: Any, level: Level) -> Any:
     """``matmul`` of each pair of two stacks (s, m, k) and (s, k, n), as one stack: the whole
     stack in a few launches where the level's kind has a stack product, else pair by pair."""
     host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
-    a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    ready = all(isinstance(x, cp.ndarray) and x.dtype == cp.float32 for x in (a, b))
+    if not ready:
+        a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     count, m, k = a.shape
     n = b.shape[2]
     if 0 in (count, m, k, n):

@@ -29,7 +29,9 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
 # SGEMM): the in-order kernel for small matrices, whose time is data movement and launches;
 # level IV where each pair passes the 2-D rule (H100: 1.73x at 16 x 4096^3, 0.92x at 64 x 1024^3).
-AUTO_ORDERED_MAX_DIM = 64
+# The in-order kernel ran 1.41x at 4096 x 16^3 but 0.89x at 32^3 and 0.54x at 64^3 (float64
+# arithmetic), so only pairs of at most 16 x 16 x 16 take it.
+AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp64-ordered"
 
 
@@ -136,11 +138,12 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
         return None
     from . import cuda
 
-    m, k = a.shape[-2:]
-    a3, b3 = a.reshape(-1, m, k), b.reshape(-1, k, b.shape[-1])
-    concrete = level if level.kind != "policy" else resolve_level(level, a3, b3, "cuda")
-    c = cuda.matmul_stack(a3, b3, concrete)
-    return c.reshape(*a.shape[:-1], b.shape[-1])
+    if a.ndim > 3:  # (each CuPy call costs microseconds: a 3-D stack skips the reshapes)
+        m, k = a.shape[-2:]
+        c = _gpu_stack_fast_path(a.reshape(-1, m, k), b.reshape(-1, k, b.shape[-1]), level)
+        return c.reshape(*a.shape[:-1], b.shape[-1])
+    concrete = level if level.kind != "policy" else resolve_level(level, a, b, "cuda")
+    return cuda.matmul_stack(a, b, concrete)
 
 
 def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
