@@ -40,24 +40,32 @@ def gpu_us(fn) -> float:
     return cp.cuda.get_elapsed_time(begin, end) / 50 * 1e3
 
 
+def probe(rng, count: int, m: int, k: int, n: int) -> None:
+    a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
+    ordered = LEVELS["fp64-ordered"]
+    layers = {
+        "cp.matmul": lambda: cp.matmul(a, b),
+        "ordered kernel": lambda: cuda.ordered_product(a, b),
+        "matmul_stack": lambda: cuda.matmul_stack(a, b, ordered),
+        "dispatch auto": lambda: dispatch.matmul(a, b, "auto"),
+        "resolve_level": lambda: dispatch.resolve_level("auto", a, b, "cuda"),
+        "cupy_module": device.cupy_module,
+    }
+    print(f"{count} x {m}x{k}x{n}", flush=True)
+    for name, fn in layers.items():
+        host, gpu = host_us(fn), gpu_us(fn)
+        print(f"  {name:16s} host {host:8.1f} us   back-to-back GPU {gpu:8.1f} us", flush=True)
+
+
 def main() -> None:
     rng = cp.random.default_rng(3)
-    ordered = LEVELS["fp64-ordered"]
-    for count, m, k, n in ((4096, 16, 16, 16), (4096, 32, 32, 32), (1024, 64, 64, 64),
-                           (1024, 128, 128, 128)):  # fmt: skip
-        a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
-        layers = {
-            "cp.matmul": lambda: cp.matmul(a, b),
-            "ordered kernel": lambda: cuda.ordered_product(a, b),
-            "matmul_stack": lambda: cuda.matmul_stack(a, b, ordered),
-            "dispatch auto": lambda: dispatch.matmul(a, b, "auto"),
-            "resolve_level": lambda: dispatch.resolve_level("auto", a, b, "cuda"),
-            "cupy_module": device.cupy_module,
-        }
-        print(f"{count} x {m}x{k}x{n}", flush=True)
-        for name, fn in layers.items():
-            print(f"  {name:16s} host {host_us(fn):8.1f} us   back-to-back GPU {gpu_us(fn):8.1f} us",
-                  flush=True)  # fmt: skip
+    for shape in (
+        (4096, 16, 16, 16),
+        (4096, 32, 32, 32),
+        (1024, 64, 64, 64),
+        (1024, 128, 128, 128),
+    ):
+        probe(rng, *shape)
 
 
 if __name__ == "__main__":

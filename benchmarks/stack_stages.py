@@ -25,59 +25,65 @@ def ms(fn, flops: float) -> float:
     return gpu_median_seconds(fn, flops) * 1e3
 
 
+def small_row(rng, count: int, m: int, k: int, n: int) -> dict:
+    a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
+    flops = 2.0 * count * m * k * n
+    ordered = LEVELS["fp64-ordered"]
+    return {
+        "shape": f"{count} x {m}x{k}x{n}",
+        "sgemm": ms(lambda: cp.matmul(a, b), flops),
+        "kernel": ms(lambda: cuda.ordered_product(a, b), flops),
+        "matmul_stack": ms(lambda: cuda.matmul_stack(a, b, ordered), flops),
+        "dispatch": ms(lambda: dispatch.matmul(a, b, ordered), flops),
+        "auto": ms(lambda: dispatch.matmul(a, b, "auto"), flops),
+    }
+
+
+def large_row(rng, count: int, m: int, k: int, n: int) -> dict:
+    level = LEVELS["IV"]
+    a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
+    flops = 2.0 * count * m * k * n
+    kexp = cuda.k_exponents(a, b)
+
+    def pack_a() -> cuda.PackedOperand:
+        return cuda.pack_int8(a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count)
+
+    def pack_b() -> cuda.PackedOperand:
+        return cuda.pack_int8_columns(b, kexp, 3, True, True)
+
+    a_pack, b_pack = pack_a(), pack_b()
+    sums = cuda.int8_class_sums(a_pack, b_pack, level)
+    return {
+        "shape": f"{count} x {m}x{k}x{n}",
+        "sgemm": ms(lambda: cp.matmul(a, b), flops),
+        "IV stack": ms(lambda: cuda.int8_product_stack(a, b, level), flops),
+        "IV pair by pair": ms(
+            lambda: [cuda.int8_product(a[i], b[i], level) for i in range(count)], flops
+        ),
+        "k-exponents": ms(lambda: cuda.k_exponents(a, b), flops),
+        "pack A": ms(pack_a, flops),
+        "pack B": ms(pack_b, flops),
+        "INT8 GEMMs (strided batched)": ms(
+            lambda: cuda.int8_class_sums(a_pack, b_pack, level), flops
+        ),
+        "combine + bypass": ms(
+            lambda: cuda._combine_int8(sums, a_pack, b_pack, a, b, level), flops
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     rng = cp.random.default_rng(5)
     rows = []
-    for count, m, k, n in SMALL:
-        a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
-        flops = 2.0 * count * m * k * n
-        ordered = LEVELS["fp64-ordered"]
-        row = {
-            "shape": f"{count} x {m}x{k}x{n}",
-            "sgemm": ms(lambda: cp.matmul(a, b), flops),
-            "kernel": ms(lambda: cuda.ordered_product(a, b), flops),
-            "matmul_stack": ms(lambda: cuda.matmul_stack(a, b, ordered), flops),
-            "dispatch": ms(lambda: dispatch.matmul(a, b, ordered), flops),
-            "auto": ms(lambda: dispatch.matmul(a, b, "auto"), flops),
-        }
-        rows.append(row)
-        print(row, flush=True)
-    level = LEVELS["IV"]
-    for count, m, k, n in LARGE:
-        a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
-        flops = 2.0 * count * m * k * n
-        kexp = cuda.k_exponents(a, b)
-        a_pack = cuda.pack_int8(a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count)
-        b_pack = cuda.pack_int8_columns(b, kexp, 3, True, True)
-        sums = cuda.int8_class_sums(a_pack, b_pack, level)
-        row = {
-            "shape": f"{count} x {m}x{k}x{n}",
-            "sgemm": ms(lambda: cp.matmul(a, b), flops),
-            "IV stack": ms(lambda: cuda.int8_product_stack(a, b, level), flops),
-            "IV pair by pair": ms(
-                lambda: [cuda.int8_product(a[i], b[i], level) for i in range(count)], flops
-            ),
-            "k-exponents": ms(lambda: cuda.k_exponents(a, b), flops),
-            "pack A": ms(
-                lambda: cuda.pack_int8(
-                    a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count
-                ),
-                flops,
-            ),
-            "pack B": ms(lambda: cuda.pack_int8_columns(b, kexp, 3, True, True), flops),
-            "INT8 GEMMs (strided batched)": ms(
-                lambda: cuda.int8_class_sums(a_pack, b_pack, level), flops
-            ),
-            "combine + bypass": ms(
-                lambda: cuda._combine_int8(sums, a_pack, b_pack, a, b, level), flops
-            ),
-        }
-        rows.append(row)
-        print(row, flush=True)
-        del a, b, a_pack, b_pack, sums
+    for shape in SMALL:
+        rows.append(small_row(rng, *shape))
+        print(rows[-1], flush=True)
+    for shape in LARGE:
+        rows.append(large_row(rng, *shape))
+        print(rows[-1], flush=True)
         cp.get_default_memory_pool().free_all_blocks()
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@
 
 Both backends take the same route, so every batch element has the same bits on CPU and GPU.
 (Folding lets the equilibration along k see the whole stack: a folded element may differ in its
-last bits from the same product alone.) Fast batched GPU kernels are a later step.
+last bits from the same product alone.) ``dispatch`` passes a ``stack_product`` that runs all
+pairs in one call: on the GPU a few launches for the whole stack (``cuda.matmul_stack``).
 """
 
 from __future__ import annotations
