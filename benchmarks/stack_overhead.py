@@ -42,7 +42,7 @@ def gpu_us(fn) -> float:
 
 def probe(rng, count: int, m: int, k: int, n: int) -> None:
     a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
-    ordered = LEVELS["fp64-ordered"]
+    ordered = LEVELS["fp32-ordered"]
     layers = {
         "cp.matmul": lambda: cp.matmul(a, b),
         "ordered kernel": lambda: cuda.ordered_product(a, b),

@@ -28,7 +28,7 @@ def ms(fn, flops: float) -> float:
 def small_row(rng, count: int, m: int, k: int, n: int) -> dict:
     a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
     flops = 2.0 * count * m * k * n
-    ordered = LEVELS["fp64-ordered"]
+    ordered = LEVELS["fp32-ordered"]
     return {
         "shape": f"{count} x {m}x{k}x{n}",
         "sgemm": ms(lambda: cp.matmul(a, b), flops),

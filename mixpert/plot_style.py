@@ -11,7 +11,7 @@ BASELINES = ("sgemm", "fp32", "tf32", "TF32", "native float32")
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939")  # fmt: skip
 _ORDER = ("sgemm", "tf32", *(level.name for level in LADDER if level.emulated), "auto",
-          "mixpert", "fp64", "fp64-ordered")  # fmt: skip
+          "mixpert", "fp64", "fp32-ordered")  # fmt: skip
 COLORS = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(_ORDER)}
 COLORS.update({"fp32": COLORS["sgemm"], "native float32": COLORS["sgemm"], "TF32": COLORS["tf32"]})
 

@@ -71,8 +71,8 @@ def recompute_lines(c: np.ndarray, a: np.ndarray, b: np.ndarray, rows: Any, cols
 
 def in_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """a @ b as float64 sums of the exact products taken in k order, rounded once to float32,
-    NaN canonical: a bypassed line's entries, and level fp64-ordered. Stacks (..., m, k) @
-    (..., k, n) broadcast as np.matmul."""
+    NaN canonical: a bypassed line's entries. Stacks (..., m, k) @ (..., k, n) broadcast as
+    np.matmul."""
     a64 = a.astype(np.float64)
     b64 = b.astype(np.float64)
     shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import bypass, equilibrate, fp16split, packer, workspace
+from . import bypass, equilibrate, fp16split, ordered, packer, workspace
 from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 
@@ -180,7 +180,7 @@ PRODUCTS: dict[Kind, Callable[[np.ndarray, np.ndarray, Level], np.ndarray]] = {
     "tf32": lambda a, b, level: tf32_product(a, b),
     "fp32": lambda a, b, level: fp32_product(a, b),
     "fp64": lambda a, b, level: fp64_product(a, b),
-    "ordered": lambda a, b, level: bypass.in_order(a, b),
+    "ordered": lambda a, b, level: ordered.ordered_product(a, b),
 }
 
 

@@ -535,15 +535,26 @@ def fp16_product(a: cp.ndarray, b: cp.ndarray, k_block: int | None = None) -> cp
 
 
 def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Native float32 GEMM with TF32 tensor-core inputs (COMPUTE_32F_FAST_TF32): cublasGemmEx
-    for two matrices, cublasGemmStridedBatchedEx for two stacks (s, m, k) and (s, k, n)."""
-    a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+    """Native float32 GEMM with TF32 tensor-core inputs (COMPUTE_32F_FAST_TF32)."""
+    return _native_gemm(a, b, cublas.CUBLAS_COMPUTE_32F_FAST_TF32)
+
+
+def sgemm_stack(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """cuBLAS strided-batched SGEMM of two stacks, called directly: ``cp.matmul`` does the same
+    GEMM after ~20 us of Python checks, as long as the whole call on a small stack."""
+    return _native_gemm(a, b, cublas.CUBLAS_COMPUTE_32F)
+
+
+def _native_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
+    """One float32 cuBLAS GEMM at ``compute``: cublasGemmEx for two matrices,
+    cublasGemmStridedBatchedEx for two stacks (s, m, k) and (s, k, n)."""
+    a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     c = cp.empty((*a.shape[:-2], m, n), dtype=cp.float32)
     handle = cp.cuda.device.get_cublas_handle()
     ops = (handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, _ONE_F32.ctypes.data)
-    tail = (cublas.CUBLAS_COMPUTE_32F_FAST_TF32, cublas.CUBLAS_GEMM_DEFAULT)
+    tail = (compute, cublas.CUBLAS_GEMM_DEFAULT)
     if a.ndim == 3:
         cublas.gemmStridedBatchedEx(
             *ops, b.data.ptr, CUDA_R_32F, n, k * n, a.data.ptr, CUDA_R_32F, k, m * k,
@@ -571,8 +582,8 @@ def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 
 
 @functools.cache
-def _in_order_kernel(r: int) -> Any:
-    return _combine_module().get_function(f"in_order_product_{r}")
+def _ordered_kernel(r: int) -> Any:
+    return _combine_module().get_function(f"ordered_product_{r}")
 
 
 def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
@@ -580,9 +591,9 @@ def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
 
 
 def ordered_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp64-ordered (``bypass.in_order``) for two matrices or two stacks (s, m, k) and
-    (s, k, n) with m, n > 0: one launch, a 16 R x 16 R output tile per block, R the smallest
-    of 1, 2, 4 that covers m and n (small matrices waste no threads)."""
+    """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
+    with m, n > 0: one launch, a 16 R x 16 R output tile per block, R the smallest of 1, 2, 4
+    that covers m and n (small matrices waste no threads)."""
     stack = a.ndim == 3
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
@@ -591,7 +602,7 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
     tile = 16 * r
     c = cp.empty((count, m, n), dtype=cp.float32)
-    kernel = _in_order_kernel(r)
+    kernel = _ordered_kernel(r)
     for first in _batch_chunks(count):
         kernel(
             (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
@@ -613,7 +624,7 @@ PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
 STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
     "int8": int8_product_stack,
     "tf32": lambda a, b, level: tf32_product(a, b),
-    "fp32": lambda a, b, level: cp.matmul(a, b),  # cuBLAS strided-batched SGEMM
+    "fp32": lambda a, b, level: sgemm_stack(a, b),
     "fp64": lambda a, b, level: fp64_product(a, b),
     "ordered": lambda a, b, level: ordered_product(a, b),
 }

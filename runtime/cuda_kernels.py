@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from string import Template
 
-from . import bypass, combine, equilibrate, fp16split, packer
+from . import bypass, combine, equilibrate, fp16split, ordered, packer
 
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
@@ -28,6 +28,7 @@ CONSTANTS = {
     "IMBALANCE": equilibrate.IMBALANCE_BINADES,
     "DEEP_FRACTION": bypass.DEEP_FRACTION,
     "NO_BYPASS": bypass.NO_BYPASS,
+    "ORDERED_CHUNK": ordered.CHUNK,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -575,41 +576,118 @@ extern "C" __global__ void bypass_lines(
     }
 }
 
-// Level "fp64-ordered": every entry of every product of a stack is canonical(its in-order sum).
-// One 16 R x 16 R tile per block; pair z = blockIdx.z + batch0 (C-contiguous operands).
+"""
+
+# Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
+# steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
+# (CuPy's -ftz=true would flush them in C float arithmetic).
+ORDERED_SOURCE = r"""
+__device__ __forceinline__ float fma_ieee(float a, float b, float c)
+{
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+    return d;
+}
+
+__device__ __forceinline__ double widen_ieee(float x)  // exact, subnormals included
+{
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
+    return d;
+}
+
+// R consecutive floats from 16-byte aligned shared memory (R = 1, 2 or 4).
 template <int R>
-__device__ __forceinline__ void in_order_product(
+__device__ __forceinline__ void load_run(const float* p, float (&v)[R])
+{
+    if constexpr (R == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(p);
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+    } else if constexpr (R == 2) {
+        const float2 x = *reinterpret_cast<const float2*>(p);
+        v[0] = x.x; v[1] = x.y;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+// One 16 R x 16 R output tile per block of 16 x 16 threads, R x R neighbouring entries per
+// thread; pair z = blockIdx.z + batch0 of two C-contiguous stacks. k runs in steps of 16
+// through shared memory (coalesced global loads, vector shared loads).
+template <int R>
+__device__ __forceinline__ void ordered_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int batch0,
     float* __restrict__ c)
 {
+    constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
+    __shared__ __align__(16) float a_tile[16][T + PAD];  // [q][row]
+    __shared__ __align__(16) float b_tile[16][T + PAD];  // [q][col]
     const long long z = blockIdx.z + (long long)batch0;
     a += z * m * k;
     b += z * k * n;
     c += z * m * n;
-    const int r0 = blockIdx.y * 16 * R, c0 = blockIdx.x * 16 * R;
-    double acc[R][R];
-    in_order_tile<R>(a, k, 1, b, n, 1, m, n, k, r0, c0, acc);
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+    const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
+    float acc[R][R];
+    double total[R][R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
+    for (int q0 = 0; q0 < k; q0 += 16) {
+        for (int i = t; i < 16 * T; i += 256) {
+            const int a_line = i >> 4, a_q = q0 + (i & 15);
+            a_tile[i & 15][a_line] =
+                (a_q < k && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+            const int b_q = q0 + i / T, b_line = i % T;
+            b_tile[i / T][b_line] =
+                (b_q < k && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
+        }
+        __syncthreads();
+        const int depth = min(16, k - q0);  // no padded steps: -0.0 + 0.0 would turn signs
+        for (int q = 0; q < depth; ++q) {
+            float av[R], bv[R];
+            load_run<R>(&a_tile[q][R * ty], av);
+            load_run<R>(&b_tile[q][R * tx], bv);
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+#pragma unroll
+                for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
+        }
+        __syncthreads();
+        if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= k) {  // a chunk ends
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                    acc[i][j] = 0.0f;
+                }
+        }
+    }
+#pragma unroll
     for (int i = 0; i < R; ++i) {
-        const int r = r0 + R * threadIdx.y + i;
+        const int r = r0 + R * ty + i;
+#pragma unroll
         for (int j = 0; j < R; ++j) {
-            const int col = c0 + R * threadIdx.x + j;
-            if (r < m && col < n) c[(long long)r * n + col] = canonical(acc[i][j]);
+            const int col = c0 + R * tx + j;
+            if (r < m && col < n) c[(long long)r * n + col] = canonical(total[i][j]);
         }
     }
 }
 """
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).
-IN_ORDER_SOURCE += "".join(
+ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void in_order_product_{r}(
+extern "C" __global__ void ordered_product_{r}(
     const float* a, const float* b, int m, int n, int k, int batch0, float* c)
 {{
-    in_order_product<{r}>(a, b, m, n, k, batch0, c);
+    ordered_impl<{r}>(a, b, m, n, k, batch0, c);
 }}
 """
     for r in (1, 2, 4)
 )
-COMBINE_SOURCE += IN_ORDER_SOURCE
+COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE
 
 # One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
 _COMBINE_ENTRY = """

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import batched, bypass, cpu, dask_products, device, equilibrate
+from . import batched, cpu, dask_products, device, equilibrate, ordered
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
 from .validation import check_operand, check_pair
@@ -32,7 +32,7 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # The in-order kernel ran 1.41x at 4096 x 16^3 but 0.89x at 32^3 and 0.54x at 64^3 (float64
 # arithmetic), so only pairs of at most 16 x 16 x 16 take it.
 AUTO_ORDERED_MAX_DIM = 16
-AUTO_SMALL = "fp64-ordered"
+AUTO_SMALL = "fp32-ordered"
 
 
 def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
@@ -79,7 +79,7 @@ def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:
             if concrete.kind == "int8":
                 return cpu.int8_product_stack(x, y, concrete)
             if concrete.kind == "ordered":
-                return bypass.in_order(x, y)
+                return ordered.ordered_product(x, y)
         out = np.empty((x.shape[0], x.shape[1], y.shape[2]), dtype=np.float32)
         for i in range(x.shape[0]):  # CuPy stacks here raise route's backend="cpu" error
             out[i] = matmul(x[i], y[i], concrete, backend)

@@ -32,7 +32,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mixpert
-from mixpert.runtime import LADDER, LEVELS, Level
+from mixpert.runtime import LADDER, LEVELS, Level, ordered
 
 CONTRACT_BITS = {1: 7, 2: 15, 3: 23, 4: 31}
 ALL_LEVELS = [lv.name for lv in LADDER]
@@ -117,7 +117,10 @@ def error_bound(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     if level.name == "tf32":  # inputs rounded to 11 significant bits, then float32
         subnormal = 2.0**-136 * (row_abs[:, None] + col_abs[None, :])
         return (2.0**-10 + 2.0**-21 + gamma * 1.001) * ab + subnormal + floor + oracle_slack
-    assert level.kind in ("fp64", "ordered")  # float64 sums (any order), rounded once
+    if level.kind == "ordered":  # float32 FMAs in chunks, their sums in float64, one rounding
+        chunk_gamma = (min(k, ordered.CHUNK) + 1) * 2.0**-24 * 1.01
+        return chunk_gamma * ab + 2.0**-24 * np.abs(c64) + floor + oracle_slack
+    assert level.name == "fp64"
     return 2.0**-24 * np.abs(c64) + 2.0**-149 + oracle_slack
 
 

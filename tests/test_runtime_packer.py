@@ -168,7 +168,7 @@ def test_ladder_is_data_a_tuner_can_walk() -> None:
         "fp16",
         "fp32",
         "fp64",
-        "fp64-ordered",
+        "fp32-ordered",
     ]
     assert len(set(names)) == len(names)
     for lv in LADDER:

@@ -1,0 +1,92 @@
+"""Level fp32-ordered's arithmetic (runtime/ordered.py): IEEE fmaf modelled exactly, chunked
+sums, and the same bits from the GPU kernel."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import mixpert
+from mixpert.runtime import device, ordered
+
+
+def _correctly_rounded(x: Fraction) -> np.float32:
+    """float32 nearest to x, ties to even, from exact rationals."""
+    guess = np.float32(float(x))
+    near = (
+        np.nextafter(guess, np.float32(-np.inf)),
+        guess,
+        np.nextafter(guess, np.float32(np.inf)),
+    )
+    return min(near, key=lambda c: (abs(Fraction(float(c)) - x), int(c.view(np.uint32)) & 1))
+
+
+def test_fma32_rounds_once_where_a_float64_sum_would_round_twice() -> None:
+    one_up = np.float32(1 + 2**-23)
+    a, b = np.float32(1 + 2**-23), np.float32(2.0**-24 * (1 - 2**-23))
+    product = np.float64(a) * np.float64(b)  # 2^-24 - 2^-70: just below a float32 half step
+    twice = np.float32(product + np.float64(one_up))  # float64 lands on the midpoint: ties up
+    assert twice == np.float32(1 + 2**-22)
+    once = ordered.fma32(np.array([product, -product]), np.array([one_up, -one_up]))
+    assert once[0] == one_up and once[1] == -one_up
+
+
+def test_fma32_matches_exact_rationals_on_random_and_subnormal_cases() -> None:
+    rng = np.random.default_rng(4)
+    n = 3000
+    a = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    acc = rng.standard_normal(n).astype(np.float32)
+    a[:1000] = rng.integers(1, 2**12, 1000).astype(np.float32)  # sums near float32 midpoints
+    b[:1000] = (rng.integers(1, 2**12, 1000) * 2.0**-30).astype(np.float32)
+    acc[:1000] = 1.0
+    a[1000:2000] *= np.float32(2.0**-70)  # results in the subnormal range
+    b[1000:2000] *= np.float32(2.0**-70)
+    acc[1000:2000] *= np.float32(2.0**-135)
+    got = ordered.fma32(a.astype(np.float64) * b.astype(np.float64), acc)
+    for i in range(n):
+        want = _correctly_rounded(
+            Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(acc[i]))
+        )
+        assert got[i].view(np.uint32) == want.view(np.uint32), i
+
+
+def test_chunks_sum_in_float64_and_short_k_is_one_fma_chain() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 5, 40)).astype(np.float32)
+    b = rng.standard_normal((3, 40, 4)).astype(np.float32)
+    c = ordered.ordered_product(a, b)
+    chain = np.zeros((3, 5, 4), np.float32)  # first chunk by hand
+    for q in range(ordered.CHUNK):
+        chain = ordered.fma32(a[..., :, q, None].astype(np.float64) * b[..., None, q, :], chain)
+    rest = ordered.ordered_product(a[..., ordered.CHUNK :], b[..., ordered.CHUNK :, :])
+    want = (chain.astype(np.float64) + rest.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(c, want)
+    short = ordered.ordered_product(a[..., :7], b[..., :7, :])
+    chain = np.zeros((3, 5, 4), np.float32)
+    for q in range(7):
+        chain = ordered.fma32(a[..., :, q, None].astype(np.float64) * b[..., None, q, :], chain)
+    assert np.array_equal(short, chain)
+
+
+def test_subnormal_products_are_kept_not_flushed() -> None:
+    a = np.full((2, 3, 8), 1e-20, np.float32)
+    b = np.full((2, 8, 2), 1e-20, np.float32)
+    c = mixpert.matmul(a, b, level="fp32-ordered", backend="cpu")
+    exact = 8 * np.float64(np.float32(1e-20)) ** 2  # 8e-40: subnormal in float32
+    assert np.all(c > 0) and np.allclose(c, exact, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_keeps_subnormal_sums_with_the_cpu_bits() -> None:
+    cp = device.cupy_module()
+    rng = np.random.default_rng(6)
+    for shape_a, shape_b in (((64, 9, 70), (64, 70, 11)), ((3, 40, 33), (3, 33, 50))):
+        a = (rng.standard_normal(shape_a) * 1e-20).astype(np.float32)
+        b = (rng.standard_normal(shape_b) * 1e-20).astype(np.float32)
+        want = mixpert.matmul(a, b, level="fp32-ordered", backend="cpu")
+        got = mixpert.matmul(cp.asarray(a), cp.asarray(b), level="fp32-ordered").get()
+        assert np.count_nonzero(want) > want.size // 2
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
