@@ -590,16 +590,17 @@ def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
     return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
 
 
-def ordered_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
     """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
-    with m, n > 0: one launch, a 16 R x 16 R output tile per block, R the smallest of 1, 2, 4
-    that covers m and n (small matrices waste no threads)."""
+    with m, n > 0: one launch, a 16 R x 16 R output tile per block, R (1, 2 or 4) by default
+    the smallest that covers m and n (small matrices waste no threads)."""
     stack = a.ndim == 3
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
     count, m, k = a3.shape
     n = b3.shape[2]
-    r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+    if r is None:
+        r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
     tile = 16 * r
     c = cp.empty((count, m, n), dtype=cp.float32)
     kernel = _ordered_kernel(r)

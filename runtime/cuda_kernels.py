@@ -611,6 +611,21 @@ __device__ __forceinline__ void load_run(const float* p, float (&v)[R])
     }
 }
 
+// acc[i][j] = fma(a[q][R ty + i], b[q][R tx + j], acc[i][j]) from the shared tiles (row length
+// W floats).
+template <int R, int W>
+__device__ __forceinline__ void ordered_step(const float* a_tile, const float* b_tile, int q,
+                                             float (&acc)[R][R])
+{
+    float av[R], bv[R];
+    load_run<R>(a_tile + q * W + R * threadIdx.y, av);
+    load_run<R>(b_tile + q * W + R * threadIdx.x, bv);
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
+}
+
 // One 16 R x 16 R output tile per block of 16 x 16 threads, R x R neighbouring entries per
 // thread; pair z = blockIdx.z + batch0 of two C-contiguous stacks. k runs in steps of 16
 // through shared memory (coalesced global loads, vector shared loads).
@@ -644,15 +659,11 @@ __device__ __forceinline__ void ordered_impl(
                 (b_q < k && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
         }
         __syncthreads();
-        const int depth = min(16, k - q0);  // no padded steps: -0.0 + 0.0 would turn signs
-        for (int q = 0; q < depth; ++q) {
-            float av[R], bv[R];
-            load_run<R>(&a_tile[q][R * ty], av);
-            load_run<R>(&b_tile[q][R * tx], bv);
+        if (k - q0 >= 16) {  // a whole step, unrolled
 #pragma unroll
-            for (int i = 0; i < R; ++i)
-#pragma unroll
-                for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
+            for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
+            for (int q = 0; q < k - q0; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
         }
         __syncthreads();
         if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= k) {  // a chunk ends
