@@ -109,6 +109,12 @@ class PackedOperand:
         return self.data.shape[0] // self.batch
 
 
+def _line_threads(k: int) -> int:
+    """Threads of a one-line-per-block kernel: a warp per 512 entries, up to PACK_THREADS. Short
+    lines (stacks of small matrices) get small blocks, so many lines are packed at once."""
+    return min(PACK_THREADS, 32 * max(1, -(-k // 512)))
+
+
 def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: Any) -> None:
     count, k = lines.shape
     if count == 0:
@@ -117,7 +123,7 @@ def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: 
     stride = np.int64(lines.strides[0] // lines.itemsize)
     fn(
         (count,),
-        (PACK_THREADS,),
+        (_line_threads(k),),
         (
             lines,
             stride,
@@ -158,7 +164,9 @@ def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
     if rows == 0:
         return
     _pack_module().get_function("row_max_bits")(
-        (rows,), (PACK_THREADS,), (x, np.int64(x.strides[0] // x.itemsize), np.int32(cols), out)
+        (rows,),
+        (_line_threads(cols),),
+        (x, np.int64(x.strides[0] // x.itemsize), np.int32(cols), out),
     )
 
 
