@@ -703,8 +703,8 @@ __device__ __forceinline__ void ordered_impl(
 ORDERED_SOURCE += r"""
 // Small pairs (m, n <= T <= 64): P pairs per block of 256 threads, each pair's whole T x T
 // output from (T / 4)^2 threads of 4 x 4 neighbouring entries. k runs in steps of 16 through
-// shared memory; each thread loads its L entries of A and of B for a step at once (many loads
-// in flight: a small pair's time is memory latency, not arithmetic). Pair z of the
+// shared memory; each thread loads its 16 entries of A and 16 of B for a step at once (many
+// loads in flight: a small pair's time is memory latency, not arithmetic). Pair z of the
 // stack's count is blockIdx.x * P + the block's pair.
 template <int T>
 __device__ __forceinline__ void ordered_small_impl(
@@ -712,7 +712,6 @@ __device__ __forceinline__ void ordered_small_impl(
     long long count, float* __restrict__ c)
 {
     constexpr int S = T / 4, PER = S * S, P = 256 / PER;
-    constexpr int L = P * T * 16 / 256;  // entries of each operand a thread loads per step
     __shared__ __align__(16) float a_s[P][16][T + 4];  // [pair][q][row]
     __shared__ __align__(16) float b_s[P][16][T + 4];  // [pair][q][col]
     const int t = threadIdx.x;
@@ -725,9 +724,9 @@ __device__ __forceinline__ void ordered_small_impl(
 #pragma unroll
         for (int j = 0; j < 4; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
     for (int q0 = 0; q0 < k; q0 += 16) {
-        float va[L], vb[L];
+        float va[16], vb[16];
 #pragma unroll
-        for (int e = 0; e < L; ++e) {
+        for (int e = 0; e < 16; ++e) {  // P * T * 16 = 4096 entries of each operand per step
             const int i = e * 256 + t;
             const int qa = i & 15, row = (i >> 4) % T;
             const long long za = pair0 + (i >> 4) / T;
@@ -737,7 +736,7 @@ __device__ __forceinline__ void ordered_small_impl(
             vb[e] = (zb < count && col < n && q0 + qb < k) ? b[(zb * k + q0 + qb) * n + col] : 0.0f;
         }
 #pragma unroll
-        for (int e = 0; e < L; ++e) {
+        for (int e = 0; e < 16; ++e) {
             const int i = e * 256 + t;
             a_s[(i >> 4) / T][i & 15][(i >> 4) % T] = va[e];
             b_s[i / (T * 16)][(i / T) & 15][i % T] = vb[e];
