@@ -46,6 +46,9 @@ def probe(rng, count: int, m: int, k: int, n: int) -> None:
     layers = {
         "cp.matmul": lambda: cp.matmul(a, b),
         "ordered kernel": lambda: cuda.ordered_product(a, b),
+        "  tiles R = 1": lambda: cuda.ordered_product(a, b, 1),
+        "  tiles R = 2": lambda: cuda.ordered_product(a, b, 2),
+        "  tiles R = 4": lambda: cuda.ordered_product(a, b, 4),
         "matmul_stack": lambda: cuda.matmul_stack(a, b, ordered),
         "dispatch auto": lambda: dispatch.matmul(a, b, "auto"),
         "resolve_level": lambda: dispatch.resolve_level("auto", a, b, "cuda"),

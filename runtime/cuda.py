@@ -590,40 +590,31 @@ def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 
 
 @functools.cache
-def _ordered_kernel(name: str) -> Any:
-    return _combine_module().get_function(name)
+def _ordered_kernel(r: int) -> Any:
+    return _combine_module().get_function(f"ordered_product_{r}")
 
 
 def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
     return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
 
 
-ORDERED_SMALL_SIDES = (16, 32, 64)  # output sides of the small-pair kernels
-ORDERED_TILE = 64  # output tile of the large-product kernel (16 x 16 threads, 4 x 4 entries)
-
-
-def ordered_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
     """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
-    with m, n > 0, in one launch: pairs with m, n <= 64 whole, several to a block (the small
-    kernels: their time is memory latency); larger ones in 64 x 64 output tiles."""
+    with m, n > 0: one launch, a 16 R x 16 R output tile per block, R (1, 2 or 4) by default
+    the smallest that covers m and n (small matrices waste no threads)."""
     stack = a.ndim == 3
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
     count, m, k = a3.shape
     n = b3.shape[2]
+    if r is None:
+        r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+    tile = 16 * r
     c = cp.empty((count, m, n), dtype=cp.float32)
-    side = next((t for t in ORDERED_SMALL_SIDES if max(m, n) <= t), None)
-    if side is not None:
-        pairs_per_block = 256 // (side // 4) ** 2
-        _ordered_kernel(f"ordered_small_{side}")(
-            (-(-count // pairs_per_block),), (256,),
-            (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c),
-        )  # fmt: skip
-        return c if stack else c[0]
-    kernel = _ordered_kernel("ordered_product_4")
+    kernel = _ordered_kernel(r)
     for first in _batch_chunks(count):
         kernel(
-            (-(-n // ORDERED_TILE), -(-m // ORDERED_TILE), _chunk(first, count)), (16, 16),
+            (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]

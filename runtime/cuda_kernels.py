@@ -626,19 +626,6 @@ __device__ __forceinline__ void ordered_step(const float* a_tile, const float* b
         for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
 }
 
-// The same step for a 4 x 4 block of entries from two aligned runs of 4 floats.
-__device__ __forceinline__ void ordered_step4(const float* a_run, const float* b_run,
-                                              float (&acc)[4][4])
-{
-    float av[4], bv[4];
-    load_run<4>(a_run, av);
-    load_run<4>(b_run, bv);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
-}
-
 // One 16 R x 16 R output tile per block of 16 x 16 threads, R x R neighbouring entries per
 // thread; pair z = blockIdx.z + batch0 of two C-contiguous stacks. k runs in steps of 16
 // through shared memory (coalesced global loads, vector shared loads).
@@ -700,95 +687,17 @@ __device__ __forceinline__ void ordered_impl(
     }
 }
 """
-ORDERED_SOURCE += r"""
-// Small pairs (m, n <= T <= 64): P pairs per block of 256 threads, each pair's whole T x T
-// output from (T / 4)^2 threads of 4 x 4 neighbouring entries. k runs in steps of 16 through
-// shared memory; each thread loads its 16 entries of A and 16 of B for a step at once (many
-// loads in flight: a small pair's time is memory latency, not arithmetic). Pair z of the
-// stack's count is blockIdx.x * P + the block's pair.
-template <int T>
-__device__ __forceinline__ void ordered_small_impl(
-    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
-    long long count, float* __restrict__ c)
-{
-    constexpr int S = T / 4, PER = S * S, P = 256 / PER;
-    __shared__ __align__(16) float a_s[P][16][T + 4];  // [pair][q][row]
-    __shared__ __align__(16) float b_s[P][16][T + 4];  // [pair][q][col]
-    const int t = threadIdx.x;
-    const int p = t / PER, ty = (t % PER) / S, tx = t % S;
-    const long long pair0 = (long long)blockIdx.x * P;
-    float acc[4][4];
-    double total[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
-    for (int q0 = 0; q0 < k; q0 += 16) {
-        float va[16], vb[16];
-#pragma unroll
-        for (int e = 0; e < 16; ++e) {  // P * T * 16 = 4096 entries of each operand per step
-            const int i = e * 256 + t;
-            const int qa = i & 15, row = (i >> 4) % T;
-            const long long za = pair0 + (i >> 4) / T;
-            va[e] = (za < count && row < m && q0 + qa < k) ? a[(za * m + row) * k + q0 + qa] : 0.0f;
-            const int col = i % T, qb = (i / T) & 15;
-            const long long zb = pair0 + i / (T * 16);
-            vb[e] = (zb < count && col < n && q0 + qb < k) ? b[(zb * k + q0 + qb) * n + col] : 0.0f;
-        }
-#pragma unroll
-        for (int e = 0; e < 16; ++e) {
-            const int i = e * 256 + t;
-            a_s[(i >> 4) / T][i & 15][(i >> 4) % T] = va[e];
-            b_s[i / (T * 16)][(i / T) & 15][i % T] = vb[e];
-        }
-        __syncthreads();
-        if (k - q0 >= 16) {
-#pragma unroll
-            for (int q = 0; q < 16; ++q) ordered_step4(&a_s[p][q][4 * ty], &b_s[p][q][4 * tx], acc);
-        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
-            for (int q = 0; q < k - q0; ++q)
-                ordered_step4(&a_s[p][q][4 * ty], &b_s[p][q][4 * tx], acc);
-        }
-        __syncthreads();
-        if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= k) {  // a chunk ends
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
-                    acc[i][j] = 0.0f;
-                }
-        }
-    }
-    const long long z = pair0 + p;
-    if (z >= count) return;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int r = 4 * ty + i, col = 4 * tx + j;
-            if (r < m && col < n) c[(z * m + r) * n + col] = canonical(total[i][j]);
-        }
-}
-"""
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_small_{t}(
-    const float* a, const float* b, int m, int n, int k, long long count, float* c)
+extern "C" __global__ void ordered_product_{r}(
+    const float* a, const float* b, int m, int n, int k, int batch0, float* c)
 {{
-    ordered_small_impl<{t}>(a, b, m, n, k, count, c);
+    ordered_impl<{r}>(a, b, m, n, k, batch0, c);
 }}
 """
-    for t in (16, 32, 64)
+    for r in (1, 2, 4)
 )
-ORDERED_SOURCE += """
-extern "C" __global__ void ordered_product_4(
-    const float* a, const float* b, int m, int n, int k, int batch0, float* c)
-{
-    ordered_impl<4>(a, b, m, n, k, batch0, c);
-}
-"""
 COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE
 
 # One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
