@@ -123,15 +123,17 @@ def run(
                         routed,
                     )
                 )
-            progress(
-                f"{shape_name} {m}x{k}x{n} {dist}: "
-                + ", ".join(
-                    f"{name} {sgemm_s / t:.2f}x {e:.1e}" for name, (t, e, _) in timings.items()
-                )
-            )
+            progress(summary(f"{shape_name} {m}x{k}x{n} {dist}", timings))
             del a, b, reference
             cp.get_default_memory_pool().free_all_blocks()
     return rows
+
+
+def summary(label: str, timings: dict[str, tuple[float, float, str]]) -> str:
+    """One progress line: each method's ratio to "sgemm" and its error."""
+    sgemm_s = timings["sgemm"][0]
+    cells = ", ".join(f"{name} {sgemm_s / t:.2f}x {e:.1e}" for name, (t, e, _) in timings.items())
+    return f"{label}: {cells}"
 
 
 def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:

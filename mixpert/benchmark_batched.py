@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .benchmark import summary
 from .runtime import LADDER, get_level
 from .runtime.levels import AUTO
 from .testdata import gemmul8
@@ -111,12 +112,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Ba
                     routed,
                 )  # fmt: skip
             )
-        progress(
-            f"{batch} x {m}x{k}x{n}: SGEMM {sgemm_s * 1e3:.3f} ms; "
-            + ", ".join(
-                f"{name} {sgemm_s / t:.2f}x {e:.1e}" for name, (t, e, _) in measured.items()
-            )
-        )
+        progress(summary(f"{batch} x {m}x{k}x{n} (SGEMM {sgemm_s * 1e3:.3f} ms)", measured))
         del a, b, reference
         cp.get_default_memory_pool().free_all_blocks()
     return rows
