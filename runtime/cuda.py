@@ -590,8 +590,12 @@ def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 
 
 @functools.cache
+def _ordered_kernel_named(name: str) -> Any:
+    return _combine_module().get_function(name)
+
+
 def _ordered_kernel(r: int) -> Any:
-    return _combine_module().get_function(f"ordered_product_{r}")
+    return _ordered_kernel_named(f"ordered_product_{r}")
 
 
 def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
@@ -600,9 +604,12 @@ def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
 
 def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
     """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
-    with m, n > 0: one launch, a 16 R x 16 R output tile per block, R (1, 2 or 4) by default
-    the smallest that covers m and n (small matrices waste no threads)."""
+    with m, n > 0, in one launch: a tall product (m >= ROWS_MIN_M, n <= ROWS_MAX_N) through
+    ``ordered_rows_product``; else a 16 R x 16 R output tile per block, R (1, 2 or 4) by
+    default the smallest that covers m and n (small matrices waste no threads)."""
     stack = a.ndim == 3
+    if not stack and r is None and a.shape[0] >= ROWS_MIN_M and b.shape[1] <= ROWS_MAX_N:
+        return ordered_rows_product(a, b)
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
     count, m, k = a3.shape
@@ -618,6 +625,26 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]
+
+
+ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels
+ROWS_MIN_M = 2048  # tall: enough rows to fill the GPU with one thread per row and column group
+ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (then from L2)
+
+
+def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
+    row of A and group of up to 16 columns of B, A streamed once 4 entries at a time."""
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    m, k = a.shape
+    n = b.shape[1]
+    group = 4 if n <= 4 else 8 if n <= 8 else 16
+    c = cp.empty((m, n), dtype=cp.float32)
+    _ordered_kernel_named(f"ordered_rows_{group}")(
+        (-(-n // group), -(-m // ROWS_THREADS)), (ROWS_THREADS,),
+        (a, b, np.int32(m), np.int32(n), np.int32(k), c),
+    )  # fmt: skip
+    return c
 
 
 # Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0.

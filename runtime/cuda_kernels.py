@@ -698,7 +698,94 @@ extern "C" __global__ void ordered_product_{r}(
 """
     for r in (1, 2, 4)
 )
-COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE
+# Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of
+# B): one thread per (row of A, group of G columns), so the row is read once per group, 4
+# entries at a time, and its G dot products run as G FMA chains in k order. A slab of B's rows
+# sits in shared memory and every thread reads the same address (broadcast). Blocks of one row
+# block run their column groups one after another (grid x = group), so A comes from L2 for all
+# groups but the first.
+ORDERED_ROWS_SOURCE = r"""
+template <int G>
+__device__ __forceinline__ void rows_step(float x, const float* b_row, float (&acc)[G])
+{
+#pragma unroll
+    for (int j = 0; j < G; j += 4) {
+        const float4 y = *reinterpret_cast<const float4*>(b_row + j);
+        acc[j] = fma_ieee(x, y.x, acc[j]);
+        acc[j + 1] = fma_ieee(x, y.y, acc[j + 1]);
+        acc[j + 2] = fma_ieee(x, y.z, acc[j + 2]);
+        acc[j + 3] = fma_ieee(x, y.w, acc[j + 3]);
+    }
+}
+
+template <int G>
+__device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
+{
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        total[j] = total[j] + widen_ieee(acc[j]);
+        acc[j] = 0.0f;
+    }
+}
+
+template <int G>
+__device__ __forceinline__ void ordered_rows_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
+    float* __restrict__ c)
+{
+    constexpr int KS = 256;  // k-steps of B per slab (a multiple of the chunk)
+    __shared__ __align__(16) float b_s[KS][G];
+    const int c0 = blockIdx.x * G;
+    const long long row = (long long)blockIdx.y * blockDim.x + threadIdx.x;
+    const bool live = row < m;
+    const float* a_row = a + (live ? row : 0) * k;
+    const bool vector = (k & 3) == 0;  // rows 16-byte aligned: float4 loads
+    float acc[G];
+    double total[G];
+#pragma unroll
+    for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; }
+    for (int s0 = 0; s0 < k; s0 += KS) {
+        const int depth = min(KS, k - s0);
+        for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
+            const int q = i / G, j = i % G;
+            b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
+        }
+        __syncthreads();
+        if (live && vector) {
+            for (int q = 0; q < depth; q += 4) {  // depth % 4 == 0 here
+                const float4 x = *reinterpret_cast<const float4*>(a_row + s0 + q);
+                rows_step<G>(x.x, b_s[q], acc);
+                rows_step<G>(x.y, b_s[q + 1], acc);
+                rows_step<G>(x.z, b_s[q + 2], acc);
+                rows_step<G>(x.w, b_s[q + 3], acc);
+                if ((s0 + q + 4) % ${ORDERED_CHUNK} == 0) rows_flush<G>(acc, total);
+            }
+        } else if (live) {
+            for (int q = 0; q < depth; ++q) {
+                rows_step<G>(a_row[s0 + q], b_s[q], acc);
+                if ((s0 + q + 1) % ${ORDERED_CHUNK} == 0) rows_flush<G>(acc, total);
+            }
+        }
+        __syncthreads();
+    }
+    if (!live) return;
+    if (k % ${ORDERED_CHUNK} != 0) rows_flush<G>(acc, total);  // the last, partial chunk
+#pragma unroll
+    for (int j = 0; j < G; ++j)
+        if (c0 + j < n) c[row * n + c0 + j] = canonical(total[j]);
+}
+"""
+ORDERED_ROWS_SOURCE += "".join(
+    f"""
+extern "C" __global__ void ordered_rows_{g}(
+    const float* a, const float* b, int m, int n, int k, float* c)
+{{
+    ordered_rows_impl<{g}>(a, b, m, n, k, c);
+}}
+"""
+    for g in (4, 8, 16)
+)
+COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE
 
 # One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
 _COMBINE_ENTRY = """

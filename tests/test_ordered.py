@@ -90,3 +90,22 @@ def test_gpu_kernel_keeps_subnormal_sums_with_the_cpu_bits() -> None:
         got = mixpert.matmul(cp.asarray(a), cp.asarray(b), level="fp32-ordered").get()
         assert np.count_nonzero(want) > want.size // 2
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("k", "n"), [(1, 1), (7, 5), (33, 16), (600, 17), (300, 128), (256, 40)]
+)  # k % 4 != 0 takes scalar loads; k > 256 crosses B slabs; n > 16 takes column groups
+def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
+    """The tall kernels (one thread per row of A and group of columns) keep the level's order."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(k + n)
+    m = cuda.ROWS_MIN_M + 37
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[3, 0], a[5, -1], b[0, -1] = np.inf, np.float32(1e-40), np.nan
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
