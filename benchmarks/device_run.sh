@@ -4,7 +4,7 @@
 # then the benchmark.
 #   bash benchmarks/device_run.sh [tests|bench|quick|all] [pytest args]   (results land in $OUT)
 #   bash benchmarks/device_run.sh e2e [sample names] [--size-key KEY]     (samples end to end)
-#   bash benchmarks/device_run.sh batched [--quick]                        (stacks of products)
+#   bash benchmarks/device_run.sh batched|skinny [--quick]                 (stacks / memory-bound shapes)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -21,8 +21,8 @@ if [[ $what == bench || $what == all || $what == quick ]]; then
   flag=""; [[ $what == quick ]] && flag="--quick"
   python -m mixpert.cli bench $flag --out "$out/results" 2>&1 | tee "$out/bench.log"
 fi
-if [[ $what == batched ]]; then
-  python -m mixpert.cli bench --batched "$@" --out "$out/results" 2>&1 | tee "$out/batched.log"
+if [[ $what == batched || $what == skinny ]]; then
+  python -m mixpert.cli bench --$what "$@" --out "$out/results" 2>&1 | tee "$out/$what.log"
 fi
 if [[ $what == e2e ]]; then
   python "$repo/benchmarks/samples_e2e.py" "$@" --out "$out/results" 2>&1 | tee "$out/e2e.log"

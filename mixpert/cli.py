@@ -95,24 +95,28 @@ def levels(size: int, phi: float, backend: str, seed: int, as_json: bool) -> Non
 @click.option(
     "--batched",
     is_flag=True,
-    help="stacks of products (batch x m x k n) against cuBLAS strided-batched SGEMM instead",
+    help="stacks of products (batch x m x k x n) against cuBLAS strided-batched SGEMM instead",
 )
-def bench(quick: bool, out_dir: str | None, breakdown_n: int, batched: bool) -> None:
+@click.option(
+    "--skinny",
+    is_flag=True,
+    help="memory-bound shapes (tall-and-skinny, long k) with achieved bandwidth instead",
+)
+def bench(quick: bool, out_dir: str | None, breakdown_n: int, batched: bool, skinny: bool) -> None:
     """Time every level beside cuBLAS SGEMM and TF32 on the GPU; write JSON and a plot."""
     from pathlib import Path
 
-    from . import bench_report, benchmark
+    from . import bench_report, benchmark, benchmark_batched, benchmark_skinny
 
-    if batched:
-        from . import benchmark_batched
-
-        with user_errors("mixpert bench --batched"):
-            stack_rows = benchmark_batched.run(quick=quick, progress=console.print)
-        gpu = stack_rows[0].gpu if stack_rows else "gpu"
+    shapes = benchmark_batched if batched else benchmark_skinny if skinny else None
+    if shapes is not None:  # one of the shape families: its own table, JSON and plot
+        with user_errors(f"mixpert bench --{'batched' if batched else 'skinny'}"):
+            family_rows = shapes.run(quick=quick, progress=console.print)
+        gpu = family_rows[0].gpu if family_rows else "gpu"
         folder = Path(out_dir) if out_dir else Path("benchmarks/results") / gpu.replace(" ", "-")
-        path = benchmark_batched.write_results(stack_rows, folder)
-        console.print(benchmark_batched.markdown(stack_rows))
-        console.print(f"wrote {path}, batched.md and batched.png")
+        path = shapes.write_results(family_rows, folder)
+        console.print(shapes.markdown(family_rows))
+        console.print(f"wrote {path} and its .md and .png")
         return
     with user_errors("mixpert bench"):
         rows = benchmark.run(quick=quick, progress=console.print)

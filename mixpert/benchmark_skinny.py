@@ -1,0 +1,180 @@
+"""The memory-bound-shape benchmark (``mixpert bench --skinny``): tall-and-skinny products and
+their kin, every level that can run them and "auto", beside cuBLAS SGEMM and TF32 in one run.
+
+Such products read one large operand and do little arithmetic per byte, so besides the ratio to
+SGEMM each row carries the achieved bandwidth, (A + B + C bytes) / time, and its share of the
+device-to-device copy bandwidth measured in the same run. Inputs are fresh phi = 0.5 matrices;
+errors are ||C - C64||_F / ||C64||_F against a float64 product of the same float32 inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .benchmark import method_fn, summary
+from .runtime import LADDER
+from .runtime.levels import AUTO
+from .testdata import gemmul8
+from .timing import gpu_median_seconds
+
+SHAPES = (  # m x k x n (issue 16's list: TSM2R, TSM2L and long-k forms)
+    (65536, 4096, 16),
+    (65536, 4096, 64),
+    (65536, 4096, 128),
+    (1048576, 512, 32),
+    (1048576, 16, 16),
+    (16384, 16384, 64),
+    (4096, 65536, 64),
+    (32, 262144, 32),
+)
+QUICK = ((65536, 4096, 16), (1048576, 16, 16), (32, 262144, 32))
+LEVELS = tuple(lv.name for lv in LADDER if lv.kind in ("int8", "ordered"))
+METHODS = ("sgemm", "tf32", *LEVELS, AUTO.name)
+PHI = 0.5
+
+
+@dataclass(frozen=True)
+class SkinnyRow:
+    gpu: str
+    m: int
+    k: int
+    n: int
+    level: str
+    time_ms: float
+    ratio_to_sgemm: float
+    error: float
+    sgemm_error: float
+    gbps: float
+    pct_of_copy: float
+    routed_to: str
+
+
+def copy_gbps(cp: Any, nbytes: int) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second) for ``nbytes``."""
+    src = cp.ones(nbytes // 4, dtype=cp.float32)
+    dst = cp.empty_like(src)
+    seconds = gpu_median_seconds(lambda: cp.copyto(dst, src), 0.0)
+    return 2 * nbytes / seconds / 1e9
+
+
+def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[SkinnyRow]:
+    from .runtime import device
+
+    cp = device.cupy_module()
+    if cp is None:
+        raise RuntimeError(f"the skinny benchmark needs a GPU: {device.unavailable_reason()}")
+    gpu = device.device_name()
+    copy = copy_gbps(cp, 1 << 30)
+    progress(f"device-to-device copy: {copy:.0f} GB/s")
+    rows: list[SkinnyRow] = []
+    for seed, (m, k, n) in enumerate(QUICK if quick else SHAPES):
+        rng = cp.random.default_rng(seed)
+        a, b = gemmul8(cp, rng, (m, k), PHI), gemmul8(cp, rng, (k, n), PHI)
+        reference = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
+        ref_norm = float(cp.linalg.norm(reference))
+        flops, nbytes = 2.0 * m * k * n, 4.0 * (m * k + k * n + m * n)
+        measured: dict[str, tuple[float, float, str]] = {}
+        for name in METHODS:
+            fn, routed = method_fn(cp, name, a, b)
+            poison = cp.full((m, n), cp.nan, dtype=cp.float32)
+            del poison  # the pool hands this NaN-filled block to the next output of its size
+            c = fn()
+            error = float(cp.linalg.norm(c.astype(cp.float64) - reference)) / ref_norm
+            del c
+            measured[name] = (gpu_median_seconds(fn, flops), error, routed)
+        sgemm_s, sgemm_error, _ = measured["sgemm"]
+        for name, (seconds, error, routed) in measured.items():
+            gbps = nbytes / seconds / 1e9
+            rows.append(
+                SkinnyRow(
+                    gpu,
+                    m,
+                    k,
+                    n,
+                    name,
+                    seconds * 1e3,
+                    sgemm_s / seconds,
+                    error,
+                    sgemm_error,
+                    gbps,
+                    100 * gbps / copy,
+                    routed,
+                )  # fmt: skip
+            )
+        progress(summary(f"{m}x{k}x{n} (SGEMM {nbytes / sgemm_s / 1e9:.0f} GB/s)", measured))
+        del a, b, reference
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
+def markdown(rows: list[SkinnyRow]) -> str:
+    methods = list(dict.fromkeys(r.level for r in rows))
+    gpu = rows[0].gpu if rows else "?"
+    lines = [
+        f"# Memory-bound shapes on {gpu}",
+        "",
+        "Cells: throughput relative to cuBLAS SGEMM in the same run / error ||C - C64||_F / "
+        "||C64||_F / achieved GB/s ((A + B + C bytes) / time) and its % of the device-to-device "
+        "copy bandwidth of the same run. `auto` shows the level it routed to.",
+        "",
+        "| m x k x n | SGEMM ms | " + " | ".join(methods) + " |",
+        "|---|---|" + "---|" * len(methods),
+    ]
+    for shape in dict.fromkeys((r.m, r.k, r.n) for r in rows):
+        cells = {r.level: r for r in rows if (r.m, r.k, r.n) == shape}
+        text = [
+            f"{cells[x].ratio_to_sgemm:.2f}x / {cells[x].error:.1e} / {cells[x].gbps:.0f} "
+            f"({cells[x].pct_of_copy:.0f}%)"
+            + (f" ({cells[x].routed_to})" if x == AUTO.name else "")
+            for x in methods
+        ]
+        m, k, n = shape
+        lines.append(f"| {m}x{k}x{n} | {cells['sgemm'].time_ms:.3f} | " + " | ".join(text) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[SkinnyRow], path: Path) -> None:
+    """Ratio to SGEMM and % of copy bandwidth per shape, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plot_style import style
+
+    shapes = list(dict.fromkeys((r.m, r.k, r.n) for r in rows))
+    labels = [f"{m}x{k}x{n}" for m, k, n in shapes]
+    fig, (speed, bandwidth) = plt.subplots(1, 2, figsize=(14, 5))
+    for name in dict.fromkeys(r.level for r in rows):
+        mine = {(r.m, r.k, r.n): r for r in rows if r.level == name}
+        look = style(name)
+        speed.plot(labels, [mine[s].ratio_to_sgemm for s in shapes], marker="o", label=name, **look)
+        bandwidth.plot(
+            labels, [mine[s].pct_of_copy for s in shapes], marker="o", label=name, **look
+        )
+    for ax in (speed, bandwidth):
+        ax.tick_params(axis="x", rotation=45, labelsize=8)
+        ax.grid(True, alpha=0.3)
+    speed.set_yscale("log", base=2)
+    speed.set_ylabel("throughput / cuBLAS SGEMM (same run)")
+    bandwidth.set_ylabel("% of device-to-device copy bandwidth")
+    speed.legend(fontsize=8, ncol=2)
+    fig.suptitle(f"memory-bound shapes on {rows[0].gpu if rows else ''} (m x k x n)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_results(rows: list[SkinnyRow], out_dir: Path) -> Path:
+    """skinny.json, skinny.md and skinny.png in ``out_dir``; returns the JSON's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "skinny.json"
+    path.write_text(json.dumps({"machine": platform.node(), "rows": [asdict(r) for r in rows]}))
+    (out_dir / "skinny.md").write_text(markdown(rows))
+    plot(rows, out_dir / "skinny.png")
+    return path
