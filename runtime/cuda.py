@@ -24,7 +24,16 @@ from cupy.cuda import cublas
 
 from . import bypass, fp16split, workspace
 from .combine import int32_k_block, overflow_slack
-from .cuda_kernels import ACCUMULATE, COMBINE_SOURCE, NARROW, PACK_SOURCE, ROUND, WIDEN, render
+from .cuda_kernels import (
+    ACCUMULATE,
+    COMBINE_SOURCE,
+    NARROW,
+    PACK_SOURCE,
+    ROUND,
+    ROWS_THREADS,
+    WIDEN,
+    render,
+)
 from .levels import LEVELS, Kind, Level
 from .packer import fraction_bits, pair_exponent
 
@@ -627,7 +636,6 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     return c if stack else c[0]
 
 
-ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels
 ROWS_MIN_M = 2048  # tall: enough rows to fill the GPU with one thread per row and column group
 ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (then from L2)
 

@@ -13,6 +13,7 @@ from string import Template
 
 from . import bypass, combine, equilibrate, fp16split, ordered, packer
 
+ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
     "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
@@ -29,6 +30,7 @@ CONSTANTS = {
     "DEEP_FRACTION": bypass.DEEP_FRACTION,
     "NO_BYPASS": bypass.NO_BYPASS,
     "ORDERED_CHUNK": ordered.CHUNK,
+    "ROWS_THREADS": ROWS_THREADS,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -699,11 +701,12 @@ extern "C" __global__ void ordered_product_{r}(
     for r in (1, 2, 4)
 )
 # Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of
-# B): one thread per (row of A, group of G columns), so the row is read once per group, 4
-# entries at a time, and its G dot products run as G FMA chains in k order. A slab of B's rows
-# sits in shared memory and every thread reads the same address (broadcast). Blocks of one row
-# block run their column groups one after another (grid x = group), so A comes from L2 for all
-# groups but the first.
+# B): one thread per (row of A, group of G columns) runs the row's G dot products as G FMA
+# chains in k order. A warp reads a tile of 32 rows x one chunk of k coalesced (each row's
+# steps across the lanes) into shared memory, where each lane then reads its own row; a slab of
+# B's rows sits in shared memory and every thread reads the same address (broadcast). Blocks of
+# one row block run their column groups one after another (grid x = group), so A comes from L2
+# for all groups but the first.
 ORDERED_ROWS_SOURCE = r"""
 template <int G>
 __device__ __forceinline__ void rows_step(float x, const float* b_row, float (&acc)[G])
@@ -733,13 +736,14 @@ __device__ __forceinline__ void ordered_rows_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
     float* __restrict__ c)
 {
-    constexpr int KS = 256;  // k-steps of B per slab (a multiple of the chunk)
+    constexpr int KS = 256, CH = ${ORDERED_CHUNK};  // B's k-steps per slab; A's per tile
+    constexpr int WARPS = ${ROWS_THREADS} / 32;
     __shared__ __align__(16) float b_s[KS][G];
+    __shared__ float a_s[WARPS][32][CH + 1];  // [warp][row][q], padded: conflict-free reads
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c0 = blockIdx.x * G;
-    const long long row = (long long)blockIdx.y * blockDim.x + threadIdx.x;
-    const bool live = row < m;
-    const float* a_row = a + (live ? row : 0) * k;
-    const bool vector = (k & 3) == 0;  // rows 16-byte aligned: float4 loads
+    const long long row0 = (long long)blockIdx.y * ${ROWS_THREADS} + warp * 32;
+    const bool live = row0 + lane < m;
     float acc[G];
     double total[G];
 #pragma unroll
@@ -751,28 +755,24 @@ __device__ __forceinline__ void ordered_rows_impl(
             b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
         }
         __syncthreads();
-        if (live && vector) {
-            for (int q = 0; q < depth; q += 4) {  // depth % 4 == 0 here
-                const float4 x = *reinterpret_cast<const float4*>(a_row + s0 + q);
-                rows_step<G>(x.x, b_s[q], acc);
-                rows_step<G>(x.y, b_s[q + 1], acc);
-                rows_step<G>(x.z, b_s[q + 2], acc);
-                rows_step<G>(x.w, b_s[q + 3], acc);
-                if ((s0 + q + 4) % ${ORDERED_CHUNK} == 0) rows_flush<G>(acc, total);
-            }
-        } else if (live) {
-            for (int q = 0; q < depth; ++q) {
-                rows_step<G>(a_row[s0 + q], b_s[q], acc);
-                if ((s0 + q + 1) % ${ORDERED_CHUNK} == 0) rows_flush<G>(acc, total);
-            }
+        for (int t0 = 0; t0 < depth; t0 += CH) {  // one chunk: a tile of 32 rows x CH steps
+            const int steps = min(CH, depth - t0);
+            const long long q = s0 + t0 + lane;  // the warp reads each row's steps coalesced
+#pragma unroll 8
+            for (int r = 0; r < 32; ++r)
+                a_s[warp][r][lane] =
+                    (lane < steps && row0 + r < m) ? a[(row0 + r) * k + q] : 0.0f;
+            __syncwarp();
+            for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_s[t0 + t], acc);
+            __syncwarp();
+            rows_flush<G>(acc, total);  // chunks start at multiples of CH: each tile is one
         }
         __syncthreads();
     }
     if (!live) return;
-    if (k % ${ORDERED_CHUNK} != 0) rows_flush<G>(acc, total);  // the last, partial chunk
 #pragma unroll
     for (int j = 0; j < G; ++j)
-        if (c0 + j < n) c[row * n + c0 + j] = canonical(total[j]);
+        if (c0 + j < n) c[(row0 + lane) * n + c0 + j] = canonical(total[j]);
 }
 """
 ORDERED_ROWS_SOURCE += "".join(
