@@ -721,16 +721,6 @@ __device__ __forceinline__ void rows_step(float x, const float* b_row, float (&a
     }
 }
 
-// Lane l's entries of a tile: step q + l of the 32 rows from row0 (0 past A's edges).
-__device__ __forceinline__ void rows_tile(const float* __restrict__ a, int m, int k,
-                                          long long row0, int lane, int q, float (&next)[32])
-{
-    const long long step = q + lane;
-#pragma unroll
-    for (int r = 0; r < 32; ++r)
-        next[r] = (step < k && row0 + r < m) ? a[(row0 + r) * k + step] : 0.0f;
-}
-
 template <int G>
 __device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
 {
@@ -758,30 +748,26 @@ __device__ __forceinline__ void ordered_rows_impl(
     double total[G];
 #pragma unroll
     for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; }
-    // Tile tau holds steps 32 tau .. 32 tau + 31 of the warp's 32 rows: lane l keeps step l of
-    // each row in next[], loaded one tile ahead (the loads fly while the tile before computes).
-    float next[32];
-    const int tiles = (k + CH - 1) / CH;
-    rows_tile(a, m, k, row0, lane, 0, next);
-    for (int tau = 0; tau < tiles; ++tau) {
-        const int q0 = tau * CH, steps = min(CH, k - q0);
-        if (q0 % KS == 0) {  // a new slab of B's rows
-            __syncthreads();
-            const int depth = min(KS, k - q0);
-            for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
-                const int q = i / G, j = i % G;
-                b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(q0 + q) * n + c0 + j] : 0.0f;
-            }
-            __syncthreads();
+    for (int s0 = 0; s0 < k; s0 += KS) {
+        const int depth = min(KS, k - s0);
+        for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
+            const int q = i / G, j = i % G;
+            b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
         }
-#pragma unroll
-        for (int r = 0; r < 32; ++r) a_s[warp][r][lane] = next[r];
-        __syncwarp();
-        if (tau + 1 < tiles) rows_tile(a, m, k, row0, lane, q0 + CH, next);
-        const float* b_rows = b_s[q0 % KS];
-        for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_rows + t * G, acc);
-        __syncwarp();
-        rows_flush<G>(acc, total);  // a tile is one chunk (chunks start at multiples of CH)
+        __syncthreads();
+        for (int t0 = 0; t0 < depth; t0 += CH) {  // one chunk: a tile of 32 rows x CH steps
+            const int steps = min(CH, depth - t0);
+            const long long q = s0 + t0 + lane;  // the warp reads each row's steps coalesced
+#pragma unroll 8
+            for (int r = 0; r < 32; ++r)
+                a_s[warp][r][lane] =
+                    (lane < steps && row0 + r < m) ? a[(row0 + r) * k + q] : 0.0f;
+            __syncwarp();
+            for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_s[t0 + t], acc);
+            __syncwarp();
+            rows_flush<G>(acc, total);  // chunks start at multiples of CH: each tile is one
+        }
+        __syncthreads();
     }
     if (!live) return;
 #pragma unroll
