@@ -640,13 +640,14 @@ ROWS_MIN_M = 2048  # tall: enough rows to fill the GPU with one thread per row a
 ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (then from L2)
 
 
-def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+def ordered_rows_product(a: cp.ndarray, b: cp.ndarray, group: int | None = None) -> cp.ndarray:
     """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
-    row of A and group of up to 16 columns of B, A streamed once 4 entries at a time."""
+    row of A and group of ``group`` (4, 8 or 16; default the fewest covering n) columns of B."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    group = 4 if n <= 4 else 8 if n <= 8 else 16
+    if group is None:
+        group = 4 if n <= 4 else 8 if n <= 8 else 16
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_rows_{group}")(
         (-(-n // group), -(-m // ROWS_THREADS)), (ROWS_THREADS,),
