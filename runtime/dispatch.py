@@ -27,10 +27,9 @@ OFFLOAD_MIN_FLOPS = 2 * 512**3
 AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
-# SGEMM): the in-order kernel for small matrices, whose time is data movement and launches;
-# level IV where each pair passes the 2-D rule (H100: 1.73x at 16 x 4096^3, 0.92x at 64 x 1024^3).
-# The in-order kernel ran 1.41x at 4096 x 16^3 but 0.89x at 32^3 and 0.54x at 64^3 (float64
-# arithmetic), so only pairs of at most 16 x 16 x 16 take it.
+# SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3, 1.0x at
+# 64 x 1024^3); fp32-ordered's small-matrix kernel only for pairs of at most 16 x 16 x 16
+# (1.3-2.3x at 4096 x 16^3, but 0.9-1.2x at 32^3 and 0.7-0.8x at 64^3).
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
 
