@@ -182,7 +182,7 @@ def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
 def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """``equilibrate.k_exponents`` on the GPU: ``a_rows`` is A with contiguous rows, ``b`` is B
     (either layout); one read of each, no host synchronisation. Entry k (one past the
-    exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k n), both
+    exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k, n), both
     C-contiguous: one row of k + 1 entries per pair."""
     stack = a_rows.ndim == 3
     a3 = a_rows if stack else a_rows[None]
