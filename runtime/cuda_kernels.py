@@ -613,6 +613,19 @@ __device__ __forceinline__ void load_run(const float* p, float (&v)[R])
     }
 }
 
+// R consecutive floats to R-aligned global memory in one store (R = 1, 2 or 4).
+template <int R>
+__device__ __forceinline__ void store_run(float* p, const float (&v)[R])
+{
+    if constexpr (R == 4) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (R == 2) {
+        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    } else {
+        p[0] = v[0];
+    }
+}
+
 // acc[i][j] = fma(a[q][R ty + i], b[q][R tx + j], acc[i][j]) from the shared tiles (row length
 // W floats).
 template <int R, int W>
@@ -678,9 +691,17 @@ __device__ __forceinline__ void ordered_impl(
                 }
         }
     }
+    const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         const int r = r0 + R * ty + i;
+        if (whole && r < m) {
+            float out[R];
+#pragma unroll
+            for (int j = 0; j < R; ++j) out[j] = canonical(total[i][j]);
+            store_run<R>(c + (long long)r * n + c0 + R * tx, out);
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < R; ++j) {
             const int col = c0 + R * tx + j;
