@@ -713,7 +713,7 @@ __device__ __forceinline__ void ordered_impl(
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(256, 3) ordered_product_{r}(
+extern "C" __global__ void ordered_product_{r}(
     const float* a, const float* b, int m, int n, int k, int batch0, float* c)
 {{
     ordered_impl<{r}>(a, b, m, n, k, batch0, c);
