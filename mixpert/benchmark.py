@@ -64,6 +64,8 @@ def random_inputs(cp: Any, m: int, k: int, n: int, dist: str, seed: int) -> tupl
 
 
 def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], str]:
+    """(call, what it runs) for a method of the tables: "sgemm" (``cp.matmul``: cuBLAS SGEMM,
+    strided-batched for stacks), "tf32", "auto" or a level, on two matrices or two stacks."""
     from .runtime import cuda, dispatch
 
     if name == "sgemm":
@@ -74,6 +76,8 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
         chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
         return (lambda: dispatch.matmul(a, b, AUTO, "cuda")), chosen.name
     level = get_level(name)
+    if a.ndim == 3:
+        return (lambda: cuda.matmul_stack(a, b, level)), name
     product = cuda.PRODUCTS[level.kind]
     return (lambda: product(a, b, level)), name
 

@@ -10,15 +10,13 @@ pool is handed a NaN-filled block of the output's size, so a result that skips a
 
 from __future__ import annotations
 
-import json
-import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from .benchmark import summary
-from .runtime import LADDER, get_level
+from . import family_report
+from .benchmark import method_fn, summary
+from .runtime import LADDER
 from .runtime.levels import AUTO
 from .testdata import gemmul8
 from .timing import gpu_median_seconds
@@ -57,20 +55,6 @@ class BatchedRow:
     routed_to: str
 
 
-def _method(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], str]:
-    from .runtime import cuda, dispatch
-
-    if name == "sgemm":
-        return (lambda: cp.matmul(a, b)), "sgemm"  # cuBLAS strided-batched SGEMM
-    if name == "tf32":
-        return (lambda: cuda.tf32_product(a, b)), "tf32"
-    if name == AUTO.name:
-        chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
-        return (lambda: dispatch.matmul(a, b, AUTO, "cuda")), chosen.name
-    level = get_level(name)
-    return (lambda: cuda.matmul_stack(a, b, level)), name
-
-
 def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[BatchedRow]:
     from .runtime import device
 
@@ -88,7 +72,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Ba
         flops = 2.0 * batch * m * k * n
         measured: dict[str, tuple[float, float, str]] = {}
         for name in METHODS:
-            fn, routed = _method(cp, name, a, b)
+            fn, routed = method_fn(cp, name, a, b)
             poison = cp.full((batch, m, n), cp.nan, dtype=cp.float32)
             del poison  # the pool hands this NaN-filled block to the next output of its size
             c = fn()
@@ -118,70 +102,24 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Ba
     return rows
 
 
+FAMILY = family_report.Family(
+    name="batched",
+    title="Batched benchmark",
+    intro="Cells: throughput relative to cuBLAS strided-batched SGEMM in the same run / error "
+    "||C - C64||_F / ||C64||_F over the stack (phi = 0.5 inputs). `auto` shows the level it "
+    "routed to. fp16 has no stack path (it runs pair by pair) and is left out.",
+    shape_header="batch x (m x k x n)",
+    shape=lambda r: (r.batch, r.m, r.k, r.n),
+    label=lambda s: f"{s[0]} x {s[1]}x{s[2]}x{s[3]}",
+    cell=lambda r: f"{r.ratio_to_sgemm:.2f}x / {r.error:.1e}",
+    panel=("||C - C64||_F / ||C64||_F", lambda r: r.error, True),
+)
+
+
 def markdown(rows: list[BatchedRow]) -> str:
-    methods = list(dict.fromkeys(r.level for r in rows))
-    gpu = rows[0].gpu if rows else "?"
-    lines = [
-        f"# Batched benchmark on {gpu}",
-        "",
-        "Cells: throughput relative to cuBLAS strided-batched SGEMM in the same run / error "
-        "||C - C64||_F / ||C64||_F over the stack (phi = 0.5 inputs). `auto` shows the level it "
-        "routed to. fp16 has no stack path (it runs pair by pair) and is left out.",
-        "",
-        "| batch x (m x k x n) | SGEMM ms | " + " | ".join(methods) + " |",
-        "|---|---|" + "---|" * len(methods),
-    ]
-    for shape in dict.fromkeys((r.batch, r.m, r.k, r.n) for r in rows):
-        cells = {r.level: r for r in rows if (r.batch, r.m, r.k, r.n) == shape}
-        text = [
-            f"{cells[x].ratio_to_sgemm:.2f}x / {cells[x].error:.1e}"
-            + (f" ({cells[x].routed_to})" if x == AUTO.name else "")
-            for x in methods
-        ]
-        batch, m, k, n = shape
-        lines.append(
-            f"| {batch} x {m}x{k}x{n} | {cells['sgemm'].time_ms:.3f} | " + " | ".join(text) + " |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def plot(rows: list[BatchedRow], path: Path) -> None:
-    """Ratio to SGEMM and error per shape, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .plot_style import style
-
-    shapes = list(dict.fromkeys((r.batch, r.m, r.k, r.n) for r in rows))
-    labels = [f"{b}x{m}x{k}x{n}" for b, m, k, n in shapes]
-    fig, (speed, error) = plt.subplots(1, 2, figsize=(14, 5))
-    for name in dict.fromkeys(r.level for r in rows):
-        mine = {(r.batch, r.m, r.k, r.n): r for r in rows if r.level == name}
-        look = style(name)
-        speed.plot(labels, [mine[s].ratio_to_sgemm for s in shapes], marker="o", label=name, **look)
-        error.plot(labels, [mine[s].error for s in shapes], marker="o", label=name, **look)
-    for ax in (speed, error):
-        ax.tick_params(axis="x", rotation=45, labelsize=8)
-        ax.grid(True, alpha=0.3)
-    speed.set_yscale("log", base=2)
-    speed.set_ylabel("throughput / cuBLAS strided-batched SGEMM (same run)")
-    error.set_yscale("log")
-    error.set_ylabel("||C - C64||_F / ||C64||_F")
-    speed.legend(fontsize=8, ncol=2)
-    fig.suptitle(f"batched products on {rows[0].gpu if rows else ''} (batch x m x k x n)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return family_report.markdown(FAMILY, rows)
 
 
 def write_results(rows: list[BatchedRow], out_dir: Path) -> Path:
     """batched.json, batched.md and batched.png in ``out_dir``; returns the JSON's path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "batched.json"
-    payload = {"machine": platform.node(), "rows": [asdict(r) for r in rows]}
-    path.write_text(json.dumps(payload, indent=1))
-    (out_dir / "batched.md").write_text(markdown(rows))
-    plot(rows, out_dir / "batched.png")
-    return path
+    return family_report.write(FAMILY, rows, out_dir)

@@ -9,13 +9,12 @@ errors are ||C - C64||_F / ||C64||_F against a float64 product of the same float
 
 from __future__ import annotations
 
-import json
-import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import family_report
 from .benchmark import method_fn, summary
 from .runtime import LADDER
 from .runtime.levels import AUTO
@@ -112,69 +111,24 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Sk
     return rows
 
 
+FAMILY = family_report.Family(
+    name="skinny",
+    title="Memory-bound shapes",
+    intro="Cells: throughput relative to cuBLAS SGEMM in the same run / error ||C - C64||_F / "
+    "||C64||_F / achieved GB/s ((A + B + C bytes) / time) and its % of the device-to-device "
+    "copy bandwidth of the same run. `auto` shows the level it routed to.",
+    shape_header="m x k x n",
+    shape=lambda r: (r.m, r.k, r.n),
+    label=lambda s: f"{s[0]}x{s[1]}x{s[2]}",
+    cell=lambda r: f"{r.ratio_to_sgemm:.2f}x / {r.error:.1e} / {r.gbps:.0f} ({r.pct_of_copy:.0f}%)",
+    panel=("% of device-to-device copy bandwidth", lambda r: r.pct_of_copy, False),
+)
+
+
 def markdown(rows: list[SkinnyRow]) -> str:
-    methods = list(dict.fromkeys(r.level for r in rows))
-    gpu = rows[0].gpu if rows else "?"
-    lines = [
-        f"# Memory-bound shapes on {gpu}",
-        "",
-        "Cells: throughput relative to cuBLAS SGEMM in the same run / error ||C - C64||_F / "
-        "||C64||_F / achieved GB/s ((A + B + C bytes) / time) and its % of the device-to-device "
-        "copy bandwidth of the same run. `auto` shows the level it routed to.",
-        "",
-        "| m x k x n | SGEMM ms | " + " | ".join(methods) + " |",
-        "|---|---|" + "---|" * len(methods),
-    ]
-    for shape in dict.fromkeys((r.m, r.k, r.n) for r in rows):
-        cells = {r.level: r for r in rows if (r.m, r.k, r.n) == shape}
-        text = [
-            f"{cells[x].ratio_to_sgemm:.2f}x / {cells[x].error:.1e} / {cells[x].gbps:.0f} "
-            f"({cells[x].pct_of_copy:.0f}%)"
-            + (f" ({cells[x].routed_to})" if x == AUTO.name else "")
-            for x in methods
-        ]
-        m, k, n = shape
-        lines.append(f"| {m}x{k}x{n} | {cells['sgemm'].time_ms:.3f} | " + " | ".join(text) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def plot(rows: list[SkinnyRow], path: Path) -> None:
-    """Ratio to SGEMM and % of copy bandwidth per shape, one line per method."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .plot_style import style
-
-    shapes = list(dict.fromkeys((r.m, r.k, r.n) for r in rows))
-    labels = [f"{m}x{k}x{n}" for m, k, n in shapes]
-    fig, (speed, bandwidth) = plt.subplots(1, 2, figsize=(14, 5))
-    for name in dict.fromkeys(r.level for r in rows):
-        mine = {(r.m, r.k, r.n): r for r in rows if r.level == name}
-        look = style(name)
-        speed.plot(labels, [mine[s].ratio_to_sgemm for s in shapes], marker="o", label=name, **look)
-        bandwidth.plot(
-            labels, [mine[s].pct_of_copy for s in shapes], marker="o", label=name, **look
-        )
-    for ax in (speed, bandwidth):
-        ax.tick_params(axis="x", rotation=45, labelsize=8)
-        ax.grid(True, alpha=0.3)
-    speed.set_yscale("log", base=2)
-    speed.set_ylabel("throughput / cuBLAS SGEMM (same run)")
-    bandwidth.set_ylabel("% of device-to-device copy bandwidth")
-    speed.legend(fontsize=8, ncol=2)
-    fig.suptitle(f"memory-bound shapes on {rows[0].gpu if rows else ''} (m x k x n)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return family_report.markdown(FAMILY, rows)
 
 
 def write_results(rows: list[SkinnyRow], out_dir: Path) -> Path:
     """skinny.json, skinny.md and skinny.png in ``out_dir``; returns the JSON's path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "skinny.json"
-    path.write_text(json.dumps({"machine": platform.node(), "rows": [asdict(r) for r in rows]}))
-    (out_dir / "skinny.md").write_text(markdown(rows))
-    plot(rows, out_dir / "skinny.png")
-    return path
+    return family_report.write(FAMILY, rows, out_dir)

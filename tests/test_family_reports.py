@@ -1,0 +1,50 @@
+"""The batched and skinny benchmarks' files, from made-up rows (the runs themselves need a GPU):
+the JSON fields the issues name, one Markdown line per shape with every method, a plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mixpert import benchmark_batched, benchmark_skinny
+
+
+def test_batched_results_carry_the_issue_fields(tmp_path: Path) -> None:
+    rows = [
+        benchmark_batched.BatchedRow("GPU", batch, 4, 5, 6, name, 0.5, ratio, 1e-7, 2e-7, "IV")
+        for batch in (8, 16)
+        for name, ratio in zip(benchmark_batched.METHODS, (1.0, 1.5, 0.5), strict=False)
+    ]
+    path = benchmark_batched.write_results(rows, tmp_path)
+    saved = json.loads(path.read_text())["rows"]
+    assert len(saved) == len(rows)
+    needed = {"batch", "m", "k", "n", "level", "time_ms", "ratio_to_sgemm", "error", "sgemm_error"}
+    assert needed <= set(saved[0])
+    table = (tmp_path / "batched.md").read_text()
+    assert "| 8 x 4x5x6 |" in table and "| 16 x 4x5x6 |" in table
+    assert "1.50x / 1.0e-07" in table
+    assert (tmp_path / "batched.png").stat().st_size > 0
+
+
+def test_skinny_results_carry_bandwidth(tmp_path: Path) -> None:
+    rows = [
+        benchmark_skinny.SkinnyRow("GPU", 64, 32, 8, name, 0.2, 1.0, 1e-7, 1e-6, 900.0, 30.0, "x")
+        for name in benchmark_skinny.METHODS
+    ]
+    path = benchmark_skinny.write_results(rows, tmp_path)
+    saved = json.loads(path.read_text())["rows"]
+    assert {
+        "m",
+        "k",
+        "n",
+        "level",
+        "time_ms",
+        "ratio_to_sgemm",
+        "error",
+        "sgemm_error",
+        "gbps",
+    } <= set(saved[0])
+    table = (tmp_path / "skinny.md").read_text()
+    line = next(x for x in table.splitlines() if x.startswith("| 64x32x8 |"))
+    assert line.count("900 (30%)") == len(benchmark_skinny.METHODS)
+    assert "(x)" in line  # auto names the level it ran
