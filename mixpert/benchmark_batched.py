@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import family_report
-from .benchmark import method_fn, summary
+from .benchmark import measure_methods, summary
 from .runtime import LADDER
 from .runtime.levels import AUTO
 from .testdata import gemmul8
-from .timing import gpu_median_seconds
 
 # batch x (m x k x n): the MAGMA seed's small sizes up to large ones, and the two skinny forms.
 SHAPES = (
@@ -67,18 +66,8 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Ba
         rng = cp.random.default_rng(seed)
         a = gemmul8(cp, rng, (batch, m, k), PHI)
         b = gemmul8(cp, rng, (batch, k, n), PHI)
-        reference = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
-        ref_norm = float(cp.linalg.norm(reference))
         flops = 2.0 * batch * m * k * n
-        measured: dict[str, tuple[float, float, str]] = {}
-        for name in METHODS:
-            fn, routed = method_fn(cp, name, a, b)
-            poison = cp.full((batch, m, n), cp.nan, dtype=cp.float32)
-            del poison  # the pool hands this NaN-filled block to the next output of its size
-            c = fn()
-            error = float(cp.linalg.norm(c.astype(cp.float64) - reference)) / ref_norm
-            del c
-            measured[name] = (gpu_median_seconds(fn, flops), error, routed)
+        measured = measure_methods(cp, METHODS, a, b, flops)
         sgemm_s, sgemm_error, _ = measured["sgemm"]
         for name, (seconds, error, routed) in measured.items():
             rows.append(
@@ -97,7 +86,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Ba
                 )  # fmt: skip
             )
         progress(summary(f"{batch} x {m}x{k}x{n} (SGEMM {sgemm_s * 1e3:.3f} ms)", measured))
-        del a, b, reference
+        del a, b
         cp.get_default_memory_pool().free_all_blocks()
     return rows
 

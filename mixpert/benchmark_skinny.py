@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import family_report
-from .benchmark import method_fn, summary
+from .benchmark import measure_methods, summary
 from .runtime import LADDER
 from .runtime.levels import AUTO
 from .testdata import gemmul8
@@ -74,18 +74,8 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Sk
     for seed, (m, k, n) in enumerate(QUICK if quick else SHAPES):
         rng = cp.random.default_rng(seed)
         a, b = gemmul8(cp, rng, (m, k), PHI), gemmul8(cp, rng, (k, n), PHI)
-        reference = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
-        ref_norm = float(cp.linalg.norm(reference))
         flops, nbytes = 2.0 * m * k * n, 4.0 * (m * k + k * n + m * n)
-        measured: dict[str, tuple[float, float, str]] = {}
-        for name in METHODS:
-            fn, routed = method_fn(cp, name, a, b)
-            poison = cp.full((m, n), cp.nan, dtype=cp.float32)
-            del poison  # the pool hands this NaN-filled block to the next output of its size
-            c = fn()
-            error = float(cp.linalg.norm(c.astype(cp.float64) - reference)) / ref_norm
-            del c
-            measured[name] = (gpu_median_seconds(fn, flops), error, routed)
+        measured = measure_methods(cp, METHODS, a, b, flops)
         sgemm_s, sgemm_error, _ = measured["sgemm"]
         for name, (seconds, error, routed) in measured.items():
             gbps = nbytes / seconds / 1e9
@@ -106,7 +96,7 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Sk
                 )  # fmt: skip
             )
         progress(summary(f"{m}x{k}x{n} (SGEMM {nbytes / sgemm_s / 1e9:.0f} GB/s)", measured))
-        del a, b, reference
+        del a, b
         cp.get_default_memory_pool().free_all_blocks()
     return rows
 
