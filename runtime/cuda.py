@@ -53,6 +53,7 @@ MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and .z: longer stacks launch in
 # cudaDataType_t values (library_types.h); CuPy's runtime module does not export all of them.
 CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
 
+_FLOAT32 = np.dtype(np.float32)
 _ONE_I32 = np.array(1, dtype=np.int32)
 _ZERO_I32 = np.array(0, dtype=np.int32)
 _ONE_F32 = np.array(1.0, dtype=np.float32)
@@ -717,9 +718,9 @@ def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> No
 def matmul_stack(a: Any, b: Any, level: Level) -> Any:
     """``matmul`` of each pair of two stacks (s, m, k) and (s, k, n), as one stack: the whole
     stack in a few launches where the level's kind has a stack product, else pair by pair."""
-    host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
-    ready = all(isinstance(x, cp.ndarray) and x.dtype == cp.float32 for x in (a, b))
-    if not ready:
+    a_dev, b_dev = isinstance(a, cp.ndarray), isinstance(b, cp.ndarray)
+    host = not (a_dev or b_dev)
+    if not (a_dev and b_dev and a.dtype == _FLOAT32 and b.dtype == _FLOAT32):
         a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     count, m, k = a.shape
     n = b.shape[2]

@@ -32,6 +32,7 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # (1.3-2.3x at 4096 x 16^3, but 0.9-1.2x at 32^3 and 0.7-0.8x at 64^3).
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
+_FLOAT32 = np.dtype(np.float32)
 
 
 def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
@@ -131,7 +132,7 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
         return None
     if a.ndim < 3 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         return None
-    if a.dtype != np.float32 or b.dtype != np.float32:
+    if a.dtype != _FLOAT32 or b.dtype != _FLOAT32:  # (a dtype object compares fastest)
         return None
     if not (a.flags.c_contiguous and b.flags.c_contiguous) or 0 in a.shape or 0 in b.shape:
         return None
