@@ -20,29 +20,47 @@ import numpy as np
 CHUNK = 32  # k-steps summed in float32 before the float64 total takes them
 
 
+# A float64 keeps 29 fraction bits below a normal float32's last one: a float64 that lies
+# exactly on a float32 midpoint has them 1000...0.
+_BELOW_FLOAT32 = np.uint64((1 << 29) - 1)
+_MIDPOINT_BITS = np.uint64(1 << 28)
+_SMALLEST_NORMAL = 2.0**-126
+
+
 def fma32(product: np.ndarray, acc: np.ndarray) -> np.ndarray:
     """float32(product + acc) rounded once (round to nearest even), ``product`` the exact
     float64 product of two float32 values, ``acc`` float32: IEEE fmaf.
 
-    s = product + acc rounds in float64; (s, e) with s + e exact is Knuth's TwoSum. Rounding s
-    to float32 gives the right answer except where s landed exactly on a float32 midpoint while
-    the exact sum lies beyond it (e of the same sign as s - float32(s)): then the other
-    neighbour is the correctly rounded one. (float32 midpoints are float64 numbers, so a sum
-    that is not on one rounds to the same side in both precisions.)
+    s = product + acc rounds in float64; rounding s to float32 gives the right answer except
+    where s landed exactly on a float32 midpoint while the exact sum lies beyond it. (float32
+    midpoints are float64 numbers, so a sum that is not on one rounds to the same side in both
+    precisions.) Only entries on a midpoint, or in float32's subnormal range (whose midpoints
+    sit elsewhere), take the exact path, ``_on_midpoints``.
     """
     acc64 = acc.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         s = product + acc64
         rounded = s.astype(np.float32)
-        virtual = s - acc64
-        e = (product - virtual) + (acc64 - (s - virtual))
-        r64 = rounded.astype(np.float64)
-        d = s - r64  # exact: s is within half a float32 step of its rounding
-        up = np.where(d > 0, np.float32(np.inf), np.float32(-np.inf))
-        other = np.nextafter(rounded, up)
-        midpoint = np.isfinite(s) & np.isfinite(rounded) & (d != 0)
-        midpoint &= 2 * d == other.astype(np.float64) - r64
-        beyond = midpoint & (e != 0) & ((e > 0) == (d > 0))
+        suspect = (s.view(np.uint64) & _BELOW_FLOAT32) == _MIDPOINT_BITS
+        suspect |= (np.abs(s) < _SMALLEST_NORMAL) & (s != 0)
+        if suspect.any():
+            rounded[suspect] = _on_midpoints(product[suspect], acc64[suspect], s[suspect])
+    return rounded
+
+
+def _on_midpoints(product: np.ndarray, acc64: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """fma32 where s = product + acc64 (float64) may sit on a float32 midpoint: (s, e) with
+    s + e exact is Knuth's TwoSum; when s is a midpoint and e points past it (the same sign as
+    s - float32(s)), the other neighbour is the correctly rounded result."""
+    rounded = s.astype(np.float32)
+    virtual = s - acc64
+    e = (product - virtual) + (acc64 - (s - virtual))
+    r64 = rounded.astype(np.float64)
+    d = s - r64  # exact: s is within half a float32 step of its rounding
+    other = np.nextafter(rounded, np.where(d > 0, np.float32(np.inf), np.float32(-np.inf)))
+    midpoint = np.isfinite(s) & np.isfinite(rounded) & (d != 0)
+    midpoint &= 2 * d == other.astype(np.float64) - r64
+    beyond = midpoint & (e != 0) & ((e > 0) == (d > 0))
     return np.where(beyond, other, rounded)
 
 
