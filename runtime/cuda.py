@@ -441,7 +441,7 @@ def _bypass_lines(
     a_s, b_s = (tuple(np.int64(x // a.itemsize) for x in y.strides) for y in (a, b))
     for first in _batch_chunks(count):
         _combine_module().get_function("bypass_lines")(
-            (-(-n // BYPASS_TILE), -(-m // BYPASS_TILE), _chunk(first, count)),
+            (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), _chunk(first, count)),
             (16, 16),
             (a_pack.nonfinite, b_pack.nonfinite, a, a_s[1], a_s[2], a_s[0], b, b_s[1], b_s[2],
              b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
@@ -633,7 +633,7 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     kernel = _ordered_kernel(r)
     for first in _batch_chunks(count):
         kernel(
-            (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
+            (-(-n // tile), min(-(-m // tile), MAX_GRID_YZ), _chunk(first, count)), (16, 16),
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]
@@ -643,17 +643,16 @@ ROWS_MIN_M = 2048  # tall: enough rows to fill the GPU with one thread per row a
 ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (then from L2)
 
 
-def ordered_rows_product(a: cp.ndarray, b: cp.ndarray, group: int | None = None) -> cp.ndarray:
+def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
-    row of A and group of ``group`` (4, 8 or 16; default the fewest covering n) columns of B."""
+    row of A and group of 4, 8 or 16 columns of B (the fewest that cover n)."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    if group is None:
-        group = 4 if n <= 4 else 8 if n <= 8 else 16
+    group = 4 if n <= 4 else 8 if n <= 8 else 16
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_rows_{group}")(
-        (-(-n // group), -(-m // ROWS_THREADS)), (ROWS_THREADS,),
+        (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c

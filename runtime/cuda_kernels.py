@@ -560,20 +560,22 @@ extern "C" __global__ void bypass_lines(
     row_bad += z * m;
     col_bad += z * n;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
-    const int r0 = blockIdx.y * 64, c0 = blockIdx.x * 64;
-    int mine = 0;
-    if (t < 64) mine = (r0 + t < m && row_bad[r0 + t]) | (c0 + t < n && col_bad[c0 + t]);
-    if (!__syncthreads_or(mine)) return;
+    const int c0 = blockIdx.x * 64;
+    for (int r0 = blockIdx.y * 64; r0 < m; r0 += gridDim.y * 64) {  // grid y: at most 65535
+        int mine = 0;
+        if (t < 64) mine = (r0 + t < m && row_bad[r0 + t]) | (c0 + t < n && col_bad[c0 + t]);
+        if (!__syncthreads_or(mine)) continue;
 
-    double acc[4][4];
-    in_order_tile<4>(a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, r0, c0, acc);
-    for (int i = 0; i < 4; ++i) {
-        const int r = r0 + 4 * ty + i;
-        if (r >= m) continue;
-        for (int j = 0; j < 4; ++j) {
-            const int col = c0 + 4 * tx + j;
-            if (col < n && (row_bad[r] | col_bad[col]))
-                c[(long long)r * n + col] = canonical(acc[i][j]);
+        double acc[4][4];
+        in_order_tile<4>(a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, r0, c0, acc);
+        for (int i = 0; i < 4; ++i) {
+            const int r = r0 + 4 * ty + i;
+            if (r >= m) continue;
+            for (int j = 0; j < 4; ++j) {
+                const int col = c0 + 4 * tx + j;
+                if (col < n && (row_bad[r] | col_bad[col]))
+                    c[(long long)r * n + col] = canonical(acc[i][j]);
+            }
         }
     }
 }
@@ -650,6 +652,7 @@ __device__ __forceinline__ void ordered_impl(
     float* __restrict__ c)
 {
     constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
+    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end where a step of 16 ends");
     __shared__ __align__(16) float a_tile[16][T + PAD];  // [q][row]
     __shared__ __align__(16) float b_tile[16][T + PAD];  // [q][col]
     const long long z = blockIdx.z + (long long)batch0;
@@ -657,55 +660,58 @@ __device__ __forceinline__ void ordered_impl(
     b += z * k * n;
     c += z * m * n;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
-    const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
-    float acc[R][R];
-    double total[R][R];
+    const int c0 = blockIdx.x * T;
+    for (int r0 = blockIdx.y * T; r0 < m; r0 += gridDim.y * T) {  // grid y: at most 65535
+        float acc[R][R];
+        double total[R][R];
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+        for (int i = 0; i < R; ++i)
 #pragma unroll
-        for (int j = 0; j < R; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
-    for (int q0 = 0; q0 < k; q0 += 16) {
-        for (int i = t; i < 16 * T; i += 256) {
-            const int a_line = i >> 4, a_q = q0 + (i & 15);
-            a_tile[i & 15][a_line] =
-                (a_q < k && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
-            const int b_q = q0 + i / T, b_line = i % T;
-            b_tile[i / T][b_line] =
-                (b_q < k && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
+            for (int j = 0; j < R; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
+        for (int q0 = 0; q0 < k; q0 += 16) {
+            for (int i = t; i < 16 * T; i += 256) {
+                const int a_line = i >> 4, a_q = q0 + (i & 15);
+                a_tile[i & 15][a_line] =
+                    (a_q < k && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+                const int b_q = q0 + i / T, b_line = i % T;
+                b_tile[i / T][b_line] =
+                    (b_q < k && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
+            }
+            __syncthreads();
+            if (k - q0 >= 16) {  // a whole step, unrolled
+#pragma unroll
+                for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+            } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
+                for (int q = 0; q < k - q0; ++q)
+                    ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+            }
+            __syncthreads();
+            if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= k) {  // a chunk ends
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+#pragma unroll
+                    for (int j = 0; j < R; ++j) {
+                        total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                        acc[i][j] = 0.0f;
+                    }
+            }
         }
-        __syncthreads();
-        if (k - q0 >= 16) {  // a whole step, unrolled
+        const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
 #pragma unroll
-            for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
-        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
-            for (int q = 0; q < k - q0; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
-        }
-        __syncthreads();
-        if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= k) {  // a chunk ends
+        for (int i = 0; i < R; ++i) {
+            const int r = r0 + R * ty + i;
+            if (whole && r < m) {
+                float out[R];
 #pragma unroll
-            for (int i = 0; i < R; ++i)
+                for (int j = 0; j < R; ++j) out[j] = canonical(total[i][j]);
+                store_run<R>(c + (long long)r * n + c0 + R * tx, out);
+                continue;
+            }
 #pragma unroll
-                for (int j = 0; j < R; ++j) {
-                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
-                    acc[i][j] = 0.0f;
-                }
-        }
-    }
-    const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-        const int r = r0 + R * ty + i;
-        if (whole && r < m) {
-            float out[R];
-#pragma unroll
-            for (int j = 0; j < R; ++j) out[j] = canonical(total[i][j]);
-            store_run<R>(c + (long long)r * n + c0 + R * tx, out);
-            continue;
-        }
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-            const int col = c0 + R * tx + j;
-            if (r < m && col < n) c[(long long)r * n + col] = canonical(total[i][j]);
+            for (int j = 0; j < R; ++j) {
+                const int col = c0 + R * tx + j;
+                if (r < m && col < n) c[(long long)r * n + col] = canonical(total[i][j]);
+            }
         }
     }
 }
@@ -758,42 +764,46 @@ __device__ __forceinline__ void ordered_rows_impl(
     float* __restrict__ c)
 {
     constexpr int KS = 256, CH = ${ORDERED_CHUNK};  // B's k-steps per slab; A's per tile
+    static_assert(CH <= 32 && KS % CH == 0, "a tile is one chunk, one step per lane");
     constexpr int WARPS = ${ROWS_THREADS} / 32;
     __shared__ __align__(16) float b_s[KS][G];
     __shared__ float a_s[WARPS][32][CH + 1];  // [warp][row][q], padded: conflict-free reads
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int c0 = blockIdx.x * G;
-    const long long row0 = (long long)blockIdx.y * ${ROWS_THREADS} + warp * 32;
-    const bool live = row0 + lane < m;
-    float acc[G];
-    double total[G];
+    for (long long block_row = (long long)blockIdx.y * ${ROWS_THREADS}; block_row < m;
+         block_row += (long long)gridDim.y * ${ROWS_THREADS}) {  // grid y: at most 65535
+        const long long row0 = block_row + warp * 32;
+        float acc[G];
+        double total[G];
 #pragma unroll
-    for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; }
-    for (int s0 = 0; s0 < k; s0 += KS) {
-        const int depth = min(KS, k - s0);
-        for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
-            const int q = i / G, j = i % G;
-            b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
-        }
-        __syncthreads();
-        for (int t0 = 0; t0 < depth; t0 += CH) {  // one chunk: a tile of 32 rows x CH steps
-            const int steps = min(CH, depth - t0);
-            const long long q = s0 + t0 + lane;  // the warp reads each row's steps coalesced
+        for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; }
+        for (int s0 = 0; s0 < k; s0 += KS) {
+            const int depth = min(KS, k - s0);
+            for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
+                const int q = i / G, j = i % G;
+                b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
+            }
+            __syncthreads();
+            for (int t0 = 0; t0 < depth; t0 += CH) {  // one chunk: a tile of 32 rows x CH steps
+                const int steps = min(CH, depth - t0);
+                const long long q = s0 + t0 + lane;  // the warp reads each row's steps coalesced
 #pragma unroll 8
-            for (int r = 0; r < 32; ++r)
-                a_s[warp][r][lane] =
-                    (lane < steps && row0 + r < m) ? a[(row0 + r) * k + q] : 0.0f;
-            __syncwarp();
-            for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_s[t0 + t], acc);
-            __syncwarp();
-            rows_flush<G>(acc, total);  // chunks start at multiples of CH: each tile is one
+                for (int r = 0; r < 32; ++r)
+                    a_s[warp][r][lane] =
+                        (lane < steps && row0 + r < m) ? a[(row0 + r) * k + q] : 0.0f;
+                __syncwarp();
+                for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_s[t0 + t], acc);
+                __syncwarp();
+                rows_flush<G>(acc, total);  // chunks start at multiples of CH: each tile is one
+            }
+            __syncthreads();
         }
-        __syncthreads();
-    }
-    if (!live) return;
+        if (row0 + lane < m) {
 #pragma unroll
-    for (int j = 0; j < G; ++j)
-        if (c0 + j < n) c[(row0 + lane) * n + c0 + j] = canonical(total[j]);
+            for (int j = 0; j < G; ++j)
+                if (c0 + j < n) c[(row0 + lane) * n + c0 + j] = canonical(total[j]);
+        }
+    }
 }
 """
 ORDERED_ROWS_SOURCE += "".join(
