@@ -46,10 +46,12 @@ def large_row(rng, count: int, m: int, k: int, n: int) -> dict:
     kexp = cuda.k_exponents(a, b)
 
     def pack_a() -> cuda.PackedOperand:
-        return cuda.pack_int8(a.reshape(-1, k), kexp, cuda.A_SIDE, 3, False, True, batch=count)
+        lines = a.reshape(-1, k)
+        wide = level.bypass_wide
+        return cuda.pack_int8(lines, kexp, cuda.A_SIDE, level.a_slices, False, wide, batch=count)
 
     def pack_b() -> cuda.PackedOperand:
-        return cuda.pack_int8_columns(b, kexp, 3, True, True)
+        return cuda.pack_int8_columns(b, kexp, level.b_slices, True, level.bypass_wide)
 
     a_pack, b_pack = pack_a(), pack_b()
     sums = cuda.int8_class_sums(a_pack, b_pack, level)

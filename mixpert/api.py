@@ -21,7 +21,7 @@ def matmul(
     N-D operands follow ``np.matmul`` (vectors run natively, stacks broadcast; see
     ``mixpert.runtime.batched``); 2-D Dask arrays give a Dask array whose blocks are per-chunk
     products added in k order (``mixpert.runtime.dask_products``). Levels are
-    named ("I".."V", "T6", "fp16", "tf32", "fp32", "fp64", "auto"; any case; see
+    named ("I".."V", "T6", "fp16", "tf32", "fp32", "fp64", "fp32-ordered", "auto"; any case; see
     ``mixpert.LADDER``); None takes the default level (``mixpert.set_default_level``,
     ``mixpert.default_level``, ``$MIXPERT_DEFAULT_LEVEL``; initially "auto": the fastest
     float32-grade way for the shape and device). The result is a float32 array of

@@ -31,8 +31,9 @@ Matmul2D = Callable[[Any, Any], Any]
 def matmul(a: Any, b: Any, product: Matmul2D, stack_product: Matmul2D | None = None) -> Any:
     """``np.matmul(a, b)`` for operands that are not both 2-D; ``product`` multiplies two
     matrices (the caller's level and backend); ``stack_product``, where given, multiplies two
-    float32 stacks of one length, (s, m, k) @ (s, k, n), pair by pair with the bits
-    ``product`` gives each pair, in one call."""
+    float32 stacks of one length, (s, m, k) @ (s, k, n), in one call: at a concrete level
+    with the bits ``product`` gives each pair ("auto" resolves on the stack's shape, which may
+    pick another level than a single pair would)."""
     check_operand("a", a, matrix=False)
     check_operand("b", b, matrix=False)
     xp = device.cupy_module() if device.is_cupy_array(a) or device.is_cupy_array(b) else np

@@ -43,6 +43,7 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
         chunk_backend = "auto" if backend == DASK else backend
         return dask_products.matmul(a, b, lambda x, y: matmul(x, y, level, chunk_backend))
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
+        check_backend(backend)
         if backend != "cpu":
             routed = _gpu_stack_fast_path(a, b, level)
             if routed is not None:
@@ -97,12 +98,16 @@ def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> tupl
     else:  # two stacks (s, m, k) and (s, k, n): batched.matmul has checked their shapes
         check_operand("a", a, matrix=False)
         check_operand("b", b, matrix=False)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
+    check_backend(backend)
     if device.is_dask_array(a) or device.is_dask_array(b):
         return DASK, requested  # "auto" resolves per chunk
     chosen = choose_backend(a, b, backend)
     return chosen, resolve_level(requested, a, b, chosen)
+
+
+def check_backend(backend: Any) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
 
 
 def _native_gpu_fast_path(a: Any, b: Any) -> Any | None:
@@ -151,7 +156,9 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
 
     "auto" means float32-grade at the lowest time: native float32 on the CPU (where emulation
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
-    tensor cores to win; level IV elsewhere on the GPU.
+    tensor cores to win; on the GPU, fp32-ordered for stacks whose pairs are at most
+    AUTO_ORDERED_MAX_DIM in every dimension, and level IV where every dimension is at least
+    AUTO_MIN_DIM.
     """
     requested = get_level(level)
     if requested.kind != "policy":

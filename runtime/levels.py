@@ -18,10 +18,12 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from .ordered import CHUNK
 from .packer import fraction_bits
 
 # How a level computes: INT8 slices, the FP16 split, one native product (TF32 inputs, float32,
-# float64), or "policy" (a rule that picks one of the others per call: "auto"). Each backend
+# float64), float32 arithmetic in one fixed order ("ordered": ``ordered``), or "policy" (a rule
+# that picks one of the others per call: "auto"). Each backend
 # keeps a table kind -> product function.
 Kind = Literal["int8", "fp16", "tf32", "fp32", "fp64", "ordered", "policy"]
 EMULATED_KINDS: tuple[Kind, ...] = ("int8", "fp16")
@@ -185,7 +187,7 @@ LADDER: tuple[Level, ...] = (
         "ordered",
         relative_cost=28.0,
         expected_error=1.0e-7,
-        description="float32 FMAs in k order, chunks of 32 summed in float64, rounded once",
+        description=f"float32 FMAs in k order, chunks of {CHUNK} summed in float64, rounded once",
     ),
 )
 
@@ -195,7 +197,8 @@ LevelName = Literal[
 ]
 
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand
-# (dispatch.resolve_level): level IV where the INT8 tensor cores win, native float32 elsewhere.
+# (dispatch.resolve_level): level IV where the INT8 tensor cores win, fp32-ordered for stacks of
+# very small pairs on the GPU, native float32 elsewhere.
 AUTO = Level("auto", "policy", description="fastest float32-grade level for the shape and device")
 
 # The two defaults every layer names rather than spells:

@@ -95,7 +95,7 @@ def test_gpu_kernel_keeps_subnormal_sums_with_the_cpu_bits() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("k", "n"), [(1, 1), (7, 5), (33, 16), (600, 17), (300, 128), (256, 40)]
-)  # k % 4 != 0 takes scalar loads; k > 256 crosses B slabs; n > 16 takes column groups
+)  # k past a chunk and past a B slab (256), partial chunks; n > 16 takes column groups
 def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
     """The tall kernels (one thread per row of A and group of columns) keep the level's order."""
     from mixpert.runtime import cuda
@@ -109,3 +109,24 @@ def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
     want = ordered.ordered_product(a, b)
     got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
+    """Row blocks beyond grid y's 65535 loop inside the kernels: the tall fp32-ordered kernel
+    (128 rows a block) and the bypass of a NaN column at level IV (64 rows a block)."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(9)
+    for level, rows_per_block, k, n in (
+        ("fp32-ordered", cuda.ROWS_THREADS, 3, 2),
+        ("IV", 64, 5, 3),
+    ):
+        m = cuda.MAX_GRID_YZ * rows_per_block + 300
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        b[0, 1] = np.nan  # IV: column 1 is recomputed by the bypass kernel, every row block
+        want = mixpert.matmul(a, b, level=level, backend="cpu")
+        got = mixpert.matmul(cp.asarray(a), cp.asarray(b), level=level).get()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), level

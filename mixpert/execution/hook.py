@@ -150,8 +150,9 @@ def run_site(
 ) -> Any:
     """A site run by Python (object mode, ``NUMBA_DISABLE_JIT``): ``native(a, b)`` for operands
     mixpert does not emulate, else the runtime or ``native``, as ``level_to_run`` says. A
-    ``matmul`` site (``@``, ``np.matmul``) also takes float32 stacks, one 2-D product each
-    (a shared matrix folds the stack into one)."""
+    ``matmul`` site (``@``, ``np.matmul``) also takes float32 stacks: two stacks go to the
+    runtime as one call (``_run_stack``), a stack beside a shared matrix folds into one 2-D
+    product."""
     if matmul and stacked(a, b):
         each = None if device.is_dask_array(a) or device.is_dask_array(b) else (
             lambda x, y: _run_stack(op_index, x, y, native)
