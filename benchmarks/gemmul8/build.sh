@@ -9,7 +9,6 @@ src=${GEMMUL8_SRC:?set GEMMUL8_SRC to GEMMul8s GEMMul8/ folder (include/ and src
 arch=${1:-90}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 "$nvcc" -std=c++20 -O3 -diag-suppress 177 -shared -Xcompiler -fPIC \
-  -gencode "arch=compute_${arch},code=sm_${arch}" -I"$src/include" \
-  "$here/driver.cu" "$src/src/gemmul8.cu" -lcublas -lcublasLt -lcudart \
-  -o "$here/libmixpert_gemmul8.so"
+  -gencode "arch=compute_${arch},code=sm_${arch}" -I"$src/include" -I"$src/src" \
+  "$here/driver.cu" -lcublas -lcublasLt -lcudart -o "$here/libmixpert_gemmul8.so"
 echo "built $here/libmixpert_gemmul8.so"
