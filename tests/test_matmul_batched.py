@@ -164,3 +164,10 @@ def test_auto_routes_stacks_by_their_shape() -> None:
     assert level(4096, small, small + 1, small) == "fp32"
     assert level(16, large, large, large) == dispatch.AUTO_EMULATED
     assert level(64, large, small, large) == "fp32"  # thin k: the packs cost more than they save
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((3, 5, 6), (3, 6, 4)), ((5, 6), (6, 4))])
+def test_an_unknown_backend_is_refused_for_stacks_and_matrices(a_shape, b_shape) -> None:
+    a, b = f32(*a_shape), f32(*b_shape)
+    with pytest.raises(ValueError, match=r"backend='gpu' is not one of 'auto', 'cpu', 'cuda'"):
+        mixpert.matmul(a, b, level="IV", backend="gpu")
