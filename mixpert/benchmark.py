@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -127,15 +127,21 @@ def run(
 def measure_methods(
     cp: Any, methods: Iterable[str], a: Any, b: Any, flops: float
 ) -> dict[str, tuple[float, float, str]]:
-    """name -> (median seconds, error, what it ran) for each method on two matrices or stacks.
-    The error is ||C - C64||_F / ||C64||_F against the float64 product of the same inputs; the
-    memory pool is handed a NaN-filled block of the output's size first, so a result that
-    skips an entry shows."""
+    """``measure_calls`` for methods of the tables (``method_fn``)."""
+    return measure_calls(cp, {name: method_fn(cp, name, a, b) for name in methods}, a, b, flops)
+
+
+def measure_calls(
+    cp: Any, calls: Mapping[str, tuple[Callable[[], Any], str]], a: Any, b: Any, flops: float
+) -> dict[str, tuple[float, float, str]]:
+    """name -> (median seconds, error, what it ran) for each (call, what it runs) of ``calls``,
+    each computing a @ b. The error is ||C - C64||_F / ||C64||_F against the float64 product of
+    the same inputs; the memory pool is handed a NaN-filled block of the output's size first,
+    so a result that skips an entry shows."""
     reference = cp.matmul(a.astype(cp.float64), b.astype(cp.float64))
     ref_norm = float(cp.linalg.norm(reference))
     measured = {}
-    for name in methods:
-        fn, routed = method_fn(cp, name, a, b)
+    for name, (fn, routed) in calls.items():
         poison = cp.full(reference.shape, cp.nan, dtype=cp.float32)
         del poison  # the pool hands this block to the next output of its size
         c = fn()

@@ -48,3 +48,23 @@ def test_skinny_results_carry_bandwidth(tmp_path: Path) -> None:
     line = next(x for x in table.splitlines() if x.startswith("| 64x32x8 |"))
     assert line.count("900 (30%)") == len(benchmark_skinny.METHODS)
     assert "(x)" in line  # auto names the level it ran
+
+
+def test_measure_calls_reports_each_calls_error_and_shows_skipped_entries(monkeypatch) -> None:
+    """The benchmarks' measuring step, with NumPy standing in for CuPy and a fixed clock: the
+    error is against the float64 product, and a call that leaves entries unwritten reads NaN."""
+    import numpy as np
+
+    from mixpert import benchmark
+
+    monkeypatch.setattr(benchmark, "gpu_median_seconds", lambda fn, flops: 0.5)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 4)).astype(np.float32)
+    half_written = np.full((6, 4), np.nan, np.float32)
+    half_written[:3] = a[:3] @ b
+    calls = {"exact": (lambda: a @ b, "fp32"), "skips rows": (lambda: half_written, "x")}
+    measured = benchmark.measure_calls(np, calls, a, b, 1.0)
+    seconds, error, routed = measured["exact"]
+    assert seconds == 0.5 and routed == "fp32" and 0 < error < 1e-6
+    assert np.isnan(measured["skips rows"][1])
