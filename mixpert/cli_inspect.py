@@ -59,14 +59,15 @@ def inspect(
     console.print(f"[bold]{escape(result.function)}[/bold]  {escape(result.signature or '')}")
     table = Table()
     table.add_column("op id", overflow="fold")  # never cut
-    for name in ("line", "source", "kind", "plan level", "ran at", "shapes (m,k,n)", "pred. cost"):
+    columns = ("line", "source", "kind", "plan level", "packed once", "ran at", "shapes (m,k,n)")
+    for name in (*columns, "pred. cost"):
         table.add_column(name)
     for row in result.ops:
         shapes_text = ", ".join("x".join(map(str, s)) for s in sorted(set(row.shapes)))
         cost = f"{row.predicted_cost:.3g}" if row.predicted_cost is not None else ""
         table.add_row(
             escape(row.op_id), str(row.line), escape(row.source), row.kind, row.level,
-            escape(row.ran_at), shapes_text, cost,
+            row.packed_once, escape(row.ran_at), shapes_text, cost,
         )  # fmt: skip
     console.print(table)
 

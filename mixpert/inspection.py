@@ -30,6 +30,7 @@ from .execution import (
 from .passes import pipeline
 from .passes.dispatcher import make_dispatcher
 from .passes.record import KEY, CompileRecord, RewriteNote
+from .passes.sites import OpInfo
 from .plan import as_active_plan
 
 
@@ -48,6 +49,7 @@ class OpRow:
     ran: tuple[str, ...] = ()  # per call: "IV on cuda[, 3 k rebalanced]": what ran, and the
     # k-indices equilibration moved for wide-range data
     native: str = ""  # with argument types: why the site keeps Numba's own product, if it does
+    packed_once: str = ""  # "A", "B", "A, B": loop-invariant operands packed once per call
 
     @property
     def ran_at(self) -> str:
@@ -99,10 +101,21 @@ def ran_at(call: CallRecord) -> str:
     parts = [f"{call.level} on {call.backend}"]
     if call.rebalanced_k:
         parts.append(f"{call.rebalanced_k} k rebalanced")
+    reused = [name for name, kept in zip("AB", call.reused, strict=True) if kept]
+    if reused:
+        parts.append(f"pack of {' and '.join(reused)} reused")
     for count, what in zip(call.exact_lines, ("row", "column"), strict=True):
         if count:
             parts.append(f"{count} {what}{'s' if count > 1 else ''} exact")
     return ", ".join(parts)
+
+
+def packed_once(op: OpInfo, function: str) -> str:
+    """The operands of ``op`` a call of ``function`` packs once ("A", "B", "A, B" or ""): the
+    loop-invariant ones of its own ops (``execution.kept_packs``)."""
+    if op.qualname != function:
+        return ""
+    return ", ".join(name for name, flag in zip("AB", op.invariant, strict=True) if flag)
 
 
 def _py_func(f: Any) -> Any:
@@ -180,6 +193,7 @@ def inspect(
             OpRow(
                 op.op_id, op.file, op.line, op.source, op.kind, level.name, seen, cost,
                 tuple(ran.get(op.op_id, ())), record.native_reasons.get(op.op_id, ""),
+                packed_once(op, py_func.__qualname__),
             )
         )  # fmt: skip
     return Inspection(

@@ -30,6 +30,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from .execution import (
     ActivePlan,
     MixpertRuntimeError,
+    PackScope,
     activate,
     op_index,
     reraise_pending,
@@ -93,6 +94,7 @@ class MixpertFunction(Generic[P, R]):
         self._python: Callable[..., Any] | None = None  # the NUMBA_DISABLE_JIT variant
         self._dispatchers = {} if _dispatchers is None else _dispatchers
         self._resolved: tuple[Any, ActivePlan] | None = None  # last plan from the book
+        self._invariance: dict[int, tuple[bool, bool]] | None = None  # _invariant_operands
         self.plan = plan
 
     # --- plan --------------------------------------------------------------------------------
@@ -199,7 +201,7 @@ class MixpertFunction(Generic[P, R]):
         plan = self._active_for(args)  # plans match the arguments as the caller gave them
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(args)  # type: ignore[assignment]
-        with activate(plan):
+        with activate(plan, PackScope(self._invariant_operands, args)):
             if numba.config.DISABLE_JIT:
                 return self._interpreted()(*args, **kwargs)
             try:
@@ -226,6 +228,18 @@ class MixpertFunction(Generic[P, R]):
         return dict(disp.overloads[signature].metadata[KEY].native_reasons)
 
     # --- what the passes found -------------------------------------------------------------
+    def _invariant_operands(self) -> dict[int, tuple[bool, bool]]:
+        """Op index -> (A, B) loop-invariant, for the function's own ops that have one: the
+        operands a call packs once (``execution.kept_packs``)."""
+        if self._invariance is None:
+            qualname = self.py_func.__qualname__
+            self._invariance = {
+                op.op_index: op.invariant
+                for op in self.ops.values()
+                if op.qualname == qualname and any(op.invariant)
+            }
+        return self._invariance
+
     @property
     def ops(self) -> dict[str, OpInfo]:
         """Op id -> OpInfo for every matmul site of the function and its jitted callees."""

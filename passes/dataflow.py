@@ -108,7 +108,7 @@ class _UnionFind:
             self.parent[ra] = rb
 
 
-def _resolve_call(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[str, object] | None:
+def resolve_call(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[str, object] | None:
     return guard(find_callname, func_ir, expr)
 
 
@@ -187,7 +187,7 @@ class _Analysis:
         if op == "inplace_binop":
             return [expr.lhs]
         if op == "call":
-            name = _resolve_call(self.func_ir, expr)
+            name = resolve_call(self.func_ir, expr)
             if name is not None and name[1] == "numpy":
                 return list(expr.args[:1]) if name[0] in VIEW_FUNCS else []
             if name is not None and isinstance(name[1], ir.Var):
@@ -255,7 +255,7 @@ class _Analysis:
         if summary is not None:
             self.through_callee(target, summary, args)
             return
-        name = _resolve_call(self.func_ir, expr)
+        name = resolve_call(self.func_ir, expr)
         receiver = name[1] if name is not None and isinstance(name[1], ir.Var) else None
         if receiver is not None:
             everything |= self.tokens(receiver)
@@ -320,6 +320,15 @@ class _Analysis:
             if written:
                 out.writes[index] = written
         return out
+
+
+def may_alias(
+    func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf
+) -> Callable[[str], str]:
+    """Variable name -> its may-alias class (a representative name): views, slices, phis."""
+    analysis = _Analysis(func_ir, sites, summary_of)
+    analysis.build_aliases()
+    return analysis.alias.find
 
 
 def analyse(func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf) -> FunctionSummary:

@@ -40,6 +40,9 @@ class OpInfo:
     ordinal: int
     kind: SiteKind
     source: str
+    # Operands (A, B) that stay the same while the loops around the site run, which the runtime
+    # packs once per call of the function (``loop_invariance``).
+    invariant: tuple[bool, bool] = (False, False)
 
     @property
     def source_hash(self) -> str:

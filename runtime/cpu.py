@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import bypass, equilibrate, fp16split, ordered, packer, workspace
+from . import bypass, equilibrate, fp16split, ordered, pack_reuse, packer, workspace
 from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 
@@ -48,42 +48,73 @@ def exact_class_sums(
     return sums
 
 
-def int8_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+def int8_product(
+    a: np.ndarray, b: np.ndarray, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
+) -> np.ndarray:
     """Equilibrate, slice B whole (in column blocks), then A in row blocks: each block's digits,
     exact class sums (k blocks) and combine; then the unresolved lines (``bypass``) are
     recomputed. Blocks change no bit (sums are exact); they keep the workspace near the
-    operands' and output's bytes (``workspace``)."""
+    operands' and output's bytes (``workspace``). An operand kept across products (``keep``,
+    ``pack_reuse``) is sliced whole, once, and its slices reused while its exponents hold."""
     m, k = a.shape
     n = b.shape[1]
+    kept_a, kept_b = keep
     budget = workspace.block_budget(m, k, n)
     workspace.check_fits(level, m, k, n, workspace.cpu_bytes(level, m, k, n),
                          workspace.available_host_bytes(), "host")  # fmt: skip
-    f = equilibrate.k_exponents(a, b)
-    col_exp = np.empty(n, dtype=np.int32)
-    b_digits = np.empty((level.b_slices, n, k), dtype=np.int8)
-    wide_cols = np.zeros(n, dtype=bool)
-    cols = max(1, budget // (workspace.FLOAT64_TEMPORARIES * k))
-    for c0 in range(0, n, cols):
-        block = equilibrate.rebalance_b(b[:, c0 : c0 + cols], f)
-        col_exp[c0 : c0 + cols] = packer.scale_exponents(block, axis=0)
-        b_digits[:, c0 : c0 + cols] = packer.slice_columns(
-            block, col_exp[c0 : c0 + cols], level.b_slices
-        )
-        wide_cols[c0 : c0 + cols] = _unresolved(block.T, col_exp[c0 : c0 + cols], level, "b")
+    f = equilibrate.exponents_from_tops(
+        kept_a.tops(lambda: equilibrate.column_tops(a)),
+        kept_b.tops(lambda: equilibrate.row_tops(b)),
+    )
+    col_exp, b_digits, wide_cols = kept_b.pack(
+        level.name, f, lambda: _sliced_columns(b, f, level, budget)
+    )
+    whole_a = None if kept_a.slot is None else kept_a.pack(
+        level.name, f, lambda: _sliced_rows(a, f, level)
+    )  # fmt: skip
     k_slack = k * overflow_slack(level)
     rows = workspace.rows_per_block(k, n, budget, len(level.groups))
     k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
     out = np.empty((m, n), dtype=np.float32)
     wide_rows = np.zeros(m, dtype=bool)
     for r0 in range(0, m, rows):
-        block = equilibrate.rebalance_a(a[r0 : r0 + rows], f)
-        row_exp = packer.scale_exponents(block, axis=1)
-        a_digits = packer.slice_rows(block, row_exp, level.a_slices)
+        block = slice(r0, r0 + rows)
+        if whole_a is None:
+            row_exp, a_digits, wide_rows[block] = _sliced_rows(a[block], f, level)
+        else:
+            row_exp, a_digits = whole_a[0][block], whole_a[1][:, block]
+            wide_rows[block] = whole_a[2][block]
         sums = exact_class_sums(a_digits, b_digits, level, k_block)
-        out[r0 : r0 + rows] = combine(sums, row_exp, col_exp, k_slack)
-        wide_rows[r0 : r0 + rows] = _unresolved(block, row_exp, level, "a")
+        out[block] = combine(sums, row_exp, col_exp, k_slack)
     bypass.recompute_lines(out, a, b, np.flatnonzero(wide_rows), np.flatnonzero(wide_cols))
     return out
+
+
+Sliced = tuple[np.ndarray, np.ndarray, np.ndarray]  # (exponents, digits, unresolved lines)
+
+
+def _sliced_rows(a: np.ndarray, f: np.ndarray, level: Level) -> Sliced:
+    """Rows of A rebalanced by ``f``: scale exponents, digits (slices, rows, k), unresolved."""
+    rows = equilibrate.rebalance_a(a, f)
+    exponents = packer.scale_exponents(rows, axis=1)
+    digits = packer.slice_rows(rows, exponents, level.a_slices)
+    return exponents, digits, _unresolved(rows, exponents, level, "a")
+
+
+def _sliced_columns(b: np.ndarray, f: np.ndarray, level: Level, budget: int) -> Sliced:
+    """B's columns, as ``_sliced_rows`` (digits (slices, n, k)), in blocks of columns."""
+    k, n = b.shape
+    exponents = np.empty(n, dtype=np.int32)
+    digits = np.empty((level.b_slices, n, k), dtype=np.int8)
+    unresolved = np.zeros(n, dtype=bool)
+    cols = max(1, budget // (workspace.FLOAT64_TEMPORARIES * k))
+    for c0 in range(0, n, cols):
+        block = slice(c0, c0 + cols)
+        columns = equilibrate.rebalance_b(b[:, block], f)
+        exponents[block] = packer.scale_exponents(columns, axis=0)
+        digits[:, block] = packer.slice_columns(columns, exponents[block], level.b_slices)
+        unresolved[block] = _unresolved(columns.T, exponents[block], level, "b")
+    return exponents, digits, unresolved
 
 
 def int8_product_stack(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
@@ -184,11 +215,14 @@ PRODUCTS: dict[Kind, Callable[[np.ndarray, np.ndarray, Level], np.ndarray]] = {
 }
 
 
-def matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
+def matmul(
+    a: np.ndarray, b: np.ndarray, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
+) -> np.ndarray:
     """The CPU backend's entry: a @ b at ``level`` (not "auto") for 2-D float NumPy arrays.
 
     Operands are rounded to float32; empty dimensions give zeros. Emulated levels pack NaN and
     Inf as 0 and then recompute the lines holding them (``bypass``); native ones see them.
+    INT8 levels keep the packs of the operands ``keep`` names (``pack_reuse``).
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -201,6 +235,6 @@ def matmul(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
         return np.zeros((m, n), dtype=np.float32)
     if not level.emulated:
         return product(a, b, level)
-    c = product(a, b, level)
+    c = int8_product(a, b, level, keep) if level.kind == "int8" else product(a, b, level)
     bypass.recompute_lines(c, a, b, *bypass.nonfinite_lines(np, a, b))
     return c

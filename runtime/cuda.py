@@ -22,7 +22,7 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from . import bypass, fp16split, workspace
+from . import bypass, fp16split, pack_reuse, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
@@ -185,26 +185,42 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     (either layout); one read of each, no host synchronisation. Entry k (one past the
     exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k, n), both
     C-contiguous: one row of k + 1 entries per pair."""
-    stack = a_rows.ndim == 3
-    a3 = a_rows if stack else a_rows[None]
-    count, _, k = a3.shape
-    a_top = cp.zeros((count, k), dtype=cp.uint32)
-    b_top = cp.zeros((count, k), dtype=cp.uint32)
-    _column_max_bits(a3, a_top)
-    if stack:
-        _row_max_bits(b.reshape(count * k, -1), b_top)
+    f = exponents_from_tops(column_tops(a_rows), row_tops(b))
+    return f if a_rows.ndim == 3 else f[0]
+
+
+def column_tops(a_rows: cp.ndarray) -> cp.ndarray:
+    """``equilibrate.column_tops`` as float32 bits, (s, k) (s = 1 for a matrix)."""
+    a3 = a_rows if a_rows.ndim == 3 else a_rows[None]
+    tops = cp.zeros((a3.shape[0], a3.shape[2]), dtype=cp.uint32)
+    _column_max_bits(a3, tops)
+    return tops
+
+
+def row_tops(b: cp.ndarray) -> cp.ndarray:
+    """``equilibrate.row_tops`` as float32 bits, (s, k): a C-contiguous stack, or B either way."""
+    if b.ndim == 3:
+        tops = cp.zeros(b.shape[:2], dtype=cp.uint32)
+        _row_max_bits(b.reshape(-1, b.shape[2]), tops)
     elif _rows_contiguous(b):
-        _row_max_bits(b, b_top)
+        tops = cp.zeros((1, b.shape[0]), dtype=cp.uint32)
+        _row_max_bits(b, tops)
     else:
-        _column_max_bits(_unit_inner(b.T)[None], b_top)
-    f = cp.zeros((count, k + 1), dtype=cp.int32)  # f[:, k]: whether any k-index moves
+        tops = column_tops(_unit_inner(b.T))
+    return tops
+
+
+def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
+    """``equilibrate.exponents_from_tops``, (s, k + 1): entry k says whether any moves."""
+    count, k = a_top.shape
+    f = cp.zeros((count, k + 1), dtype=cp.int32)
     if k:
         for first in _batch_chunks(count):
             _pack_module().get_function("k_exponents")(
                 (-(-k // 256), _chunk(first, count)), (256,),
                 (a_top, b_top, np.int32(k), np.int32(first), f),
             )  # fmt: skip
-    return f if stack else f[0]
+    return f
 
 
 def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
@@ -474,9 +490,16 @@ def _pack_both(
     return _pack_a(a_rows, kexp, level), _pack_b(b, kexp, level)
 
 
-def int8_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
-    a_rows = _unit_inner(a)
-    a_pack, b_pack = _pack_both(a_rows, b, k_exponents(a_rows, b), level)
+def int8_product(
+    a: cp.ndarray, b: cp.ndarray, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
+) -> cp.ndarray:
+    """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
+    a kept operand is not read at all while its pack holds, nor copied when not row-major."""
+    kept_a, kept_b = keep
+    a_top = kept_a.tops(lambda: column_tops(_unit_inner(a)))
+    kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
+    a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(_unit_inner(a), kexp, level))
+    b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
     sums = int8_class_sums(a_pack, b_pack, level)
     return _combine_int8(sums, a_pack, b_pack, a, b, level)
 
@@ -684,11 +707,12 @@ def as_float32(x: cp.ndarray) -> cp.ndarray:
     return x.astype(cp.float32, copy=False)  # float16 -> float32 is exact
 
 
-def matmul(a: Any, b: Any, level: Level) -> Any:
+def matmul(a: Any, b: Any, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING) -> Any:
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
 
     CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
-    dimensions give zeros. NaN/Inf lines are handled inside the combine kernels.
+    dimensions give zeros. NaN/Inf lines are handled inside the combine kernels. INT8 levels
+    keep the packs of the operands ``keep`` names (``pack_reuse``).
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -700,7 +724,12 @@ def matmul(a: Any, b: Any, level: Level) -> Any:
     empty = m == 0 or n == 0 or k == 0
     if not empty:
         _check_workspace(level, m, k, n)
-    c = cp.zeros((m, n), dtype=cp.float32) if empty else product(a, b, level)
+    if empty:
+        c = cp.zeros((m, n), dtype=cp.float32)
+    elif level.kind == "int8":
+        c = int8_product(a, b, level, keep)
+    else:
+        c = product(a, b, level)
     return cp.asnumpy(c) if host else c
 
 

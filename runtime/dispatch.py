@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import batched, cpu, dask_products, device, equilibrate, ordered
+from . import batched, cpu, dask_products, device, equilibrate, ordered, pack_reuse
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
 from .validation import check_operand, check_pair
@@ -35,9 +35,16 @@ AUTO_SMALL = "fp32-ordered"
 _FLOAT32 = np.dtype(np.float32)
 
 
-def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = "auto") -> Any:
+def matmul(
+    a: Any,
+    b: Any,
+    level: str | Level | None = None,
+    backend: Backend = "auto",
+    keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
+) -> Any:
     """a @ b at ``level`` (None: the default level, ``precision``; see ``mixpert.matmul`` for
-    the contract): 2-D matrices here, vectors and stacks through ``batched``."""
+    the contract): 2-D matrices here, vectors and stacks through ``batched``. ``keep``: the
+    2-D product's operands whose packs are kept for later products (``pack_reuse``)."""
     level = get_level(get_default_level() if level is None else level)  # names fail first
     if device.is_dask_array(a) or device.is_dask_array(b):  # per chunk, on the chunk's backend
         chunk_backend = "auto" if backend == DASK else backend
@@ -58,10 +65,10 @@ def matmul(a: Any, b: Any, level: str | Level | None = None, backend: Backend = 
     if chosen == "cuda":
         from . import cuda
 
-        return cuda.matmul(a, b, concrete)
+        return cuda.matmul(a, b, concrete, keep)
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
-    return cpu.matmul(np.asarray(a), np.asarray(b), concrete)
+    return cpu.matmul(np.asarray(a), np.asarray(b), concrete, keep)
 
 
 def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:

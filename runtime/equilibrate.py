@@ -29,8 +29,21 @@ DEAD = np.iinfo(np.int32).max  # the exponent of a dropped k-index
 def k_exponents(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """f_j for every k-index (int32; ``DEAD`` for a dropped one); for stacks (..., m, k) and
     (..., k, n), the exponents of each product, (..., k)."""
-    c = finite_abs_max(a, axis=-2)
-    r = finite_abs_max(b, axis=-1)
+    return exponents_from_tops(column_tops(a), row_tops(b))
+
+
+def column_tops(a: np.ndarray) -> np.ndarray:
+    """A's half of ``k_exponents``: the largest finite |entry| of each column (k-index)."""
+    return finite_abs_max(a, axis=-2)
+
+
+def row_tops(b: np.ndarray) -> np.ndarray:
+    """B's half: the largest finite |entry| of each row."""
+    return finite_abs_max(b, axis=-1)
+
+
+def exponents_from_tops(c: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """``k_exponents`` from A's column tops ``c`` and B's row tops ``r``."""
     _, from_a = np.frexp(c)
     _, from_b = np.frexp(r)
     gap = from_a.astype(np.int64) - from_b

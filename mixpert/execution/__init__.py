@@ -1,7 +1,8 @@
 """The run time of a rewritten matmul site, between compiled code and the emulation runtime.
 
 - ``op_ids``: op id <-> op index (the constant compiled code carries);
-- ``state``: per thread, the active plan and the call records (profiling);
+- ``state``: per thread, the active plan, the call's kept packs and the call records (profiling);
+- ``kept_packs``: per call, the packs of operands the compiler proved loop-invariant;
 - ``hook``: the ``mixpert_gemm`` C callback, its ``Status``, ``level_to_run`` (native here or the
   runtime, for nopython and object mode alike) and the error relay.
 
@@ -10,6 +11,7 @@ reads records through it; it calls ``mixpert.runtime`` for the products.
 """
 
 from .hook import MixpertRuntimeError, Status, level_to_run, reraise_pending, take_pending_error
+from .kept_packs import PackScope
 from .op_ids import op_id_of, op_index
 from .state import (
     EMPTY_PLAN,
@@ -25,6 +27,7 @@ __all__ = [
     "ActivePlan",
     "CallRecord",
     "MixpertRuntimeError",
+    "PackScope",
     "Status",
     "activate",
     "level_for",

@@ -30,9 +30,11 @@ from llvmlite import binding
 
 from mixpert.runtime import batched, device, dispatch
 from mixpert.runtime.levels import NATIVE_LEVEL, Level
+from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
+from .kept_packs import reuse_counts, reused
 from .op_ids import op_id_of
-from .state import CallRecord, level_for, record, recording
+from .state import CallRecord, keep_for, level_for, record, recording
 
 SYMBOL = "mixpert_gemm"
 log = logging.getLogger("mixpert")
@@ -92,18 +94,21 @@ def level_to_run(op_index: int, a: Any, b: Any) -> Level | None:
 
 
 def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
-    """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind."""
-    if not (recording() or log.isEnabledFor(logging.DEBUG)):
-        return dispatch.matmul(a, b, level=level)
+    """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind. The
+    operands the compiler proved loop-invariant keep their packs for the rest of the call."""
     stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
+    keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
+    if not (recording() or log.isEnabledFor(logging.DEBUG)):
+        return dispatch.matmul(a, b, level, keep=keep)
     backend, level = dispatch.route(a, b, level)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if stack:
         m *= a.shape[0]  # one record for the stack, with its total flops
     log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, level.name, backend)
+    reuses = reuse_counts(keep)
     start = time.perf_counter()
-    result = dispatch.matmul(a, b, level, backend)  # type: ignore[arg-type]
+    result = dispatch.matmul(a, b, level, backend, keep)  # type: ignore[arg-type]
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
@@ -112,7 +117,8 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
         moved, exact = (0, (0, 0)) if stack else (
             dispatch.rebalanced_k(a, b, level), dispatch.unresolved_lines(a, b, level)
         )  # fmt: skip
-        record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved, exact))
+        kept = reused(keep, reuses)
+        record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved, exact, kept))
     return result
 
 

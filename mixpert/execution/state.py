@@ -1,7 +1,9 @@
-"""Run-time state of rewritten sites, per thread: the active plan and the call records.
+"""Run-time state of rewritten sites, per thread: the active plan, the call's kept packs and the
+call records.
 
-A jitted function's wrapper makes its plan active for the duration of a call (``activate``);
-compiled code asks ``level_for(op_index)`` at every product. ``record_calls`` profiles: while it
+A jitted function's wrapper makes its plan active for the duration of a call (``activate``),
+with a fresh ``PackScope`` for its loop-invariant operands (``kept_packs``); compiled code asks
+``level_for(op_index)`` at every product. ``record_calls`` profiles: while it
 is active every runtime call appends a ``CallRecord``.
 
 Threads that never activated anything (Numba's workers running a ``prange`` body) use the plan
@@ -16,10 +18,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any
 
 from mixpert.runtime.levels import Level, get_level
+from mixpert.runtime.pack_reuse import KEEP_NOTHING, Keep
 from mixpert.runtime.precision import get_default_level
 
+from .kept_packs import PackScope
 from .op_ids import op_id_of, op_index
 
 
@@ -56,6 +61,7 @@ class CallRecord:
     backend: str = ""  # "cpu" or "cuda"
     rebalanced_k: int = 0  # k-indices equilibration moved or dropped (wide-range data)
     exact_lines: tuple[int, int] = (0, 0)  # unresolved (rows, columns) recomputed exactly
+    reused: tuple[bool, bool] = (False, False)  # (A, B) reused a pack kept in this call
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -69,13 +75,14 @@ class CallRecord:
 
 class _State(threading.local):
     plan: ActivePlan | None = None
+    packs: PackScope | None = None
     records: list[CallRecord] | None = None
     own: bool = False  # this thread activated a plan or started recording itself
 
 
 _state = _State()
 # The latest activation in any thread (one object for all threads), for worker threads.
-_latest = SimpleNamespace(plan=None, records=None)
+_latest = SimpleNamespace(plan=None, packs=None, records=None)
 
 
 def _mine() -> _State | SimpleNamespace:
@@ -103,15 +110,23 @@ def level_for(op_index: int) -> Level:
 
 
 @contextmanager
-def activate(plan: ActivePlan) -> Iterator[ActivePlan]:
-    """Run the body with ``plan`` active in this thread (the previous one comes back after)."""
-    saved = (_state.plan, _state.own, _latest.plan, _latest.records)
-    _state.plan, _state.own = plan, True
-    _latest.plan, _latest.records = plan, _state.records
+def activate(plan: ActivePlan, packs: PackScope | None = None) -> Iterator[ActivePlan]:
+    """Run the body with ``plan`` active in this thread, its products keeping the packs of
+    loop-invariant operands in ``packs`` (None: none kept); the previous ones come back after."""
+    saved = (_state.plan, _state.packs, _state.own, _latest.plan, _latest.packs, _latest.records)
+    _state.plan, _state.packs, _state.own = plan, packs, True
+    _latest.plan, _latest.packs, _latest.records = plan, packs, _state.records
     try:
         yield plan
     finally:
-        _state.plan, _state.own, _latest.plan, _latest.records = saved
+        (_state.plan, _state.packs, _state.own,
+         _latest.plan, _latest.packs, _latest.records) = saved  # fmt: skip
+
+
+def keep_for(op_index: int, a: Any, b: Any) -> Keep:
+    """The kept-pack slots of op ``op_index``'s operands in the active call (``kept_packs``)."""
+    packs = _mine().packs
+    return KEEP_NOTHING if packs is None else packs.keep_for(op_index, a, b)
 
 
 def recording() -> bool:

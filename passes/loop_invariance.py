@@ -1,0 +1,135 @@
+"""Loop-invariant operands: which operands of a product in a loop stay the same array, unchanged,
+for as long as the loops around it run, so the runtime may pack them once per call.
+
+An operand of a site inside loops is invariant when, over the outermost loop around the site:
+
+- its variable is defined outside that loop (an argument, or computed before the loop), or is a
+  transposed view (``.T``) of such a variable made inside it (``q @ refs.T``); and
+- no statement in that loop can write into storage the variable may share (``dataflow``'s
+  may-alias classes: views, slices, phis): item and slice assignments, in-place operators,
+  ``out=``, NumPy's mutating functions and methods, a product written into an array
+  (``np.dot(a, b, out)``, ``a @= b``), a jitted callee that writes an argument, and any call the
+  analysis cannot see into (which might write any array it is passed).
+
+An outermost loop runs at most once per call (re-entering it would need an enclosing loop), so
+every run of the site within one call reads the same memory with the same contents. Two
+arguments the caller passes may still overlap; the run time checks that before it reuses a pack
+(``mixpert.execution.kept_packs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from numba.core import ir
+from numba.core.analysis import compute_cfg_from_blocks
+
+from .dataflow import MUTATING_FUNCS, MUTATING_METHODS, SummaryOf, may_alias, resolve_call
+from .sites import Site
+
+# Modules whose functions never write into an array argument (in Numba's nopython subset).
+PURE_MODULES = frozenset(["builtins", "math", "cmath", "numba", "numpy.linalg"])
+TRANSPOSED_VIEWS = frozenset(["T"])  # attributes that are a view of the same memory
+
+Invariance = tuple[bool, bool]
+
+
+def invariant_operands(
+    func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf
+) -> dict[int, Invariance]:
+    """id(site statement) -> (A invariant, B invariant) for each site of ``func_ir``."""
+    loops = list(compute_cfg_from_blocks(func_ir.blocks).loops().values())
+    block_of = {id(stmt): label for label, block in func_ir.blocks.items() for stmt in block.body}
+    defined_in: dict[str, int] = {}
+    definition: dict[str, ir.Assign] = {}
+    for label, block in func_ir.blocks.items():
+        for stmt in block.find_insts(ir.Assign):
+            defined_in[stmt.target.name] = label
+            definition[stmt.target.name] = stmt
+    root = may_alias(func_ir, sites, summary_of)
+    result: dict[int, Invariance] = {}
+    for site in sites:
+        label = block_of[id(site.stmt)]
+        body: set[int] = set()
+        for loop in loops:
+            if label in loop.body:
+                body |= loop.body  # nested loops: the union is the outermost one's body
+        if not body:
+            result[id(site.stmt)] = (False, False)
+            continue
+        statements = [s for lb in body for s in func_ir.blocks[lb].body]
+        written = {
+            root(v.name) for s in statements for v in _written(func_ir, s, sites, summary_of)
+        }
+
+        def invariant(var: ir.Var, body: set[int] = body, written: set[str] = written) -> bool:
+            return root(var.name) not in written and _defined_outside(
+                var, body, defined_in, definition
+            )
+
+        result[id(site.stmt)] = (invariant(site.lhs), invariant(site.rhs))
+    return result
+
+
+def _defined_outside(
+    var: ir.Var, body: set[int], defined_in: dict[str, int], definition: dict[str, ir.Assign]
+) -> bool:
+    """``var`` is bound outside ``body``, or inside it to a copy or ``.T`` of such a variable."""
+    seen: set[str] = set()
+    while var.name not in seen:
+        seen.add(var.name)
+        if defined_in.get(var.name) not in body:
+            return var.name in defined_in  # an undefined name (a free variable) proves nothing
+        value = definition[var.name].value
+        if isinstance(value, ir.Var):
+            var = value
+        elif (
+            isinstance(value, ir.Expr) and value.op == "getattr" and value.attr in TRANSPOSED_VIEWS
+        ):
+            var = value.value
+        else:
+            return False
+    return False
+
+
+def _written(
+    func_ir: ir.FunctionIR, stmt: ir.Stmt, sites: list[Site], summary_of: SummaryOf
+) -> Iterable[ir.Var]:
+    """Variables whose storage ``stmt`` may write into."""
+    if isinstance(stmt, (ir.SetItem, ir.StaticSetItem, ir.SetAttr, ir.DelItem)):
+        return [stmt.target]
+    if not isinstance(stmt, ir.Assign) or not isinstance(stmt.value, ir.Expr):
+        return []
+    expr = stmt.value
+    if expr.op == "inplace_binop":
+        return [expr.lhs]
+    if expr.op != "call":
+        return []
+    for site in sites:
+        if site.stmt is stmt:  # a product writes only its ``out`` (np.dot(a, b, out))
+            return [] if site.out is None else [site.out]
+    return _call_writes(func_ir, expr, summary_of)
+
+
+def _call_writes(func_ir: ir.FunctionIR, expr: ir.Expr, summary_of: SummaryOf) -> list[ir.Var]:
+    args = list(expr.args)
+    kws = dict(expr.kws)
+    out = [kws["out"]] if "out" in kws else []
+    try:
+        callee = func_ir.infer_constant(expr.func)
+    except Exception:  # not a constant: a method, a local closure, ...
+        callee = None
+    summary = None if callee is None or expr.kws else summary_of(callee)
+    if summary is not None:
+        return [args[i] for i in summary.writes if i < len(args)]
+    name = resolve_call(func_ir, expr)
+    if name is None:
+        return [*args, *kws.values()]
+    attr, base = name
+    if isinstance(base, ir.Var):  # a method of ``base``
+        return [base, *out] if attr in MUTATING_METHODS else out
+    if base == "numpy":
+        return [*args[:1], *out] if attr in MUTATING_FUNCS else out
+    if base in PURE_MODULES:
+        return out
+    return [*args, *kws.values()]  # a call it cannot see into: any array argument
