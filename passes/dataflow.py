@@ -75,6 +75,7 @@ class FunctionSummary:
     param_feeds: dict[int, set[str]] = field(default_factory=dict)  # arg i reaches these ops
     returns: set[Token] = field(default_factory=set)  # tokens that reach the return value
     writes: dict[int, set[Token]] = field(default_factory=dict)  # tokens written into arg i
+    mutates: set[int] = field(default_factory=set)  # args it may write into (any value)
 
     def add_op(self, op: OpInfo) -> None:
         known = self.ops.get(op.op_id)
@@ -292,9 +293,9 @@ class _Analysis:
             if index < len(args):
                 for op_id in ops:
                     self.feed(op_id, self.tokens(args[index]))
-        for index, tokens in summary.writes.items():
+        for index in summary.mutates:
             if index < len(args):
-                self.write(args[index], mapped(tokens))
+                self.write(args[index], mapped(summary.writes.get(index, set())))
         self.flow(target, mapped(summary.returns))
 
     def _summary(self, expr: ir.Expr) -> FunctionSummary | None:
@@ -316,7 +317,10 @@ class _Analysis:
             if isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Arg):
                 arg_names[stmt.value.index] = stmt.target
         for index, var in arg_names.items():
-            written = self.written.get(self.alias.find(var.name), set()) - {Param(index)}
+            root = self.alias.find(var.name)
+            if root in self.written:  # written into, even with a constant
+                out.mutates.add(index)
+            written = self.written.get(root, set()) - {Param(index)}
             if written:
                 out.writes[index] = written
         return out

@@ -121,7 +121,7 @@ def _call_writes(func_ir: ir.FunctionIR, expr: ir.Expr, summary_of: SummaryOf) -
         callee = None
     summary = None if callee is None or expr.kws else summary_of(callee)
     if summary is not None:
-        return [args[i] for i in summary.writes if i < len(args)]
+        return [args[i] for i in summary.mutates if i < len(args)]
     name = resolve_call(func_ir, expr)
     if name is None:
         return [*args, *kws.values()]
