@@ -22,7 +22,7 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from . import bypass, fp16split, pack_reuse, workspace
+from . import bypass, fp16split, pack_reuse, tn_gemm, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
@@ -36,6 +36,7 @@ from .cuda_kernels import (
 )
 from .levels import LEVELS, Kind, Level
 from .packer import fraction_bits, pair_exponent
+from .tn_gemm import CUDA_R_32F
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 # k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product). Measured on the
@@ -50,12 +51,8 @@ COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
 MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and .z: longer stacks launch in chunks
 
-# cudaDataType_t values (library_types.h); CuPy's runtime module does not export all of them.
-CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
 
 _FLOAT32 = np.dtype(np.float32)
-_ONE_I32 = np.array(1, dtype=np.int32)
-_ZERO_I32 = np.array(0, dtype=np.int32)
 _ONE_F32 = np.array(1.0, dtype=np.float32)
 _ZERO_F32 = np.array(0.0, dtype=np.float32)
 
@@ -320,60 +317,29 @@ def gemm_tn(
     k_offset: int = 0,
     accumulate: bool = False,
 ) -> None:
-    """out (m, n) = A_span @ B_span^T over ``depth`` packed columns, through cublasGemmEx.
+    """out (m, n) = A_span @ B_span^T over ``depth`` packed columns (``tn_gemm``).
 
     cuBLAS is column-major: the row-major (m, n) output is its (n, m) matrix
     B_span (n x depth, transposed) times A_span^T, both operands k-contiguous ("TN").
     Tall outputs run as blocks of GEMM_ROW_BLOCK rows: at m = 16384 cuBLAS's own choice ran
     INT8 at 780 TOPS on an H100, four 4096-row GEMMs at 1640 (benchmarks/int8_row_blocks.py).
-    A stack (``out`` (s, m, n), s > 1) is one cublasGemmStridedBatchedEx over its pairs.
+    A stack (``out`` (s, m, n), s > 1) is one strided-batched GEMM over its pairs.
     """
-    integer = a.data.dtype == cp.int8
-    in_type = CUDA_R_8I if integer else CUDA_R_16F
-    out_type = CUDA_R_32I if integer else CUDA_R_32F
-    compute = cublas.CUBLAS_COMPUTE_32I if integer else cublas.CUBLAS_COMPUTE_32F
-    one, zero = (_ONE_I32, _ZERO_I32) if integer else (_ONE_F32, _ZERO_F32)
-    beta = one if accumulate else zero
+    types = tn_gemm.INT8 if a.data.dtype == cp.int8 else tn_gemm.FP16
     offset = k_offset * a.data.itemsize
-    handle = cp.cuda.device.get_cublas_handle()
+    a_span, b_span = a.span(a_slot) + offset, b.span(b_slot) + offset
     m, n = out.shape[-2:]
     if out.ndim == 3 and out.shape[0] > 1:
-        cublas.gemmStridedBatchedEx(
-            handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, n, m, depth,
-            one.ctypes.data,
-            b.span(b_slot) + offset, in_type, b.ld, n * b.ld,
-            a.span(a_slot) + offset, in_type, a.ld, m * a.ld,
-            beta.ctypes.data,
-            out.data.ptr, out_type, n, m * n,
-            out.shape[0], compute, cublas.CUBLAS_GEMM_DEFAULT,
-        )  # fmt: skip
+        count = out.shape[0]
+        shape = tn_gemm.Gemm(n, m, depth, b.ld, a.ld, count, n * b.ld, m * a.ld, m * n)
+        tn_gemm.gemm(shape, b_span, a_span, out.data.ptr, accumulate, types)
         return
-    out = out.reshape(m, n)
     for first in range(0, m, GEMM_ROW_BLOCK):
         rows = min(GEMM_ROW_BLOCK, m - first)
-        a_ptr = a.span(a_slot) + offset + first * a.ld * a.data.itemsize
-        out_ptr = out.data.ptr + first * n * out.itemsize
-        cublas.gemmEx(
-            handle,
-            cublas.CUBLAS_OP_T,
-            cublas.CUBLAS_OP_N,
-            n,
-            rows,
-            depth,
-            one.ctypes.data,
-            b.span(b_slot) + offset,
-            in_type,
-            b.ld,
-            a_ptr,
-            in_type,
-            a.ld,
-            beta.ctypes.data,
-            out_ptr,
-            out_type,
-            n,
-            compute,
-            cublas.CUBLAS_GEMM_DEFAULT,
-        )
+        a_rows = a_span + first * a.ld * a.data.itemsize
+        out_rows = out.data.ptr + first * n * out.itemsize
+        shape = tn_gemm.Gemm(n, rows, depth, b.ld, a.ld)
+        tn_gemm.gemm(shape, b_span, a_rows, out_rows, accumulate, types)
 
 
 def class_spans(level: Level, g: int) -> tuple[int, int, int]:

@@ -1,0 +1,314 @@
+"""The TN GEMMs over packed spans, column-major as cuBLAS sees them: ``cublasGemmEx`` (FP16),
+and for INT8 x INT8 -> INT32 the algorithm measured fastest for each shape.
+
+``cublasGemmEx`` runs cuBLAS's first heuristic choice, which for the GEMMs of the INT8 levels is
+often not the fastest. Measured on an H100 (``benchmarks/lt_probe``): for the strided-batched
+GEMMs of a 16 x 4096^3 stack one of cuBLASLt's candidates ran at 1710 TOPS against
+``cublasGemmStridedBatchedEx``'s 1185; at n = 8192 the best candidate gained 4-13% per weight
+class; at n = 16384 none beat ``cublasGemmEx``. So the first INT8 GEMM of each shape (with
+beta = 0) times ``cublasGemmEx`` and up to ``CANDIDATES`` cuBLASLt heuristic algorithms on the
+real operands (best of ``TUNING_RUNS``, CUDA events) and keeps the fastest for the process.
+Integer GEMMs are exact and every candidate computes the same sums, so the choice changes no bit.
+
+``MIXPERT_INT8_GEMM=cublas`` in the environment keeps ``cublasGemmEx`` everywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import cupy as cp
+import numpy as np
+from cupy.cuda import cublas
+
+CANDIDATES = 8  # cuBLASLt heuristic algorithms timed per shape
+TUNING_RUNS = 3  # timed runs of each candidate (after one warm-up)
+WORKSPACE_BYTES = 32 << 20  # the most workspace a candidate may ask for
+
+# cuBLAS / CUDA enum values (cublasLt.h, cublas_api.h, library_types.h; CuPy's runtime module
+# does not export all of them)
+CUDA_R_32F, CUDA_R_16F, CUDA_R_8I, CUDA_R_32I = 0, 2, 3, 10
+DESC_TRANSA, DESC_TRANSB = 3, 4
+LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6
+PREF_MAX_WORKSPACE_BYTES = 1
+PREF_MIN_ALIGNMENT = (5, 6, 7, 8)  # A, B, C, D: bytes (uint32); default 256
+MAX_ALIGNMENT = 256
+
+
+@dataclass(frozen=True)
+class Types:
+    """Input, output and compute types of a GEMM, with its alpha = 1 and beta = 0 or 1."""
+
+    input: int
+    output: int
+    compute: int
+    one: np.ndarray
+    zero: np.ndarray
+
+    def beta(self, accumulate: bool) -> int:
+        return (self.one if accumulate else self.zero).ctypes.data
+
+
+INT8 = Types(CUDA_R_8I, CUDA_R_32I, cublas.CUBLAS_COMPUTE_32I, np.array(1, np.int32),
+             np.array(0, np.int32))  # fmt: skip
+FP16 = Types(CUDA_R_16F, CUDA_R_32F, cublas.CUBLAS_COMPUTE_32F, np.array(1, np.float32),
+             np.array(0, np.float32))  # fmt: skip
+
+
+class _Algo(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_uint64 * 8)]
+
+
+class _Heuristic(ctypes.Structure):
+    _fields_ = [
+        ("algo", _Algo),
+        ("workspace_size", ctypes.c_size_t),
+        ("state", ctypes.c_int),
+        ("waves", ctypes.c_float),
+        ("reserved", ctypes.c_int * 4),
+    ]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C (n x m, ld n) = op(A)^T B over ``depth``, column-major as cuBLAS sees it: A is
+    (depth x n, ld lda), B (depth x m, ld ldb); ``batch`` > 1: strided over the three."""
+
+    n: int
+    m: int
+    depth: int
+    lda: int
+    ldb: int
+    batch: int = 1
+    stride_a: int = 0
+    stride_b: int = 0
+    stride_c: int = 0
+
+
+@dataclass(frozen=True)
+class _LtPlan:
+    desc: ctypes.c_void_p
+    layouts: tuple[ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    algo: _Algo
+    workspace: int
+
+
+# (device, shape, pointer alignments) -> plan; None: cublasGemmEx
+_chosen: dict[tuple[int, Gemm, tuple[int, int, int]], _LtPlan | None] = {}
+
+
+def gemm(
+    shape: Gemm, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool, types: Types = INT8
+) -> None:
+    """C = A^T B (+ C when ``accumulate``) on the current stream: INT8 on the shape's fastest
+    algorithm (measured at its first GEMM with beta = 0), FP16 through ``cublasGemmEx``."""
+    if types is not INT8:
+        gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate, types)
+        return
+    alignments = (_alignment(a_ptr), _alignment(b_ptr), _alignment(c_ptr))
+    key = (cp.cuda.Device().id, shape, alignments)
+    if key not in _chosen:
+        if accumulate or os.environ.get("MIXPERT_INT8_GEMM") == "cublas" or _lt() is None:
+            gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)  # timing would clobber C's sums
+            return
+        _chosen[key] = _fastest(shape, alignments, a_ptr, b_ptr, c_ptr)
+    plan = _chosen[key]
+    if plan is None:
+        gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)
+    else:
+        _lt_matmul(plan, a_ptr, b_ptr, c_ptr, accumulate)
+
+
+def chosen_algorithms() -> dict[Gemm, str]:
+    """Each INT8 shape tuned on this device -> "cublasGemmEx" or "cuBLASLt" (for reports)."""
+    device = cp.cuda.Device().id
+    return {
+        s: "cuBLASLt" if p else "cublasGemmEx" for (d, s, _), p in _chosen.items() if d == device
+    }
+
+
+def _alignment(ptr: int) -> int:
+    """The largest power of two (up to MAX_ALIGNMENT) dividing the address ``ptr``."""
+    return min(MAX_ALIGNMENT, ptr & -ptr) if ptr else MAX_ALIGNMENT
+
+
+def gemm_ex(
+    shape: Gemm, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool, types: Types = INT8
+) -> None:
+    """The GEMM through ``cublasGemmEx`` (``cublasGemmStridedBatchedEx`` for a batch)."""
+    handle = cp.cuda.device.get_cublas_handle()
+    s, t = shape, types
+    op_t, op_n = cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N
+    if s.batch > 1:
+        cublas.gemmStridedBatchedEx(
+            handle, op_t, op_n, s.n, s.m, s.depth, t.one.ctypes.data,
+            a_ptr, t.input, s.lda, s.stride_a, b_ptr, t.input, s.ldb, s.stride_b,
+            t.beta(accumulate), c_ptr, t.output, s.n, s.stride_c, s.batch, t.compute,
+            cublas.CUBLAS_GEMM_DEFAULT,
+        )  # fmt: skip
+    else:
+        cublas.gemmEx(
+            handle, op_t, op_n, s.n, s.m, s.depth, t.one.ctypes.data,
+            a_ptr, t.input, s.lda, b_ptr, t.input, s.ldb,
+            t.beta(accumulate), c_ptr, t.output, s.n, t.compute, cublas.CUBLAS_GEMM_DEFAULT,
+        )  # fmt: skip
+
+
+def _fastest(
+    shape: Gemm, alignments: tuple[int, int, int], a_ptr: int, b_ptr: int, c_ptr: int
+) -> _LtPlan | None:
+    """Time cublasGemmEx and cuBLASLt's candidates (those that work at these pointer
+    alignments) on these operands; the fastest's plan."""
+    best_plan: _LtPlan | None = None
+    best = _time(lambda: gemm_ex(shape, a_ptr, b_ptr, c_ptr, False))
+    for plan in _candidates(shape, alignments):
+        try:
+            seconds = _time(lambda plan=plan: _lt_matmul(plan, a_ptr, b_ptr, c_ptr, False))
+        except RuntimeError:  # a candidate the library offers but cannot run here
+            continue
+        if seconds < best:
+            best, best_plan = seconds, plan
+    return best_plan
+
+
+def _time(run: Any) -> float:
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    run()
+    best = float("inf")
+    for _ in range(TUNING_RUNS):
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        best = min(best, cp.cuda.get_elapsed_time(start, stop))
+    return best
+
+
+def _candidates(shape: Gemm, alignments: tuple[int, int, int]) -> list[_LtPlan]:
+    lib, handle = _lt(), _handle()
+    desc = ctypes.c_void_p()
+    _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), INT8.compute, CUDA_R_32I))
+    for attribute, op in ((DESC_TRANSA, cublas.CUBLAS_OP_T), (DESC_TRANSB, cublas.CUBLAS_OP_N)):
+        value = ctypes.c_int32(op)
+        _check(lib.cublasLtMatmulDescSetAttribute(desc, attribute, ctypes.byref(value), 4))
+    s = shape
+    layouts = (
+        _layout(CUDA_R_8I, s.depth, s.n, s.lda, s.batch, s.stride_a),
+        _layout(CUDA_R_8I, s.depth, s.m, s.ldb, s.batch, s.stride_b),
+        _layout(CUDA_R_32I, s.n, s.m, s.n, s.batch, s.stride_c),
+    )
+    preference = ctypes.c_void_p()
+    _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)))
+    limit = ctypes.c_uint64(WORKSPACE_BYTES)
+    _check(lib.cublasLtMatmulPreferenceSetAttribute(
+        preference, PREF_MAX_WORKSPACE_BYTES, ctypes.byref(limit), 8))  # fmt: skip
+    for attribute, alignment in zip(PREF_MIN_ALIGNMENT, (*alignments, alignments[2]), strict=True):
+        value = ctypes.c_uint32(alignment)
+        _check(lib.cublasLtMatmulPreferenceSetAttribute(
+            preference, attribute, ctypes.byref(value), 4))  # fmt: skip
+    results = (_Heuristic * CANDIDATES)()
+    count = ctypes.c_int(0)
+    a, b, c = layouts
+    status = lib.cublasLtMatmulAlgoGetHeuristic(
+        handle, desc, a, b, c, c, preference, CANDIDATES, results, ctypes.byref(count)
+    )
+    lib.cublasLtMatmulPreferenceDestroy(preference)
+    if status != 0:
+        return []
+    return [
+        _LtPlan(desc, layouts, results[i].algo, results[i].workspace_size)
+        for i in range(count.value)
+        if results[i].state == 0
+    ]
+
+
+def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> ctypes.c_void_p:
+    lib = _lt()
+    layout = ctypes.c_void_p()
+    _check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), dtype, rows, cols, ld))
+    if batch > 1:
+        count, offset = ctypes.c_int32(batch), ctypes.c_int64(stride)
+        _check(lib.cublasLtMatrixLayoutSetAttribute(
+            layout, LAYOUT_BATCH_COUNT, ctypes.byref(count), 4))  # fmt: skip
+        _check(lib.cublasLtMatrixLayoutSetAttribute(
+            layout, LAYOUT_STRIDED_BATCH_OFFSET, ctypes.byref(offset), 8))  # fmt: skip
+    return layout
+
+
+def _lt_matmul(plan: _LtPlan, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool) -> None:
+    workspace = cp.empty(max(plan.workspace, 1), dtype=cp.uint8)  # from CuPy's pool
+    a, b, c = plan.layouts
+    _check(_lt().cublasLtMatmul(
+        _handle(), plan.desc, INT8.one.ctypes.data, a_ptr, a, b_ptr, b,
+        INT8.beta(accumulate), c_ptr, c, c_ptr, c,
+        ctypes.byref(plan.algo), workspace.data.ptr, plan.workspace,
+        cp.cuda.get_current_stream().ptr,
+    ))  # fmt: skip
+
+
+def _check(status: int) -> None:
+    if status != 0:
+        raise RuntimeError(f"cuBLASLt call failed with status {status}")
+
+
+_P, _HANDLE_OUT = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+_SET_ATTRIBUTE = [_P, ctypes.c_int, _P, ctypes.c_size_t]
+_SIGNATURES: dict[str, list[Any]] = {
+    "cublasLtCreate": [_HANDLE_OUT],
+    "cublasLtMatmulDescCreate": [_HANDLE_OUT, ctypes.c_int, ctypes.c_int],
+    "cublasLtMatmulDescSetAttribute": _SET_ATTRIBUTE,
+    "cublasLtMatrixLayoutCreate": [
+        _HANDLE_OUT,
+        ctypes.c_int,
+        ctypes.c_uint64,
+        ctypes.c_uint64,
+        ctypes.c_int64,
+    ],  # fmt: skip
+    "cublasLtMatrixLayoutSetAttribute": _SET_ATTRIBUTE,
+    "cublasLtMatmulPreferenceCreate": [_HANDLE_OUT],
+    "cublasLtMatmulPreferenceSetAttribute": _SET_ATTRIBUTE,
+    "cublasLtMatmulPreferenceDestroy": [_P],
+    "cublasLtMatmulAlgoGetHeuristic": [_P] * 7
+    + [ctypes.c_int, ctypes.POINTER(_Heuristic), ctypes.POINTER(ctypes.c_int)],  # fmt: skip
+    # handle, desc, alpha, A, A layout, B, B layout, beta, C, C layout, D, D layout; algo,
+    # workspace, its size, stream
+    "cublasLtMatmul": [_P] * 12 + [ctypes.POINTER(_Algo), _P, ctypes.c_size_t, _P],
+}
+
+
+@functools.cache
+def _lt() -> ctypes.CDLL | None:
+    """libcublasLt, the one CuPy's cuBLAS already loaded (None where it cannot be found)."""
+    major = cp.cuda.runtime.runtimeGetVersion() // 1000
+    names = [f"libcublasLt.so.{major}", "libcublasLt.so"]
+    try:
+        with open("/proc/self/maps") as maps:  # the exact file in this process, if loaded
+            names[:0] = sorted(set(re.findall(r"\S*libcublasLt\.so[.\d]*", maps.read())))
+    except OSError:
+        pass
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        for fn, argtypes in _SIGNATURES.items():
+            getattr(lib, fn).argtypes = argtypes
+            getattr(lib, fn).restype = ctypes.c_int
+        return lib
+    return None
+
+
+@functools.cache
+def _handle_for(device: int) -> ctypes.c_void_p:
+    handle = ctypes.c_void_p()
+    _check(_lt().cublasLtCreate(ctypes.byref(handle)))  # type: ignore[union-attr]
+    return handle
+
+
+def _handle() -> ctypes.c_void_p:
+    return _handle_for(cp.cuda.Device().id)
