@@ -22,7 +22,7 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from . import bypass, fp16split, pack_reuse, tn_gemm, workspace
+from . import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
@@ -595,37 +595,76 @@ def _ordered_kernel_named(name: str) -> Any:
     return _combine_module().get_function(name)
 
 
-def _ordered_kernel(r: int) -> Any:
-    return _ordered_kernel_named(f"ordered_product_{r}")
-
-
 def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
     return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
 
 
 def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
     """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
-    with m, n > 0, in one launch: a tall product (m >= ROWS_MIN_M, n <= ROWS_MAX_N) through
-    ``ordered_rows_product``; else a 16 R x 16 R output tile per block, R (1, 2 or 4) by
-    default the smallest that covers m and n (small matrices waste no threads)."""
+    with m, n > 0: a tall product (m >= ROWS_MIN_M, n <= ROWS_MAX_N) through
+    ``ordered_rows_product``; a matrix product with few output tiles and a long k split over
+    its segments (``ordered_split_product``); else a 16 R x 16 R output tile per block, R
+    (1, 2 or 4) by default the smallest that covers m and n (small matrices waste no threads),
+    each block walking the whole k."""
     stack = a.ndim == 3
-    if not stack and r is None and a.shape[0] >= ROWS_MIN_M and b.shape[1] <= ROWS_MAX_N:
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if r is None:
+        r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+    if not stack and _splits_k(m, n, k, r):
+        return ordered_split_product(a, b, r)
+    if not stack and a.shape[0] >= ROWS_MIN_M and n <= ROWS_MAX_N:
         return ordered_rows_product(a, b)
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
-    count, m, k = a3.shape
-    n = b3.shape[2]
-    if r is None:
-        r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+    count = a3.shape[0]
     tile = 16 * r
     c = cp.empty((count, m, n), dtype=cp.float32)
-    kernel = _ordered_kernel(r)
+    kernel = _ordered_kernel_named(f"ordered_product_{r}{_segmented(k)}")
     for first in _batch_chunks(count):
         kernel(
             (-(-n // tile), min(-(-m // tile), MAX_GRID_YZ), _chunk(first, count)), (16, 16),
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]
+
+
+def _segmented(k: int) -> str:
+    """The kernel variant for k: "_segments" where k spans more than one segment."""
+    return "_segments" if k > ordered.SEGMENT else ""
+
+
+SPLIT_MIN_SEGMENTS = 8  # split k only where it is long enough to give each block real work
+SPLIT_WAVES = 2  # ... and the output tiles alone fill fewer than this many blocks per SM
+
+
+def _splits_k(m: int, n: int, k: int, r: int) -> bool:
+    tiles = -(-m // (16 * r)) * -(-n // (16 * r))
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    return k >= SPLIT_MIN_SEGMENTS * ordered.SEGMENT and tiles < SPLIT_WAVES * sms
+
+
+def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarray:
+    """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): one block per
+    output tile and segment of k writes the segment's float64 total (``ordered_segments``),
+    then each entry's totals are added in segment order and rounded once: the bits of one
+    thread walking the whole k."""
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    m, k = a.shape
+    n = b.shape[1]
+    tile = 16 * r
+    count = -(-k // ordered.SEGMENT)
+    segments = cp.empty((count, m, n), dtype=cp.float64)
+    for first in _batch_chunks(count):  # grid z: at most 65535 segments a launch
+        _ordered_kernel_named(f"ordered_segments_{r}")(
+            (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
+            (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(first), segments),
+        )  # fmt: skip
+    c = cp.empty((m, n), dtype=cp.float32)
+    _ordered_kernel_named("ordered_segment_totals")(
+        (-(-(m * n) // 32),), (256,), (segments, np.int32(count), np.int64(m * n), c)
+    )
+    return c
 
 
 ROWS_MIN_M = 2048  # tall: enough rows to fill the GPU with one thread per row and column group
@@ -640,7 +679,7 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     n = b.shape[1]
     group = 4 if n <= 4 else 8 if n <= 8 else 16
     c = cp.empty((m, n), dtype=cp.float32)
-    _ordered_kernel_named(f"ordered_rows_{group}")(
+    _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}")(
         (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip

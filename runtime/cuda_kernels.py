@@ -30,6 +30,7 @@ CONSTANTS = {
     "DEEP_FRACTION": bypass.DEEP_FRACTION,
     "NO_BYPASS": bypass.NO_BYPASS,
     "ORDERED_CHUNK": ordered.CHUNK,
+    "ORDERED_SEGMENT": ordered.SEGMENT,
     "ROWS_THREADS": ROWS_THREADS,
 }
 
@@ -643,58 +644,94 @@ __device__ __forceinline__ void ordered_step(const float* a_tile, const float* b
         for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
 }
 
-// One 16 R x 16 R output tile per block of 16 x 16 threads, R x R neighbouring entries per
-// thread; pair z = blockIdx.z + batch0 of two C-contiguous stacks. k runs in steps of 16
-// through shared memory (coalesced global loads, vector shared loads).
+// The chunk sums of k-steps [q_begin, q_end) of one 16 R x 16 R output tile (rows r0.., columns
+// c0..), added in order into total (R x R neighbouring entries per thread of 16 x 16). k runs
+// in steps of 16 through shared memory (coalesced global loads, vector shared loads); q_begin
+// is a multiple of the chunk.
 template <int R>
+__device__ __forceinline__ void ordered_span(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
+    int c0, int q_begin, int q_end, float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4],
+    double (&total)[R][R])
+{
+    constexpr int T = 16 * R, PAD = 4;
+    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end where a step of 16 ends");
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+    float acc[R][R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) acc[i][j] = 0.0f;
+    for (int q0 = q_begin; q0 < q_end; q0 += 16) {
+        for (int i = t; i < 16 * T; i += 256) {
+            const int a_line = i >> 4, a_q = q0 + (i & 15);
+            a_tile[i & 15][a_line] =
+                (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+            const int b_q = q0 + i / T, b_line = i % T;
+            b_tile[i / T][b_line] =
+                (b_q < q_end && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
+        }
+        __syncthreads();
+        if (q_end - q0 >= 16) {  // a whole step, unrolled
+#pragma unroll
+            for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
+            for (int q = 0; q < q_end - q0; ++q)
+                ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+        }
+        __syncthreads();
+        if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= q_end) {  // a chunk ends
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                    acc[i][j] = 0.0f;
+                }
+        }
+    }
+}
+
+// One 16 R x 16 R output tile per block of 16 x 16 threads; pair z = blockIdx.z + batch0 of
+// two C-contiguous stacks. SEGMENTS: k may exceed a segment, so each segment's total is
+// summed apart and added in order (without, the one segment's total is the total).
+template <int R, bool SEGMENTS>
 __device__ __forceinline__ void ordered_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int batch0,
     float* __restrict__ c)
 {
     constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
-    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end where a step of 16 ends");
+    static_assert(${ORDERED_SEGMENT} % ${ORDERED_CHUNK} == 0, "segments are whole chunks");
     __shared__ __align__(16) float a_tile[16][T + PAD];  // [q][row]
     __shared__ __align__(16) float b_tile[16][T + PAD];  // [q][col]
     const long long z = blockIdx.z + (long long)batch0;
     a += z * m * k;
     b += z * k * n;
     c += z * m * n;
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+    const int tx = threadIdx.x, ty = threadIdx.y;
     const int c0 = blockIdx.x * T;
     for (int r0 = blockIdx.y * T; r0 < m; r0 += gridDim.y * T) {  // grid y: at most 65535
-        float acc[R][R];
         double total[R][R];
 #pragma unroll
         for (int i = 0; i < R; ++i)
 #pragma unroll
-            for (int j = 0; j < R; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
-        for (int q0 = 0; q0 < k; q0 += 16) {
-            for (int i = t; i < 16 * T; i += 256) {
-                const int a_line = i >> 4, a_q = q0 + (i & 15);
-                a_tile[i & 15][a_line] =
-                    (a_q < k && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
-                const int b_q = q0 + i / T, b_line = i % T;
-                b_tile[i / T][b_line] =
-                    (b_q < k && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
-            }
-            __syncthreads();
-            if (k - q0 >= 16) {  // a whole step, unrolled
-#pragma unroll
-                for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
-            } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
-                for (int q = 0; q < k - q0; ++q)
-                    ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
-            }
-            __syncthreads();
-            if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= k) {  // a chunk ends
+            for (int j = 0; j < R; ++j) total[i][j] = 0.0;
+        if constexpr (SEGMENTS) {
+            for (int s0 = 0; s0 < k; s0 += ${ORDERED_SEGMENT}) {
+                double segment[R][R];
 #pragma unroll
                 for (int i = 0; i < R; ++i)
 #pragma unroll
-                    for (int j = 0; j < R; ++j) {
-                        total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
-                        acc[i][j] = 0.0f;
-                    }
+                    for (int j = 0; j < R; ++j) segment[i][j] = 0.0;
+                ordered_span<R>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}),
+                                a_tile, b_tile, segment);
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+#pragma unroll
+                    for (int j = 0; j < R; ++j) total[i][j] = total[i][j] + segment[i][j];
             }
+        } else {
+            ordered_span<R>(a, b, m, n, k, r0, c0, 0, k, a_tile, b_tile, total);
         }
         const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
 #pragma unroll
@@ -715,14 +752,77 @@ __device__ __forceinline__ void ordered_impl(
         }
     }
 }
+
+// Split-k, step 1: segment z = blockIdx.z + segment0 of one output tile per block (as
+// ordered_impl), its float64 total to segments[z][row][col].
+template <int R>
+__device__ __forceinline__ void ordered_segments_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int segment0,
+    double* __restrict__ segments)
+{
+    constexpr int T = 16 * R, PAD = 4;
+    __shared__ __align__(16) float a_tile[16][T + PAD];
+    __shared__ __align__(16) float b_tile[16][T + PAD];
+    const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
+    const long long z = blockIdx.z + (long long)segment0;
+    const int s0 = (int)z * ${ORDERED_SEGMENT};
+    double total[R][R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) total[i][j] = 0.0;
+    ordered_span<R>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile, b_tile,
+                    total);
+    segments += z * m * n;
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int r = r0 + R * threadIdx.y + i, col = c0 + R * threadIdx.x + j;
+            if (r < m && col < n) segments[(long long)r * n + col] = total[i][j];
+        }
+}
+
+// Split-k, step 2: each entry's segment totals added in segment order, rounded once. A block
+// of 256 threads takes 32 entries: all its threads load 64 segments of them (coalesced) into
+// shared memory, then one warp adds them up, a thread per entry, in order.
+extern "C" __global__ void ordered_segment_totals(
+    const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
+{
+    __shared__ double part[64][33];
+    const long long e0 = blockIdx.x * 32LL;
+    const int lane = threadIdx.x & 31, row = threadIdx.x >> 5;
+    const bool mine = e0 + lane < entries;
+    double total = 0.0;
+    for (int s0 = 0; s0 < count; s0 += 64) {
+        const int depth = min(64, count - s0);
+        for (int s = row; s < depth; s += blockDim.x >> 5)
+            part[s][lane] = mine ? segments[(s0 + s) * entries + e0 + lane] : 0.0;
+        __syncthreads();
+        if (row == 0)
+            for (int s = 0; s < depth; ++s) total = total + part[s][lane];
+        __syncthreads();
+    }
+    if (row == 0 && mine) c[e0 + lane] = canonical(total);
+}
 """
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_product_{r}(
+extern "C" __global__ void ordered_product_{r}{suffix}(
     const float* a, const float* b, int m, int n, int k, int batch0, float* c)
 {{
-    ordered_impl<{r}>(a, b, m, n, k, batch0, c);
+    ordered_impl<{r}, {segments}>(a, b, m, n, k, batch0, c);
+}}
+"""
+    for r in (1, 2, 4)
+    for suffix, segments in (("", "false"), ("_segments", "true"))
+) + "".join(
+    f"""
+extern "C" __global__ void ordered_segments_{r}(
+    const float* a, const float* b, int m, int n, int k, int segment0, double* segments)
+{{
+    ordered_segments_impl<{r}>(a, b, m, n, k, segment0, segments);
 }}
 """
     for r in (1, 2, 4)
@@ -758,13 +858,14 @@ __device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
     }
 }
 
-template <int G>
+template <int G, bool SEGMENTS>
 __device__ __forceinline__ void ordered_rows_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
     float* __restrict__ c)
 {
     constexpr int KS = 256, CH = ${ORDERED_CHUNK};  // B's k-steps per slab; A's per tile
     static_assert(CH <= 32 && KS % CH == 0, "a tile is one chunk, one step per lane");
+    static_assert(${ORDERED_SEGMENT} % KS == 0, "segments end where a slab ends");
     constexpr int WARPS = ${ROWS_THREADS} / 32;
     __shared__ __align__(16) float b_s[KS][G];
     __shared__ float a_s[WARPS][32][CH + 1];  // [warp][row][q], padded: conflict-free reads
@@ -774,9 +875,9 @@ __device__ __forceinline__ void ordered_rows_impl(
          block_row += (long long)gridDim.y * ${ROWS_THREADS}) {  // grid y: at most 65535
         const long long row0 = block_row + warp * 32;
         float acc[G];
-        double total[G];
+        double total[G], segment[G];  // segment: SEGMENTS only (k may exceed a segment)
 #pragma unroll
-        for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; }
+        for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; segment[j] = 0.0; }
         for (int s0 = 0; s0 < k; s0 += KS) {
             const int depth = min(KS, k - s0);
             for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
@@ -794,9 +895,16 @@ __device__ __forceinline__ void ordered_rows_impl(
                 __syncwarp();
                 for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_s[t0 + t], acc);
                 __syncwarp();
-                rows_flush<G>(acc, total);  // chunks start at multiples of CH: each tile is one
+                rows_flush<G>(acc, SEGMENTS ? segment : total);  // each tile is one chunk
             }
             __syncthreads();
+            if (SEGMENTS && ((s0 + KS) % ${ORDERED_SEGMENT} == 0 || s0 + KS >= k)) {
+#pragma unroll
+                for (int j = 0; j < G; ++j) {  // a segment ends: its total joins, in order
+                    total[j] = total[j] + segment[j];
+                    segment[j] = 0.0;
+                }
+            }
         }
         if (row0 + lane < m) {
 #pragma unroll
@@ -808,13 +916,14 @@ __device__ __forceinline__ void ordered_rows_impl(
 """
 ORDERED_ROWS_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_rows_{g}(
+extern "C" __global__ void ordered_rows_{g}{suffix}(
     const float* a, const float* b, int m, int n, int k, float* c)
 {{
-    ordered_rows_impl<{g}>(a, b, m, n, k, c);
+    ordered_rows_impl<{g}, {segments}>(a, b, m, n, k, c);
 }}
 """
     for g in (4, 8, 16)
+    for suffix, segments in (("", "false"), ("_segments", "true"))
 )
 COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE
 

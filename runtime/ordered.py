@@ -1,10 +1,14 @@
 """Level fp32-ordered: float32 arithmetic in one fixed order, so every backend gives the same bits.
 
 Each output entry is computed as the GPU's kernels for this level compute it (``cuda_kernels``:
-the small-stack ``ordered_product`` and the tall ``ordered_rows``): k runs in chunks of
-``CHUNK``; inside a chunk the products are accumulated by IEEE float32 fused multiply-adds in k
-order, starting from +0 (subnormals kept, no flush); each chunk's float32 sum is added, in chunk
-order, into a float64 total, which is rounded once to float32 (NaN canonical). Error: each chunk
+the small-stack ``ordered_product``, the tall ``ordered_rows`` and the split-k
+``ordered_segments``): k runs in chunks of ``CHUNK``; inside a chunk the products are
+accumulated by IEEE float32 fused multiply-adds in k order, starting from +0 (subnormals kept,
+no flush); each chunk's float32 sum is added, in chunk order, into a float64 segment total
+(segments of ``SEGMENT`` k-steps), and the segment totals are added, in order, into a float64
+total, which is rounded once to float32 (NaN canonical). Segments let a long k be split across
+thread blocks (split-k) with the same bits as one thread walking it; for k <= SEGMENT the total
+is the one segment's. Error: each chunk
 rounds like a float32 dot product of at most CHUNK terms, so |C - C64| <= (min(k, CHUNK) + 1) u
 |A||B| plus the final rounding, u = 2^-24: within SGEMM's 2 k u |A||B| for every k, and far
 below it for long k.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 CHUNK = 32  # k-steps summed in float32 before the float64 total takes them
+SEGMENT = 512  # k-steps whose chunk sums make one float64 segment total (a multiple of CHUNK)
 
 
 # A float64 keeps 29 fraction bits below a normal float32's last one: a float64 that lies
@@ -72,11 +77,15 @@ def ordered_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     k = a.shape[-1]
     shape = (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
     acc = np.zeros(shape, dtype=np.float32)
+    segment = np.zeros(shape, dtype=np.float64)
     total = np.zeros(shape, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         for q in range(k):
             acc = fma32(a64[..., :, q, None] * b64[..., None, q, :], acc)
             if q % CHUNK == CHUNK - 1 or q == k - 1:
-                total += acc.astype(np.float64)
+                segment += acc.astype(np.float64)
                 acc = np.zeros(shape, dtype=np.float32)
+            if q % SEGMENT == SEGMENT - 1 or q == k - 1:
+                total += segment
+                segment = np.zeros(shape, dtype=np.float64)
         return np.where(np.isnan(total), np.float32(np.nan), total.astype(np.float32))

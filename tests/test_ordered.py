@@ -71,6 +71,30 @@ def test_chunks_sum_in_float64_and_short_k_is_one_fma_chain() -> None:
     assert np.array_equal(short, chain)
 
 
+def segment_sensitive(m: int, n: int, segments: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Operands whose every entry is 0 with segments and 1 without: chunk sums 2^60 and 1 in
+    the first segment, -2^60 and 1 in the second. Summed in one float64 chain, 2^60 absorbs the
+    first 1, cancels, and the last 1 survives; per segment, each 1 is absorbed."""
+    k = segments * ordered.SEGMENT
+    a = np.zeros((m, k), np.float32)
+    b = np.zeros((k, n), np.float32)
+    second = ordered.SEGMENT
+    for q, value in ((0, 2.0**30), (ordered.CHUNK, 1.0), (second, -(2.0**30)),
+                     (second + ordered.CHUNK, 1.0)):  # fmt: skip
+        a[:, q] = value
+        b[q, :] = abs(value)
+    return a, b
+
+
+def test_segment_totals_are_summed_in_order() -> None:
+    a, b = segment_sensitive(3, 2)
+    assert not ordered.ordered_product(a, b).any()  # one chain would give 1 everywhere
+    k = ordered.SEGMENT  # one segment: the chain's own result
+    assert np.array_equal(
+        ordered.ordered_product(a[:, :k], b[:k]), np.full((3, 2), 2.0**60, np.float32)
+    )
+
+
 def test_subnormal_products_are_kept_not_flushed() -> None:
     a = np.full((2, 3, 8), 1e-20, np.float32)
     b = np.full((2, 8, 2), 1e-20, np.float32)
@@ -130,3 +154,35 @@ def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
         want = mixpert.matmul(a, b, level=level, backend="cpu")
         got = mixpert.matmul(cp.asarray(a), cp.asarray(b), level=level).get()
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), level
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("m", "k", "n", "kernel"),
+    [
+        (9, 2 * ordered.SEGMENT + 77, 11, "small"),  # tile kernel, segments walked in turn
+        (None, 3 * ordered.SEGMENT + 5, 8, "tall"),  # tall kernel (m set below)
+        (32, 9 * ordered.SEGMENT + 77, 32, "split"),  # split-k: a block per segment
+        (70, 12 * ordered.SEGMENT, 3, "split"),
+    ],
+)
+def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
+    """Every kernel sums segment totals in order: the segment-sensitive operands give 0 (one
+    float64 chain would give 1), random ones the CPU model's bits."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    m = cuda.ROWS_MIN_M + 37 if m is None else m
+    split = cuda._splits_k(m, n, k, 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4)
+    assert split == (kernel == "split")
+    a, b = segment_sensitive(m, n, k // ordered.SEGMENT)
+    a, b = np.pad(a, ((0, 0), (0, k - a.shape[1]))), np.pad(b, ((0, k - b.shape[0]), (0, 0)))
+    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    assert not got.any()
+    rng = np.random.default_rng(k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[1, 3], b[-1, 0] = np.float32(1e-40), np.inf
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

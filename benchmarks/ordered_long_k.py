@@ -1,0 +1,65 @@
+"""Probe: level fp32-ordered's kernels on long-k and skinny shapes, against cuBLAS SGEMM, in one
+run: the default choice, and each kernel forced (split-k over segments, the tile kernel walking
+all of k, the tall kernel). Prints a table; used to set ``cuda._splits_k``'s crossover.
+
+    python benchmarks/ordered_long_k.py
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixpert.runtime import cuda, ordered
+from mixpert.runtime.device import exit_without_gpu
+from mixpert.testdata import gemmul8
+from mixpert.timing import gpu_median_seconds
+
+SHAPES = (
+    (32, 262144, 32),
+    (64, 131072, 64),
+    (128, 65536, 128),
+    (256, 65536, 256),
+    (4096, 65536, 64),
+    (16384, 16384, 64),
+    (65536, 4096, 16),
+)
+
+
+def main() -> None:
+    exit_without_gpu("the long-k probe")
+    import cupy as cp
+
+    print("m x k x n: x SGEMM (error ratio to SGEMM's) per kernel")
+    for seed, (m, k, n) in enumerate(SHAPES):
+        print(measure(cp, m, k, n, seed), flush=True)
+
+
+def measure(cp: Any, m: int, k: int, n: int, seed: int) -> str:
+    rng = cp.random.default_rng(seed)
+    a, b = gemmul8(cp, rng, (m, k)), gemmul8(cp, rng, (k, n))
+    ref = a.astype(cp.float64) @ b.astype(cp.float64)
+    r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+    runs = {
+        "sgemm": lambda: cp.matmul(a, b),
+        "default": lambda: cuda.ordered_product(a, b),
+        "split": lambda: cuda.ordered_split_product(a, b, r),
+        "tile": lambda: cuda.ordered_product(a[None], b[None], r),
+    }
+    if n <= cuda.ROWS_MAX_N:
+        runs["tall"] = lambda: cuda.ordered_rows_product(a, b)
+    flops = 2.0 * m * k * n
+    seconds = {name: gpu_median_seconds(fn, flops) for name, fn in runs.items()}
+    errors = {
+        name: float(cp.linalg.norm(fn() - ref) / cp.linalg.norm(ref)) for name, fn in runs.items()
+    }
+    cells = ", ".join(
+        f"{name} {seconds['sgemm'] / t:.2f}x ({errors[name] / errors['sgemm']:.2f})"
+        for name, t in seconds.items()
+    )
+    splits = cuda._splits_k(m, n, k, r)
+    return (f"{m} x {k} x {n} (segments {-(-k // ordered.SEGMENT)}, split {splits}): "
+            f"sgemm {seconds['sgemm'] * 1e3:.3f} ms; {cells}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
