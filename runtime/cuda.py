@@ -640,15 +640,23 @@ SPLIT_WAVES = 2  # ... and the output tiles alone fill fewer than this many bloc
 
 def _splits_k(m: int, n: int, k: int, r: int) -> bool:
     tiles = -(-m // (16 * r)) * -(-n // (16 * r))
-    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    sms = _multiprocessors(cp.cuda.Device().id)
     return k >= SPLIT_MIN_SEGMENTS * ordered.SEGMENT and tiles < SPLIT_WAVES * sms
+
+
+@functools.cache
+def _multiprocessors(device: int) -> int:
+    # (Device.attributes queries every attribute: ~100 us, longer than a small product.)
+    return int(
+        cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device)
+    )
 
 
 def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarray:
     """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): one block per
-    output tile and segment of k writes the segment's float64 total (``ordered_segments``),
-    then each entry's totals are added in segment order and rounded once: the bits of one
-    thread walking the whole k."""
+    16 R x 16 R output tile and segment of k writes the segment's float64 total
+    (``ordered_segments``), then each entry's totals are added in segment order and rounded
+    once: the bits of one thread walking the whole k."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
@@ -662,7 +670,7 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarra
         )  # fmt: skip
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named("ordered_segment_totals")(
-        (-(-(m * n) // 32),), (256,), (segments, np.int32(count), np.int64(m * n), c)
+        (-(-(m * n) // 8),), (256,), (segments, np.int32(count), np.int64(m * n), c)
     )
     return c
 

@@ -646,49 +646,53 @@ __device__ __forceinline__ void ordered_step(const float* a_tile, const float* b
 
 // The chunk sums of k-steps [q_begin, q_end) of one 16 R x 16 R output tile (rows r0.., columns
 // c0..), added in order into total (R x R neighbouring entries per thread of 16 x 16). k runs
-// in steps of 16 through shared memory (coalesced global loads, vector shared loads); q_begin
-// is a multiple of the chunk.
-template <int R>
+// in stages of STEP (a multiple of 16) through shared memory (coalesced global loads, vector
+// shared loads); q_begin is a multiple of the chunk.
+template <int R, int STEP>
 __device__ __forceinline__ void ordered_span(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
     int c0, int q_begin, int q_end, float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4],
     double (&total)[R][R])
 {
     constexpr int T = 16 * R, PAD = 4;
-    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end where a step of 16 ends");
+    static_assert(${ORDERED_CHUNK} % 16 == 0 && STEP % 16 == 0, "chunks end at steps of 16");
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
     float acc[R][R];
 #pragma unroll
     for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int j = 0; j < R; ++j) acc[i][j] = 0.0f;
-    for (int q0 = q_begin; q0 < q_end; q0 += 16) {
-        for (int i = t; i < 16 * T; i += 256) {
-            const int a_line = i >> 4, a_q = q0 + (i & 15);
-            a_tile[i & 15][a_line] =
+    for (int q0 = q_begin; q0 < q_end; q0 += STEP) {
+        for (int i = t; i < STEP * T; i += 256) {
+            const int a_line = i / STEP, a_q = q0 + i % STEP;
+            a_tile[i % STEP][a_line] =
                 (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
             const int b_q = q0 + i / T, b_line = i % T;
             b_tile[i / T][b_line] =
                 (b_q < q_end && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
         }
         __syncthreads();
-        if (q_end - q0 >= 16) {  // a whole step, unrolled
+        const int depth = min(STEP, q_end - q0);
+        for (int s = 0; s < depth; s += 16) {
+            if (depth - s >= 16) {  // a whole step of 16, unrolled
 #pragma unroll
-            for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
-        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
-            for (int q = 0; q < q_end - q0; ++q)
-                ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+                for (int q = 0; q < 16; ++q)
+                    ordered_step<R, T + PAD>(a_tile[0], b_tile[0], s + q, acc);
+            } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
+                for (int q = s; q < depth; ++q)
+                    ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+            }
+            if ((q0 + s + 16) % ${ORDERED_CHUNK} == 0 || q0 + s + 16 >= q_end) {  // chunk ends
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+#pragma unroll
+                    for (int j = 0; j < R; ++j) {
+                        total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                        acc[i][j] = 0.0f;
+                    }
+            }
         }
         __syncthreads();
-        if ((q0 + 16) % ${ORDERED_CHUNK} == 0 || q0 + 16 >= q_end) {  // a chunk ends
-#pragma unroll
-            for (int i = 0; i < R; ++i)
-#pragma unroll
-                for (int j = 0; j < R; ++j) {
-                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
-                    acc[i][j] = 0.0f;
-                }
-        }
     }
 }
 
@@ -702,7 +706,7 @@ __device__ __forceinline__ void ordered_impl(
 {
     constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
     static_assert(${ORDERED_SEGMENT} % ${ORDERED_CHUNK} == 0, "segments are whole chunks");
-    __shared__ __align__(16) float a_tile[16][T + PAD];  // [q][row]
+    __shared__ __align__(16) float a_tile[16][T + PAD];  // [q][row], steps of 16
     __shared__ __align__(16) float b_tile[16][T + PAD];  // [q][col]
     const long long z = blockIdx.z + (long long)batch0;
     a += z * m * k;
@@ -723,15 +727,15 @@ __device__ __forceinline__ void ordered_impl(
                 for (int i = 0; i < R; ++i)
 #pragma unroll
                     for (int j = 0; j < R; ++j) segment[i][j] = 0.0;
-                ordered_span<R>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}),
-                                a_tile, b_tile, segment);
+                ordered_span<R, 16>(a, b, m, n, k, r0, c0, s0,
+                                    min(k, s0 + ${ORDERED_SEGMENT}), a_tile, b_tile, segment);
 #pragma unroll
                 for (int i = 0; i < R; ++i)
 #pragma unroll
                     for (int j = 0; j < R; ++j) total[i][j] = total[i][j] + segment[i][j];
             }
         } else {
-            ordered_span<R>(a, b, m, n, k, r0, c0, 0, k, a_tile, b_tile, total);
+            ordered_span<R, 16>(a, b, m, n, k, r0, c0, 0, k, a_tile, b_tile, total);
         }
         const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
 #pragma unroll
@@ -754,15 +758,16 @@ __device__ __forceinline__ void ordered_impl(
 }
 
 // Split-k, step 1: segment z = blockIdx.z + segment0 of one output tile per block (as
-// ordered_impl), its float64 total to segments[z][row][col].
+// ordered_impl, in larger stages: a block walks one segment), its float64 total to
+// segments[z][row][col].
 template <int R>
 __device__ __forceinline__ void ordered_segments_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int segment0,
     double* __restrict__ segments)
 {
-    constexpr int T = 16 * R, PAD = 4;
-    __shared__ __align__(16) float a_tile[16][T + PAD];
-    __shared__ __align__(16) float b_tile[16][T + PAD];
+    constexpr int T = 16 * R, PAD = 4, STEP = 64;
+    __shared__ __align__(16) float a_tile[STEP][T + PAD];
+    __shared__ __align__(16) float b_tile[STEP][T + PAD];
     const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
     const long long z = blockIdx.z + (long long)segment0;
     const int s0 = (int)z * ${ORDERED_SEGMENT};
@@ -771,8 +776,8 @@ __device__ __forceinline__ void ordered_segments_impl(
     for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int j = 0; j < R; ++j) total[i][j] = 0.0;
-    ordered_span<R>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile, b_tile,
-                    total);
+    ordered_span<R, STEP>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile,
+                          b_tile, total);
     segments += z * m * n;
 #pragma unroll
     for (int i = 0; i < R; ++i)
@@ -784,26 +789,27 @@ __device__ __forceinline__ void ordered_segments_impl(
 }
 
 // Split-k, step 2: each entry's segment totals added in segment order, rounded once. A block
-// of 256 threads takes 32 entries: all its threads load 64 segments of them (coalesced) into
-// shared memory, then one warp adds them up, a thread per entry, in order.
+// of 256 threads takes 8 entries: all its threads load 256 segments of them into shared memory
+// at a time, then 8 threads add them up, one per entry, in order.
 extern "C" __global__ void ordered_segment_totals(
     const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
 {
-    __shared__ double part[64][33];
-    const long long e0 = blockIdx.x * 32LL;
-    const int lane = threadIdx.x & 31, row = threadIdx.x >> 5;
-    const bool mine = e0 + lane < entries;
+    constexpr int E = 8, DEPTH = 256;
+    __shared__ double part[DEPTH][E + 1];
+    const long long e0 = blockIdx.x * (long long)E;
+    const int column = threadIdx.x % E, row = threadIdx.x / E, rows = blockDim.x / E;
+    const bool mine = e0 + column < entries;
     double total = 0.0;
-    for (int s0 = 0; s0 < count; s0 += 64) {
-        const int depth = min(64, count - s0);
-        for (int s = row; s < depth; s += blockDim.x >> 5)
-            part[s][lane] = mine ? segments[(s0 + s) * entries + e0 + lane] : 0.0;
+    for (int s0 = 0; s0 < count; s0 += DEPTH) {
+        const int depth = min(DEPTH, count - s0);
+        for (int s = row; s < depth; s += rows)
+            part[s][column] = mine ? segments[(s0 + s) * entries + e0 + column] : 0.0;
         __syncthreads();
         if (row == 0)
-            for (int s = 0; s < depth; ++s) total = total + part[s][lane];
+            for (int s = 0; s < depth; ++s) total = total + part[s][column];
         __syncthreads();
     }
-    if (row == 0 && mine) c[e0 + lane] = canonical(total);
+    if (row == 0 && mine) c[e0 + column] = canonical(total);
 }
 """
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).

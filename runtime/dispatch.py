@@ -32,6 +32,11 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # (1.3-2.3x at 4096 x 16^3, but 0.9-1.2x at 32^3 and 0.7-0.8x at 64^3).
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
+# ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
+# kernel (benchmarks/ordered_long_k.py, H100: 1.07-1.11x SGEMM at 32 x 262144 x 32, 7x more
+# accurate; 0.7x at 64 x 131072 x 64, so only the thinnest outputs).
+AUTO_SPLIT_MAX_MN = 32
+AUTO_SPLIT_MIN_K = 131072
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -130,7 +135,7 @@ def _native_gpu_fast_path(a: Any, b: Any) -> Any | None:
         return None
     m, k = a.shape
     k_b, n = b.shape
-    if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
+    if k != k_b or min(m, k, n) >= AUTO_MIN_DIM or _thin_long_k(m, k, n):
         return None
     return cp.matmul(a, b)
 
@@ -165,7 +170,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; on the GPU, fp32-ordered for stacks whose pairs are at most
     AUTO_ORDERED_MAX_DIM in every dimension, and level IV where every dimension is at least
-    AUTO_MIN_DIM.
+    AUTO_MIN_DIM; fp32-ordered (split-k) for one product at most AUTO_SPLIT_MAX_MN in m and
+    n with k at least AUTO_SPLIT_MIN_K.
     """
     requested = get_level(level)
     if requested.kind != "policy":
@@ -176,9 +182,15 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3 and max(m, k, n) <= AUTO_ORDERED_MAX_DIM:  # small pairs
         return get_level(AUTO_SMALL)
+    if a.ndim == 2 and b.ndim == 2 and _thin_long_k(m, k, n):
+        return get_level(AUTO_SMALL)
     if min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
     return get_level(NATIVE_LEVEL)
+
+
+def _thin_long_k(m: int, k: int, n: int) -> bool:
+    return max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> str:
