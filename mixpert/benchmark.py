@@ -72,9 +72,9 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
         return (lambda: cp.matmul(a, b)), "sgemm"
     if name == "tf32":
         return (lambda: cuda.tf32_product(a, b)), "tf32"
-    if name == AUTO.name:
+    if name == AUTO.name:  # as users call it: mixpert.matmul(a, b), backend "auto"
         chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
-        return (lambda: dispatch.matmul(a, b, AUTO, "cuda")), chosen.name
+        return (lambda: dispatch.matmul(a, b, AUTO)), chosen.name
     level = get_level(name)
     if a.ndim == 3:
         return (lambda: cuda.matmul_stack(a, b, level)), name

@@ -63,7 +63,7 @@ def matmul(
         each = _stack_product(level, backend)
         return batched.matmul(a, b, lambda x, y: matmul(x, y, level, backend), each)
     if level.kind == "policy" and backend == "auto":
-        routed = _native_gpu_fast_path(a, b)
+        routed = _gpu_auto_fast_path(a, b)
         if routed is not None:
             return routed
     chosen, concrete = route(a, b, level, backend)
@@ -122,8 +122,9 @@ def check_backend(backend: Any) -> None:
         raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
 
 
-def _native_gpu_fast_path(a: Any, b: Any) -> Any | None:
-    """cuBLAS SGEMM for the small or skinny float32 CuPy products "auto" keeps native.
+def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
+    """cuBLAS SGEMM for the small or skinny float32 CuPy products "auto" keeps native, and
+    fp32-ordered's split-k for the thin ones with a very long k.
 
     At n = 128 a whole SGEMM call takes ~35 us, so the general path's checks would cost
     10-30%; this one tests just what it needs (same type, 2-D, float32, matching k, small).
@@ -135,8 +136,12 @@ def _native_gpu_fast_path(a: Any, b: Any) -> Any | None:
         return None
     m, k = a.shape
     k_b, n = b.shape
-    if k != k_b or min(m, k, n) >= AUTO_MIN_DIM or _thin_long_k(m, k, n):
+    if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
+    if _thin_long_k(m, k, n):
+        from . import cuda
+
+        return cuda.ordered_product(a, b)
     return cp.matmul(a, b)
 
 
@@ -190,7 +195,7 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
 
 
 def _thin_long_k(m: int, k: int, n: int) -> bool:
-    return max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
+    return 0 < m <= AUTO_SPLIT_MAX_MN and 0 < n <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> str:
