@@ -462,9 +462,10 @@ def int8_product(
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major."""
     kept_a, kept_b = keep
-    a_top = kept_a.tops(lambda: column_tops(_unit_inner(a)))
+    a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
+    a_top = kept_a.tops(lambda: column_tops(a_rows()))
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
-    a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(_unit_inner(a), kexp, level))
+    a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
     sums = int8_class_sums(a_pack, b_pack, level)
     return _combine_int8(sums, a_pack, b_pack, a, b, level)
