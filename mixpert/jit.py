@@ -36,6 +36,7 @@ from .execution import (
     reraise_pending,
 )
 from .execution.hook import run_site
+from .execution.kept_packs import keeps_packs
 from .execution.state import keep_standing
 from .interpreted import native, python_variant
 from .passes import callees
@@ -237,7 +238,7 @@ class MixpertFunction(Generic[P, R]):
                 op.op_index: op.invariant
                 for op in self.ops.values()
                 if op.qualname == qualname and any(op.invariant)
-            }
+            } if keeps_packs(self.py_func) else {}  # fmt: skip
         return self._invariance
 
     @property

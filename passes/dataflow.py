@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 from numba.core import ir
-from numba.core.ir_utils import find_callname, guard
 
 from .sites import OpInfo, Site
+from .writes import call_writes, callee_object, resolve_call
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,20 @@ VIEW_FUNCS = frozenset(
         "atleast_3d",
         "diagonal",
         "broadcast_to",
+        "flip",
+        "fliplr",
+        "flipud",
+        "rot90",
+        "split",
+        "array_split",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "nditer",
     ]
 )
+# Container methods that store their arguments in the container (it then holds the arrays).
+STORING_METHODS = frozenset(["append", "extend", "insert", "add", "update", "setdefault"])
 VIEW_METHODS = frozenset(
     ["reshape", "transpose", "ravel", "view", "squeeze", "swapaxes", "T", "real", "imag", "flat"]
 )
@@ -57,9 +69,6 @@ VIEW_METHODS = frozenset(
 # array attributes that are metadata, not data.
 SHAPE_ONLY_FUNCS = frozenset(["empty", "zeros", "ones", "empty_like", "zeros_like", "ones_like"])
 META_ATTRS = frozenset(["shape", "ndim", "size", "dtype", "strides", "itemsize", "nbytes"])
-# NumPy functions and array methods that write into their first argument.
-MUTATING_FUNCS = frozenset(["copyto", "fill_diagonal", "put", "place", "putmask"])
-MUTATING_METHODS = frozenset(["fill", "sort", "put", "itemset", "resize"])
 
 
 class DuplicateOpIdError(ValueError):
@@ -109,21 +118,18 @@ class _UnionFind:
             self.parent[ra] = rb
 
 
-def resolve_call(func_ir: ir.FunctionIR, expr: ir.Expr) -> tuple[str, object] | None:
-    return guard(find_callname, func_ir, expr)
-
-
-def _callee_object(func_ir: ir.FunctionIR, expr: ir.Expr) -> object | None:
-    """The Python object called, when it is a global or closure constant."""
-    try:
-        return func_ir.infer_constant(expr.func)
-    except Exception:  # not a constant: a local closure, a method, ...
-        return None
-
-
 class _Analysis:
-    def __init__(self, func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf):
+    def __init__(
+        self,
+        func_ir: ir.FunctionIR,
+        sites: list[Site],
+        summary_of: SummaryOf,
+        views_through_callees: bool = False,
+    ):
         self.func_ir = func_ir
+        # An analysed callee's result may be a view of its arguments (``may_alias``); the
+        # graph's flows need not assume it (the callee's summary carries them).
+        self.views_through_callees = views_through_callees
         self.sites = {id(site.stmt): site for site in sites}
         self.summary_of = summary_of
         self.alias = _UnionFind()
@@ -166,6 +172,8 @@ class _Analysis:
     # --- may-alias classes (structural, computed once) ---------------------------------------
     def build_aliases(self) -> None:
         for stmt in self.statements():
+            if isinstance(stmt, (ir.SetItem, ir.StaticSetItem)):  # a container holds the value
+                self.alias.union(stmt.target.name, stmt.value.name)
             if not isinstance(stmt, ir.Assign):
                 continue
             target, value = stmt.target.name, stmt.value
@@ -192,8 +200,11 @@ class _Analysis:
             if name is not None and name[1] == "numpy":
                 return list(expr.args[:1]) if name[0] in VIEW_FUNCS else []
             if name is not None and isinstance(name[1], ir.Var):
-                return [name[1]] if name[0] in VIEW_METHODS else []
-            if self._summary(expr) is not None:
+                method = name[0].rsplit(".", 1)[-1]
+                if method in STORING_METHODS:  # lst.append(a): the list holds a
+                    return [name[1], *expr.args]
+                return [name[1]] if method in VIEW_METHODS else []
+            if self._summary(expr) is not None and not self.views_through_callees:
                 return []  # analysed callee: its summary says what flows where
             return list(expr.args)  # unknown callee: may return a view of any argument
         return []
@@ -260,14 +271,10 @@ class _Analysis:
         receiver = name[1] if name is not None and isinstance(name[1], ir.Var) else None
         if receiver is not None:
             everything |= self.tokens(receiver)
-            if name[0] in MUTATING_METHODS:
-                self.write(receiver, self.tokens_of(args))
         if name is not None and name[1] == "numpy" and name[0] in SHAPE_ONLY_FUNCS:
             return
-        if "out" in kws:
-            self.write(kws["out"], everything)
-        if name is not None and name[1] == "numpy" and name[0] in MUTATING_FUNCS and args:
-            self.write(args[0], self.tokens_of(args[1:]))
+        for var in call_writes(self.func_ir, expr, self._mutates).vars:
+            self.write(var, everything)
         self.flow(target, everything)
 
     def through_callee(self, target: ir.Var, summary: FunctionSummary, args: list[ir.Var]) -> None:
@@ -301,8 +308,12 @@ class _Analysis:
     def _summary(self, expr: ir.Expr) -> FunctionSummary | None:
         if expr.kws or expr.vararg or expr.varkwarg:
             return None
-        callee = _callee_object(self.func_ir, expr)
+        callee = callee_object(self.func_ir, expr)
         return None if callee is None else self.summary_of(callee)
+
+    def _mutates(self, callee: object) -> set[int] | None:
+        summary = self.summary_of(callee)
+        return None if summary is None else summary.mutates
 
     def finish(self) -> FunctionSummary:
         out = self.out
@@ -329,8 +340,9 @@ class _Analysis:
 def may_alias(
     func_ir: ir.FunctionIR, sites: list[Site], summary_of: SummaryOf
 ) -> Callable[[str], str]:
-    """Variable name -> its may-alias class (a representative name): views, slices, phis."""
-    analysis = _Analysis(func_ir, sites, summary_of)
+    """Variable name -> its may-alias class (a representative name): views, slices, phis,
+    containers and what they hold, and the results of calls with their arguments."""
+    analysis = _Analysis(func_ir, sites, summary_of, views_through_callees=True)
     analysis.build_aliases()
     return analysis.alias.find
 

@@ -4,31 +4,30 @@ for as long as the loops around it run, so the runtime may pack them once per ca
 An operand of a site inside loops is invariant when, over the outermost loop around the site:
 
 - its variable is defined outside that loop (an argument, or computed before the loop), or is a
-  transposed view (``.T``) of such a variable made inside it (``q @ refs.T``); and
+  transposed view (``.T``) of such a variable made inside it (``q @ refs.T``);
 - no statement in that loop can write into storage the variable may share (``dataflow``'s
-  may-alias classes: views, slices, phis): item and slice assignments, in-place operators,
-  ``out=``, NumPy's mutating functions and methods, a product written into an array
-  (``np.dot(a, b, out)``, ``a @= b``), a jitted callee that writes an argument, and any call the
-  analysis cannot see into (which might write any array it is passed).
+  may-alias classes: views, slices, phis, containers, call results): item and slice
+  assignments, in-place operators, ufunc outputs and ``out=``, NumPy's mutating functions and
+  methods, a product written into an array (``np.dot(a, b, out)``, ``a @= b``) (``writes``);
+- the loop calls nothing opaque: no Python or jitted function, no unknown method, no ``*args``
+  call. Such a call may write any array it can reach (in object mode, through globals too),
+  so every operand in that loop is left alone.
 
 An outermost loop runs at most once per call (re-entering it would need an enclosing loop), so
-every run of the site within one call reads the same memory with the same contents. Two
-arguments the caller passes may still overlap; the run time checks that before it reuses a pack
-(``mixpert.execution.kept_packs``).
+every run of the site within one call reads the same memory with the same contents. What the
+IR cannot show is checked at run time (``mixpert.execution.kept_packs``): arguments that overlap
+in memory or hold arrays in containers, and functions that may re-enter themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from numba.core import ir
 from numba.core.analysis import compute_cfg_from_blocks
 
-from .dataflow import MUTATING_FUNCS, MUTATING_METHODS, SummaryOf, may_alias, resolve_call
+from .dataflow import SummaryOf, may_alias
 from .sites import Site
+from .writes import call_writes
 
-# Modules whose functions never write into an array argument (in Numba's nopython subset).
-PURE_MODULES = frozenset(["builtins", "math", "cmath", "numba", "numpy.linalg"])
 TRANSPOSED_VIEWS = frozenset(["T"])  # attributes that are a view of the same memory
 
 Invariance = tuple[bool, bool]
@@ -57,10 +56,11 @@ def invariant_operands(
         if not body:
             result[id(site.stmt)] = (False, False)
             continue
-        statements = [s for lb in body for s in func_ir.blocks[lb].body]
-        written = {
-            root(v.name) for s in statements for v in _written(func_ir, s, sites, summary_of)
-        }
+        effects = [_written(func_ir, s, sites) for lb in body for s in func_ir.blocks[lb].body]
+        if any(opaque for _, opaque in effects):
+            result[id(site.stmt)] = (False, False)
+            continue
+        written = {root(v.name) for vars_, _ in effects for v in vars_}
 
         def invariant(var: ir.Var, body: set[int] = body, written: set[str] = written) -> bool:
             return root(var.name) not in written and _defined_outside(
@@ -92,44 +92,19 @@ def _defined_outside(
     return False
 
 
-def _written(
-    func_ir: ir.FunctionIR, stmt: ir.Stmt, sites: list[Site], summary_of: SummaryOf
-) -> Iterable[ir.Var]:
-    """Variables whose storage ``stmt`` may write into."""
+def _written(func_ir: ir.FunctionIR, stmt: ir.Stmt, sites: list[Site]) -> tuple[list[ir.Var], bool]:
+    """Variables whose storage ``stmt`` may write into, and whether it is an opaque call."""
     if isinstance(stmt, (ir.SetItem, ir.StaticSetItem, ir.SetAttr, ir.DelItem)):
-        return [stmt.target]
+        return [stmt.target], False
     if not isinstance(stmt, ir.Assign) or not isinstance(stmt.value, ir.Expr):
-        return []
+        return [], False
     expr = stmt.value
     if expr.op == "inplace_binop":
-        return [expr.lhs]
+        return [expr.lhs], False
     if expr.op != "call":
-        return []
+        return [], False
     for site in sites:
         if site.stmt is stmt:  # a product writes only its ``out`` (np.dot(a, b, out))
-            return [] if site.out is None else [site.out]
-    return _call_writes(func_ir, expr, summary_of)
-
-
-def _call_writes(func_ir: ir.FunctionIR, expr: ir.Expr, summary_of: SummaryOf) -> list[ir.Var]:
-    args = list(expr.args)
-    kws = dict(expr.kws)
-    out = [kws["out"]] if "out" in kws else []
-    try:
-        callee = func_ir.infer_constant(expr.func)
-    except Exception:  # not a constant: a method, a local closure, ...
-        callee = None
-    summary = None if callee is None or expr.kws else summary_of(callee)
-    if summary is not None:
-        return [args[i] for i in summary.mutates if i < len(args)]
-    name = resolve_call(func_ir, expr)
-    if name is None:
-        return [*args, *kws.values()]
-    attr, base = name
-    if isinstance(base, ir.Var):  # a method of ``base``
-        return [base, *out] if attr in MUTATING_METHODS else out
-    if base == "numpy":
-        return [*args[:1], *out] if attr in MUTATING_FUNCS else out
-    if base in PURE_MODULES:
-        return out
-    return [*args, *kws.values()]  # a call it cannot see into: any array argument
+            return ([] if site.out is None else [site.out]), False
+    found = call_writes(func_ir, expr, lambda callee: None)  # every callee is opaque here
+    return list(found.vars), found.opaque

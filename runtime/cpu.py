@@ -58,7 +58,7 @@ def int8_product(
     ``pack_reuse``) is sliced whole, once, and its slices reused while its exponents hold."""
     m, k = a.shape
     n = b.shape[1]
-    kept_a, kept_b = keep
+    kept_a, kept_b = (kept.on("cpu") for kept in keep)
     budget = workspace.block_budget(m, k, n)
     workspace.check_fits(level, m, k, n, workspace.cpu_bytes(level, m, k, n),
                          workspace.available_host_bytes(), "host")  # fmt: skip
@@ -69,11 +69,11 @@ def int8_product(
     col_exp, b_digits, wide_cols = kept_b.pack(
         level.name, f, lambda: _sliced_columns(b, f, level, budget)
     )
+    rows = workspace.rows_per_block(k, n, budget, len(level.groups))
     whole_a = None if kept_a.slot is None else kept_a.pack(
-        level.name, f, lambda: _sliced_rows(a, f, level)
+        level.name, f, lambda: _sliced_row_blocks(a, f, level, rows)
     )  # fmt: skip
     k_slack = k * overflow_slack(level)
-    rows = workspace.rows_per_block(k, n, budget, len(level.groups))
     k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
     out = np.empty((m, n), dtype=np.float32)
     wide_rows = np.zeros(m, dtype=bool)
@@ -99,6 +99,18 @@ def _sliced_rows(a: np.ndarray, f: np.ndarray, level: Level) -> Sliced:
     exponents = packer.scale_exponents(rows, axis=1)
     digits = packer.slice_rows(rows, exponents, level.a_slices)
     return exponents, digits, _unresolved(rows, exponents, level, "a")
+
+
+def _sliced_row_blocks(a: np.ndarray, f: np.ndarray, level: Level, rows: int) -> Sliced:
+    """``_sliced_rows`` of all of A, ``rows`` at a time (one block's float64 workspace)."""
+    m, k = a.shape
+    exponents = np.empty(m, dtype=np.int32)
+    digits = np.empty((level.a_slices, m, k), dtype=np.int8)
+    unresolved = np.zeros(m, dtype=bool)
+    for r0 in range(0, m, rows):
+        block = slice(r0, r0 + rows)
+        exponents[block], digits[:, block], unresolved[block] = _sliced_rows(a[block], f, level)
+    return exponents, digits, unresolved
 
 
 def _sliced_columns(b: np.ndarray, f: np.ndarray, level: Level, budget: int) -> Sliced:

@@ -461,7 +461,7 @@ def int8_product(
 ) -> cp.ndarray:
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major."""
-    kept_a, kept_b = keep
+    kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
@@ -640,9 +640,13 @@ SPLIT_WAVES = 2  # ... and the output tiles alone fill fewer than this many bloc
 
 
 def _splits_k(m: int, n: int, k: int, r: int) -> bool:
+    """Whether a product's k is split: long enough, too few output tiles to fill the GPU, and
+    few enough outputs that the segment totals (8 m n k / SEGMENT bytes) stay below A and B's
+    bytes (m n <= 64 (m + n) with SEGMENT = 512)."""
     tiles = -(-m // (16 * r)) * -(-n // (16 * r))
     sms = _multiprocessors(cp.cuda.Device().id)
-    return k >= SPLIT_MIN_SEGMENTS * ordered.SEGMENT and tiles < SPLIT_WAVES * sms
+    small = 8 * m * n <= ordered.SEGMENT * (m + n)
+    return k >= SPLIT_MIN_SEGMENTS * ordered.SEGMENT and tiles < SPLIT_WAVES * sms and small
 
 
 @functools.cache

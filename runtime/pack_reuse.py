@@ -30,7 +30,7 @@ def identity_of(x: Any) -> Identity:
     strides and dtype (a NumPy or CuPy array)."""
     interface = getattr(x, "__array_interface__", None)
     address = interface["data"][0] if interface is not None else x.data.ptr
-    return type(x).__name__, address, x.shape, x.strides, x.dtype.str
+    return type(x).__module__, address, x.shape, x.strides, x.dtype.str
 
 
 class PackSlot:
@@ -52,6 +52,11 @@ class Kept:
 
     slot: PackSlot | None = None
     identity: Identity = ()
+
+    def on(self, backend: str) -> Kept:
+        """This operand as ``backend`` packs it: a NumPy operand may run on the CPU in one
+        product and be copied to the GPU in another, and the two packs differ."""
+        return Kept(self.slot, (*self.identity, backend))
 
     def tops(self, compute: Callable[[], T]) -> T:
         """The operand's tops: the slot's when it holds this operand's, else ``compute()``."""

@@ -33,6 +33,13 @@ def test_int8_gemm_is_exact_on_the_chosen_algorithm(m: int, n: int, depth: int, 
         want = exact(a, b) * (2 if accumulate else 1)
         np.testing.assert_array_equal(cp.asnumpy(out), want)
     assert shape in tn_gemm.chosen_algorithms()
+    alignments = tuple(tn_gemm._alignment(x.data.ptr) for x in (b_dev, a_dev, out))
+    candidates = tn_gemm._candidates(shape, alignments)
+    assert candidates  # cuBLASLt offers some: each must give the exact sums
+    for plan in candidates:
+        out.fill(-7)
+        tn_gemm._lt_matmul(plan, b_dev.data.ptr, a_dev.data.ptr, out.data.ptr, False)
+        np.testing.assert_array_equal(cp.asnumpy(out), exact(a, b))
 
 
 def test_batched_int8_gemm_is_exact() -> None:

@@ -6,17 +6,23 @@ one of its ops asks ``keep_for`` for slots for the operands the compiler proved 
 and reuses the pack (``runtime.pack_reuse``). The scope, and every pack in it, ends with the
 call: nothing is carried from one call to the next.
 
-Two limits keep the compiler's proof sound at run time:
+What the compiler cannot see is checked here, and keeps nothing when it fails:
 
 - only the function's own ops take part: a callee's loops prove invariance for one call of the
   callee, and nothing marks where such a call begins;
-- no pack is kept in a call whose array arguments may overlap in memory: the proof treats
-  distinct arguments as distinct storage, so a write into one could change another.
+- a function that may call itself (directly or through the functions it names) keeps nothing:
+  an inner call shares the outer call's scope, and its loops run again;
+- a function that defines functions (closures, lambdas) keeps nothing: object mode numbers its
+  sites before inlining them, so op indices could name other sites;
+- a call whose array arguments may overlap in memory, or that passes containers or objects,
+  keeps nothing: the proof treats distinct arguments as distinct storage.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
+from types import CodeType
 from typing import Any
 
 import numpy as np
@@ -70,8 +76,38 @@ class PackScope:
         return sum(slot.reuses for slot in self._slots.values())
 
 
+def keeps_packs(py_func: Any) -> bool:
+    """Whether calls of ``py_func`` may keep packs: it defines no functions and cannot call
+    itself (module docstring)."""
+    code = py_func.__code__
+    if any(isinstance(const, CodeType) for const in code.co_consts):
+        return False
+    return not _may_reenter(py_func)
+
+
+def _may_reenter(py_func: Any) -> bool:
+    """Whether ``py_func`` names itself, or a function that (transitively) names it."""
+    seen: set[int] = set()
+    stack = [py_func]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen or not inspect.isfunction(f):
+            continue
+        seen.add(id(f))
+        for name in f.__code__.co_names:
+            target = f.__globals__.get(name)
+            inner = getattr(target, "__mixpert_py_func__", getattr(target, "py_func", target))
+            if inner is py_func:
+                return True
+            stack.append(inner)
+    return False
+
+
 def arguments_overlap(args: Sequence[Any]) -> bool:
-    """Whether two array arguments may share memory (bounds only: cheap, and conservative)."""
+    """Whether arguments may share storage unseen: two arrays that may overlap in memory
+    (bounds only: cheap, and conservative), or any container or object argument."""
+    if not all(_plain(x) for x in args):
+        return True
     arrays = [x for x in args if isinstance(x, np.ndarray) or device.is_cupy_array(x)]
     for i, x in enumerate(arrays):
         for y in arrays[i + 1 :]:
@@ -84,6 +120,12 @@ def arguments_overlap(args: Sequence[Any]) -> bool:
             if shared:
                 return True
     return False
+
+
+def _plain(x: Any) -> bool:
+    """An array, a number, a string or None: nothing that can hold arrays."""
+    plain = (np.ndarray, np.generic, np.dtype, int, float, complex, bool, str, bytes, type(None))
+    return isinstance(x, plain) or device.is_cupy_array(x)
 
 
 def reused(keep: Keep, before: tuple[int, int]) -> tuple[bool, bool]:
