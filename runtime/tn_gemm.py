@@ -10,7 +10,8 @@ beta = 0) times ``cublasGemmEx`` and up to ``CANDIDATES`` cuBLASLt heuristic alg
 real operands (best of ``TUNING_RUNS``, CUDA events) and keeps the fastest for the process.
 Integer GEMMs are exact and every candidate computes the same sums, so the choice changes no bit.
 
-``MIXPERT_INT8_GEMM=cublas`` in the environment keeps ``cublasGemmEx`` everywhere.
+``MIXPERT_INT8_GEMM=cublas`` in the environment keeps ``cublasGemmEx`` for every shape that first
+runs while it is set.
 """
 
 from __future__ import annotations
