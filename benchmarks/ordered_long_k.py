@@ -2,11 +2,12 @@
 run: the default choice, and each kernel forced (split-k over segments, the tile kernel walking
 all of k, the tall kernel). Prints a table; used to set ``cuda._splits_k``'s crossover.
 
-    python benchmarks/ordered_long_k.py
+    python benchmarks/ordered_long_k.py [MxKxN ...]
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from mixpert.runtime import cuda, ordered
@@ -22,6 +23,9 @@ SHAPES = (
     (4096, 65536, 64),
     (16384, 16384, 64),
     (65536, 4096, 16),
+    (1048576, 16, 16),
+    (1048576, 32, 32),
+    (4194304, 8, 8),
 )
 
 
@@ -29,8 +33,9 @@ def main() -> None:
     exit_without_gpu("the long-k probe")
     import cupy as cp
 
+    wanted = [tuple(int(x) for x in s.split("x")) for s in sys.argv[1:]]  # e.g. 32x262144x32
     print("m x k x n: x SGEMM (error ratio to SGEMM's) per kernel")
-    for seed, (m, k, n) in enumerate(SHAPES):
+    for seed, (m, k, n) in enumerate(wanted or SHAPES):
         print(measure(cp, m, k, n, seed), flush=True)
 
 
@@ -42,11 +47,14 @@ def measure(cp: Any, m: int, k: int, n: int, seed: int) -> str:
     runs = {
         "sgemm": lambda: cp.matmul(a, b),
         "default": lambda: cuda.ordered_product(a, b),
-        "split": lambda: cuda.ordered_split_product(a, b, r),
         "tile": lambda: cuda.ordered_product(a[None], b[None], r),
     }
+    if -(-m // (16 * r)) <= cuda.MAX_GRID_YZ:  # split-k's grid y holds the row tiles
+        runs["split"] = lambda: cuda.ordered_split_product(a, b, r)
     if n <= cuda.ROWS_MAX_N:
         runs["tall"] = lambda: cuda.ordered_rows_product(a, b)
+    if k <= ordered.CHUNK and n <= cuda.THIN_MAX_N:
+        runs["thin"] = lambda: cuda.ordered_thin_product(a, b)
     flops = 2.0 * m * k * n
     seconds = {name: gpu_median_seconds(fn, flops) for name, fn in runs.items()}
     errors = {

@@ -614,7 +614,9 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
         r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
     if not stack and _splits_k(m, n, k, r):
         return ordered_split_product(a, b, r)
-    if not stack and a.shape[0] >= ROWS_MIN_M and n <= ROWS_MAX_N:
+    if not stack and m >= ROWS_MIN_M and k <= ordered.CHUNK and n <= THIN_MAX_N:
+        return ordered_thin_product(a, b)
+    if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
         return ordered_rows_product(a, b)
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
@@ -695,6 +697,24 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}")(
         (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), c),
+    )  # fmt: skip
+    return c
+
+
+THIN_MAX_N = 32  # thin: k within one chunk, n within one thread's column group
+
+
+def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Level fp32-ordered for one tall product with k <= CHUNK and n <= THIN_MAX_N (TSM2L's
+    shape; the ``ordered_thin`` kernels): one thread per row of A, B in shared memory."""
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    m, k = a.shape
+    n = b.shape[1]
+    group = 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
+    c = cp.empty((m, n), dtype=cp.float32)
+    _ordered_kernel_named(f"ordered_thin_{group}")(
+        (min(-(-m // ROWS_THREADS), 1 << 20),), (ROWS_THREADS,),
+        (a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c
 

@@ -931,7 +931,60 @@ extern "C" __global__ void ordered_rows_{g}{suffix}(
     for g in (4, 8, 16)
     for suffix, segments in (("", "false"), ("_segments", "true"))
 )
-COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE
+# Thin products in level fp32-ordered's order (TSM2L's shape: many rows of A, k and n at most a
+# chunk): one thread per row of A and G columns; B sits in shared memory (read by broadcast),
+# the block's rows of A are staged through shared memory with coalesced loads, and each thread
+# runs its G FMA chains over the row's k steps: one chunk, so the total is that chain's sum.
+ORDERED_THIN_SOURCE = r"""
+template <int G>
+__device__ __forceinline__ void ordered_thin_impl(
+    const float* __restrict__ a, const float* __restrict__ b, long long m, int n, int k,
+    float* __restrict__ c)
+{
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${ROWS_THREADS};
+    __shared__ __align__(16) float b_s[CH][G];
+    static_assert(G <= CH, "the output rows fit where the rows of A were");
+    __shared__ float a_s[ROWS][CH + 1];  // padded: each thread reads its own row
+    for (int i = threadIdx.x; i < CH * G; i += blockDim.x) {
+        const int q = i / G, j = i % G;
+        b_s[q][j] = (q < k && j < n) ? b[q * n + j] : 0.0f;
+    }
+    for (long long row0 = (long long)blockIdx.x * ROWS; row0 < m;
+         row0 += (long long)gridDim.x * ROWS) {
+        const int rows = (int)min((long long)ROWS, m - row0);
+        __syncthreads();  // b_s written; a_s free again
+        for (int i = threadIdx.x; i < rows * k; i += blockDim.x)  // the rows are contiguous
+            a_s[i / k][i % k] = a[row0 * k + i];
+        __syncthreads();
+        float acc[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j) acc[j] = 0.0f;
+        if (threadIdx.x < rows)
+            for (int q = 0; q < k; ++q) {
+                const float x = a_s[threadIdx.x][q];
+#pragma unroll
+                for (int j = 0; j < G; ++j) acc[j] = fma_ieee(x, b_s[q][j], acc[j]);
+            }
+        __syncthreads();  // a_s read: it now stages the outputs, for coalesced stores
+#pragma unroll
+        for (int j = 0; j < G; ++j) a_s[threadIdx.x][j] = canonical(0.0 + widen_ieee(acc[j]));
+        __syncthreads();
+        for (int i = threadIdx.x; i < rows * n; i += blockDim.x)  // the rows are contiguous
+            c[row0 * n + i] = a_s[i / n][i % n];
+    }
+}
+"""
+ORDERED_THIN_SOURCE += "".join(
+    f"""
+extern "C" __global__ void ordered_thin_{g}(
+    const float* a, const float* b, long long m, int n, int k, float* c)
+{{
+    ordered_thin_impl<{g}>(a, b, m, n, k, c);
+}}
+"""
+    for g in (4, 8, 16, 32)
+)
+COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE + ORDERED_THIN_SOURCE
 
 # One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
 _COMBINE_ENTRY = """

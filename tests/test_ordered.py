@@ -187,3 +187,21 @@ def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
     want = ordered.ordered_product(a, b)
     got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (16, 16), (7, 5), (32, 32), (20, 9)])
+def test_gpu_thin_products_have_the_cpu_bits(k, n) -> None:
+    """The thin kernel (k within one chunk, n <= 32: TSM2L's shape) keeps the level's order."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(k * 100 + n)
+    m = cuda.ROWS_MIN_M * 3 + 37  # several blocks and a partial last one
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[3, 0], a[5, -1], b[0, -1] = np.inf, np.float32(1e-40), np.nan
+    a[7] = -0.0  # a row of -0.0: the chains start from +0
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
