@@ -31,6 +31,7 @@ from .cuda_kernels import (
     PACK_SOURCE,
     ROUND,
     ROWS_THREADS,
+    THIN_THREADS,
     WIDEN,
     render,
 )
@@ -713,7 +714,7 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     group = 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_thin_{group}")(
-        (min(-(-m // ROWS_THREADS), 1 << 20),), (ROWS_THREADS,),
+        (min(-(-m // THIN_THREADS), 1 << 20),), (THIN_THREADS,),
         (a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c

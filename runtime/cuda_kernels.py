@@ -14,6 +14,7 @@ from string import Template
 from . import bypass, combine, equilibrate, fp16split, ordered, packer
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
+THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
     "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
@@ -32,6 +33,7 @@ CONSTANTS = {
     "ORDERED_CHUNK": ordered.CHUNK,
     "ORDERED_SEGMENT": ordered.SEGMENT,
     "ROWS_THREADS": ROWS_THREADS,
+    "THIN_THREADS": THIN_THREADS,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -941,7 +943,7 @@ __device__ __forceinline__ void ordered_thin_impl(
     const float* __restrict__ a, const float* __restrict__ b, long long m, int n, int k,
     float* __restrict__ c)
 {
-    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${ROWS_THREADS};
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
     __shared__ __align__(16) float b_s[CH][G];
     static_assert(G <= CH, "the output rows fit where the rows of A were");
     __shared__ float a_s[ROWS][CH + 1];  // padded: each thread reads its own row
