@@ -179,6 +179,8 @@ class _Analysis:
             target, value = stmt.target.name, stmt.value
             if isinstance(value, ir.Var):
                 self.alias.union(target, value.name)
+            elif isinstance(value, (ir.Global, ir.FreeVar)):  # every load of one global name
+                self.alias.union(target, f"$global:{value.name}")
             elif isinstance(value, ir.Expr) and id(stmt) not in self.sites:
                 for var in self._aliased_operands(value):
                     self.alias.union(target, var.name)

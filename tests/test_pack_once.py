@@ -166,7 +166,21 @@ def positional_out(a, b, c):
     return s
 
 
+SHARED = np.ones((4, 4), np.float32)
+
+
+@mixpert.jit
+def writes_a_global(b):
+    s = np.float32(0)
+    table = SHARED
+    for i in range(3):
+        s += (table @ b).sum()
+        SHARED[0, 0] = np.float32(i)  # object mode (CuPy) could: another load of the name
+    return s
+
+
 def test_writes_the_analysis_must_see() -> None:
+    assert invariance(writes_a_global) == {0: (False, True)}
     assert invariance(ufunc_output) == {0: (False, True)}
     assert invariance(method_of_a_view) == {0: (False, True)}
     assert invariance(flipped_view) == {0: (False, True)}
