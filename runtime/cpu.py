@@ -55,7 +55,8 @@ def int8_product(
     exact class sums (k blocks) and combine; then the unresolved lines (``bypass``) are
     recomputed. Blocks change no bit (sums are exact); they keep the workspace near the
     operands' and output's bytes (``workspace``). An operand kept across products (``keep``,
-    ``pack_reuse``) is sliced whole, once, and its slices reused while its exponents hold."""
+    ``pack_reuse``) is sliced once (A in row blocks) and its slices reused while its exponents
+    hold."""
     m, k = a.shape
     n = b.shape[1]
     kept_a, kept_b = (kept.on("cpu") for kept in keep)
