@@ -82,7 +82,7 @@ class _State(threading.local):
 
 _state = _State()
 # The latest activation in any thread (one object for all threads), for worker threads.
-_latest = SimpleNamespace(plan=None, packs=None, records=None)
+_latest = SimpleNamespace(plan=None, records=None)
 
 
 def _mine() -> _State | SimpleNamespace:
@@ -113,19 +113,20 @@ def level_for(op_index: int) -> Level:
 def activate(plan: ActivePlan, packs: PackScope | None = None) -> Iterator[ActivePlan]:
     """Run the body with ``plan`` active in this thread, its products keeping the packs of
     loop-invariant operands in ``packs`` (None: none kept); the previous ones come back after."""
-    saved = (_state.plan, _state.packs, _state.own, _latest.plan, _latest.packs, _latest.records)
+    saved = (_state.plan, _state.packs, _state.own, _latest.plan, _latest.records)
     _state.plan, _state.packs, _state.own = plan, packs, True
-    _latest.plan, _latest.packs, _latest.records = plan, packs, _state.records
+    _latest.plan, _latest.records = plan, _state.records
     try:
         yield plan
     finally:
-        (_state.plan, _state.packs, _state.own,
-         _latest.plan, _latest.packs, _latest.records) = saved  # fmt: skip
+        _state.plan, _state.packs, _state.own, _latest.plan, _latest.records = saved
 
 
 def keep_for(op_index: int, a: Any, b: Any) -> Keep:
-    """The kept-pack slots of op ``op_index``'s operands in the active call (``kept_packs``)."""
-    packs = _mine().packs
+    """The kept-pack slots of op ``op_index``'s operands in the call this thread activated
+    (``kept_packs``). Other threads keep nothing: a worker of a ``prange`` loop, or a plain
+    Numba caller, cannot tell whether the latest activation's call is still running."""
+    packs = _state.packs if _state.own else None
     return KEEP_NOTHING if packs is None else packs.keep_for(op_index, a, b)
 
 
