@@ -46,6 +46,16 @@ def invariant_operands(
             defined_in[stmt.target.name] = label
             definition[stmt.target.name] = stmt
     root = may_alias(func_ir, sites, summary_of)
+    site_of = {id(site.stmt): site for site in sites}
+    written_in: dict[int, set[str]] = {}  # block -> alias classes its statements may write
+    opaque_in: set[int] = set()  # blocks with an opaque call
+    for label, block in func_ir.blocks.items():
+        written_in[label] = set()
+        for stmt in block.body:
+            vars_, opaque = _written(func_ir, stmt, site_of)
+            written_in[label] |= {root(v.name) for v in vars_}
+            if opaque:
+                opaque_in.add(label)
     result: dict[int, Invariance] = {}
     for site in sites:
         label = block_of[id(site.stmt)]
@@ -53,14 +63,10 @@ def invariant_operands(
         for loop in loops:
             if label in loop.body:
                 body |= loop.body  # nested loops: the union is the outermost one's body
-        if not body:
+        if not body or body & opaque_in:
             result[id(site.stmt)] = (False, False)
             continue
-        effects = [_written(func_ir, s, sites) for lb in body for s in func_ir.blocks[lb].body]
-        if any(opaque for _, opaque in effects):
-            result[id(site.stmt)] = (False, False)
-            continue
-        written = {root(v.name) for vars_, _ in effects for v in vars_}
+        written = set().union(*(written_in[lb] for lb in body))
 
         def invariant(var: ir.Var, body: set[int] = body, written: set[str] = written) -> bool:
             return root(var.name) not in written and _defined_outside(
@@ -92,7 +98,9 @@ def _defined_outside(
     return False
 
 
-def _written(func_ir: ir.FunctionIR, stmt: ir.Stmt, sites: list[Site]) -> tuple[list[ir.Var], bool]:
+def _written(
+    func_ir: ir.FunctionIR, stmt: ir.Stmt, site_of: dict[int, Site]
+) -> tuple[list[ir.Var], bool]:
     """Variables whose storage ``stmt`` may write into, and whether it is an opaque call."""
     if isinstance(stmt, (ir.SetItem, ir.StaticSetItem, ir.SetAttr, ir.DelItem)):
         return [stmt.target], False
@@ -103,8 +111,8 @@ def _written(func_ir: ir.FunctionIR, stmt: ir.Stmt, sites: list[Site]) -> tuple[
         return [expr.lhs], False
     if expr.op != "call":
         return [], False
-    for site in sites:
-        if site.stmt is stmt:  # a product writes only its ``out`` (np.dot(a, b, out))
-            return ([] if site.out is None else [site.out]), False
+    site = site_of.get(id(stmt))
+    if site is not None:  # a product writes only its ``out`` (np.dot(a, b, out))
+        return ([] if site.out is None else [site.out]), False
     found = call_writes(func_ir, expr, lambda callee: None)  # every callee is opaque here
     return list(found.vars), found.opaque
