@@ -43,7 +43,7 @@ def measure(cp: Any, m: int, k: int, n: int, seed: int) -> str:
     rng = cp.random.default_rng(seed)
     a, b = gemmul8(cp, rng, (m, k)), gemmul8(cp, rng, (k, n))
     ref = a.astype(cp.float64) @ b.astype(cp.float64)
-    r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+    r = cuda.tile_size(m, n)
     runs = {
         "sgemm": lambda: cp.matmul(a, b),
         "default": lambda: cuda.ordered_product(a, b),

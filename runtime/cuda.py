@@ -603,16 +603,16 @@ def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
 
 def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
     """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
-    with m, n > 0: a tall product (m >= ROWS_MIN_M, n <= ROWS_MAX_N) through
-    ``ordered_rows_product``; a matrix product with few output tiles and a long k split over
-    its segments (``ordered_split_product``); else a 16 R x 16 R output tile per block, R
-    (1, 2 or 4) by default the smallest that covers m and n (small matrices waste no threads),
+    with m, n > 0: a matrix product with few output tiles and a long k split over its
+    segments (``ordered_split_product``); a tall one (m >= ROWS_MIN_M) through
+    ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
+    (n <= ROWS_MAX_N); else a 16 R x 16 R output tile per block (R: ``tile_size`` by default),
     each block walking the whole k."""
     stack = a.ndim == 3
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if r is None:
-        r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
+        r = tile_size(m, n)
     if not stack and _splits_k(m, n, k, r):
         return ordered_split_product(a, b, r)
     if not stack and m >= ROWS_MIN_M and k <= ordered.CHUNK and n <= THIN_MAX_N:
@@ -631,6 +631,12 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]
+
+
+def tile_size(m: int, n: int) -> int:
+    """R of the fp32-ordered tile kernels (16 R x 16 R outputs a block): the smallest of 1, 2
+    and 4 that covers m and n (small matrices waste no threads)."""
+    return 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
 
 
 def _segmented(k: int) -> str:

@@ -173,8 +173,7 @@ def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
 
     cp = device.cupy_module()
     m = cuda.ROWS_MIN_M + 37 if m is None else m
-    r = 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
-    split = cuda._splits_k(m, n, k, r)
+    split = cuda._splits_k(m, n, k, cuda.tile_size(m, n))
     assert split == (kernel == "split")
     a, b = segment_sensitive(m, n, k // ordered.SEGMENT)
     a, b = np.pad(a, ((0, 0), (0, k - a.shape[1]))), np.pad(b, ((0, k - b.shape[0]), (0, 0)))
