@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mixpert.benchmark import results_folder
 from mixpert.runtime import device
 
 device.exit_without_gpu("benchmarks/fp16_k_blocks.py")
@@ -59,7 +60,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192, 16384])
     args = parser.parse_args()
-    out = args.out or Path("benchmarks/results") / device.device_name().replace(" ", "-")
+    out = args.out or results_folder(device.device_name())
     rows = []
     for n in args.sizes:
         for dist in ("phi0.5", "normal"):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import mixpert
-from mixpert.benchmark import measure_calls
+from mixpert.benchmark import measure_calls, results_folder
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.testdata import gemmul8
 
@@ -58,7 +58,7 @@ def main() -> None:
     from mixpert.runtime import tn_gemm
 
     device = device_name()
-    out = args.out or Path(__file__).parent / "results" / device.replace(" ", "-")
+    out = args.out or results_folder(device, Path(__file__).parent / "results")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for seed, (batch, m, k, n) in enumerate(SHAPES):

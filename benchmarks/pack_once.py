@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import mixpert
+from mixpert.benchmark import results_folder
 from mixpert.jit import MixpertFunction
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.samples import load_sample
@@ -139,7 +140,7 @@ def main() -> None:
     import cupy as cp
 
     device = device_name()
-    out = args.out or Path(__file__).parent / "results" / device.replace(" ", "-")
+    out = args.out or results_folder(device, Path(__file__).parent / "results")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     rng = cp.random.default_rng(1)

@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from mixpert.benchmark import results_folder
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.samples import SampleRun, load_sample, run_sample, sample_paths
 
@@ -184,7 +185,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.backend == "cuda":
         exit_without_gpu("benchmarks/samples_e2e.py (or --backend cpu)")
-    out = args.out or Path("benchmarks/results") / device_name().replace(" ", "-")
+    out = args.out or results_folder(device_name())
     if not args.report:
         measure(args.names or [p.stem for p in sample_paths()], out, args.size_key, args.backend)
     report(out)

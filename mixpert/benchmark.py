@@ -173,6 +173,14 @@ def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     return out
 
 
+RESULTS = Path("benchmarks/results")
+
+
+def results_folder(gpu: str, base: Path = RESULTS) -> Path:
+    """Where a GPU's benchmark results live: ``base``/<its name, spaces as dashes>."""
+    return base / gpu.replace(" ", "-")
+
+
 def write_results(rows: list[Row], extra: dict[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"machine": platform.node(), "rows": [asdict(r) for r in rows], **extra}

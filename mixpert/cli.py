@@ -113,7 +113,7 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int, batched: bool, ski
         with user_errors(f"mixpert bench --{'batched' if batched else 'skinny'}"):
             family_rows = shapes.run(quick=quick, progress=console.print)
         gpu = family_rows[0].gpu if family_rows else "gpu"
-        folder = Path(out_dir) if out_dir else Path("benchmarks/results") / gpu.replace(" ", "-")
+        folder = Path(out_dir) if out_dir else benchmark.results_folder(gpu)
         path = shapes.write_results(family_rows, folder)
         console.print(shapes.markdown(family_rows))
         console.print(f"wrote {path} and its .md and .png")
@@ -122,7 +122,7 @@ def bench(quick: bool, out_dir: str | None, breakdown_n: int, batched: bool, ski
         rows = benchmark.run(quick=quick, progress=console.print)
     stages = benchmark.breakdown(breakdown_n)
     gpu = rows[0].gpu if rows else "gpu"
-    folder = Path(out_dir) if out_dir else Path("benchmarks/results") / gpu.replace(" ", "-")
+    folder = Path(out_dir) if out_dir else benchmark.results_folder(gpu)
     path = benchmark.write_results(rows, {"breakdown_IV": {"n": breakdown_n, **stages}}, folder)
     console.print(bench_report.table(rows))
     console.print(bench_report.breakdown_table(stages, breakdown_n))
