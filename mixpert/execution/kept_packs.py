@@ -65,16 +65,6 @@ class PackScope:
     def _kept(self, op_index: int, side: int, operand: Any) -> Kept:
         return Kept(self._slots.setdefault((op_index, side), PackSlot()), identity_of(operand))
 
-    @property
-    def packs(self) -> int:
-        """Packs made for kept operands in this call."""
-        return sum(slot.packs for slot in self._slots.values())
-
-    @property
-    def reuses(self) -> int:
-        """Products that reused a kept pack instead of packing."""
-        return sum(slot.reuses for slot in self._slots.values())
-
 
 def keeps_packs(py_func: Any) -> bool:
     """Whether calls of ``py_func`` may keep packs: it defines no functions and cannot call
