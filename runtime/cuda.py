@@ -1,20 +1,27 @@
 """The CUDA backend: INT8 (and FP16) slice products on tensor cores through CuPy and cuBLAS.
 
-One call of an INT8 level is four steps on the current stream, with no host synchronisation:
+One call of an INT8 level is these steps, with no host synchronisation:
 
 1. ``pack_int8`` for A's rows and B's columns: scales, NaN/Inf flags and INT8 digits in the
    (lines, slices, k_pad) layout of ``cuda_kernels`` (k contiguous: the TN layout IMMA wants);
-2. per weight class g, one cublasGemmEx INT8 x INT8 -> INT32 over K = count * k_pad whose two
+2. per block of A's rows (``_sum_blocking``: the class sums stay within the workspace budget)
+   and weight class g, one cublasGemmEx INT8 x INT8 -> INT32 over K = count * k_pad whose two
    operands are contiguous spans of the packed lines (no copies): the class's pairs are summed
    by the GEMM itself, exactly, since ``int32_k_block`` bounds K;
 3. (only when k exceeds that bound) k is cut into blocks and each block's INT32 class sums are
    added exactly into float64 ones;
-4. ``combine_*``: the formula of ``combine`` in one elementwise kernel, NaN/Inf lines included.
+4. ``combine_*``: the formula of ``combine`` in one elementwise kernel, NaN/Inf lines included,
+   on a side stream, beside the next block's GEMMs.
+
+Steps 1-3 run on the caller's current stream, which waits for the last combine.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -115,6 +122,16 @@ class PackedOperand:
     def lines(self) -> int:
         """Lines of one matrix of the stack."""
         return self.data.shape[0] // self.batch
+
+    def part(self, first: int, count: int, batch: int = 1) -> PackedOperand:
+        """Lines ``first`` .. ``first + count`` (``batch`` matrices' worth) as a pack of their
+        own: a view, no copy."""
+        view = copy.copy(self)
+        view.data = self.data[first : first + count]
+        view.exponents = self.exponents[first : first + count]
+        view.nonfinite = self.nonfinite[first : first + count]
+        view.batch = batch
+        return view
 
 
 def _line_threads(k: int) -> int:
@@ -352,22 +369,26 @@ def class_spans(level: Level, g: int) -> tuple[int, int, int]:
     return first_i, level.b_slices - 1 - (g - first_i), len(slots)
 
 
-def int8_class_sums(a_pack: PackedOperand, b_pack: PackedOperand, level: Level) -> cp.ndarray:
+def int8_class_sums(
+    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, buffer: cp.ndarray | None = None
+) -> cp.ndarray:
     """Exact class sums S_g, (groups, s, m, n) for a stack of s pairs (1 for two matrices):
-    int32 when k fits one block, else float64."""
+    int32 when k fits one block, else float64; on the front of the flat ``buffer`` if given
+    (of that type and at least that size)."""
     s, m, n = a_pack.batch, a_pack.lines, b_pack.lines
-    groups = len(level.groups)
+    shape = (len(level.groups), s, m, n)
     block = int32_k_block(level)
     k_pad = a_pack.k_pad
     if k_pad <= block:
-        sums = cp.empty((groups, s, m, n), dtype=cp.int32)
+        sums = _shaped(buffer, shape, cp.int32)
         for g in level.groups:
             a_slot, b_slot, count = class_spans(level, g)
             gemm_tn(a_pack, a_slot, b_pack, b_slot, count * k_pad, sums[g])
         return sums
     # Long k: per pair and per k-block into INT32 (each within the bound), then exactly into
     # float64 (|S_g| < 2^53 by combine.float64_k_block).
-    sums = cp.zeros((groups, s, m, n), dtype=cp.float64)
+    sums = _shaped(buffer, shape, cp.float64)
+    sums.fill(0)
     scratch = cp.empty((s, m, n), dtype=cp.int32)
     block -= block % K_ALIGN
     for start in range(0, k_pad, block):
@@ -378,6 +399,13 @@ def int8_class_sums(a_pack: PackedOperand, b_pack: PackedOperand, level: Level) 
                 gemm_tn(a_pack, i, b_pack, b_slot, depth, scratch, start, accumulate=index > 0)
             sums[g] += scratch
     return sums
+
+
+def _shaped(buffer: cp.ndarray | None, shape: tuple[int, ...], dtype: Any) -> cp.ndarray:
+    """A C-contiguous ``shape`` array: the front of the flat ``buffer``, or a new one."""
+    if buffer is None:
+        return cp.empty(shape, dtype=dtype)
+    return buffer[: math.prod(shape)].reshape(shape)
 
 
 def _combine(
@@ -391,14 +419,16 @@ def _combine(
     b_pack: PackedOperand,
     a: cp.ndarray,
     b: cp.ndarray,
+    out: cp.ndarray | None = None,
 ) -> cp.ndarray:
     """The combine kernel; ``slack``: ``combine.overflow_slack`` of the level. ``a`` and ``b``
-    are the product's operands, or two stacks of s pairs (then C is (s, m, n))."""
+    are the product's operands, or two stacks of s pairs (then C is (s, m, n)); C goes into
+    ``out`` (C-contiguous) if given."""
     stack = a.ndim == 3
     a3, b3 = (a, b) if stack else (a[None], b[None])
     count, m, k = a3.shape
     n = b3.shape[2]
-    c = cp.empty((count, m, n), dtype=cp.float32)
+    c = cp.empty((count, m, n), dtype=cp.float32) if out is None else out.reshape(count, m, n)
     grid = (min(-(-n // COMBINE_THREADS), 1024), min(m, MAX_GRID_YZ))
     for first in _batch_chunks(count):
         _combine_module().get_function(kernel)(
@@ -438,11 +468,12 @@ def _combine_int8(
     a: cp.ndarray,
     b: cp.ndarray,
     level: Level,
+    out: cp.ndarray | None = None,
 ) -> cp.ndarray:
     kernel = "combine_int32" if sums.dtype == cp.int32 else "combine_float64"
     step = pair_exponent(1) - pair_exponent(0)
     slack = overflow_slack(level)
-    return _combine(kernel, sums, pair_exponent(0), step, 0, slack, a_pack, b_pack, a, b)
+    return _combine(kernel, sums, pair_exponent(0), step, 0, slack, a_pack, b_pack, a, b, out)
 
 
 def _pack_a(a_rows: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:
@@ -457,36 +488,116 @@ def _pack_both(
     return _pack_a(a_rows, kexp, level), _pack_b(b, kexp, level)
 
 
+@dataclasses.dataclass
+class _Block:
+    """One block of an INT8 product: rows of A (or pairs of two stacks), their packs and the
+    part of C they make."""
+
+    a_pack: PackedOperand
+    b_pack: PackedOperand
+    a: cp.ndarray
+    b: cp.ndarray
+    c: cp.ndarray
+
+
+def _sum_blocking(level: Level, m: int, k: int, n: int, count: int = 1) -> tuple[int, int]:
+    """(units per block, bytes of the class-sum buffers) of an INT8 product: units are A's rows
+    (up to GEMM_ROW_BLOCK, the GEMMs' own row block), or the pairs of a stack of ``count``."""
+    long_k = _padded(k) > int32_k_block(level)
+    units, entries, most = (m, n, GEMM_ROW_BLOCK) if count == 1 else (count, m * n, count)
+    unit_bytes = entries * workspace.sum_bytes(level, long_k)
+    budget = workspace.SUMS_BUDGET * count * workspace.block_budget(m, k, n)
+    size = workspace.gpu_block(units, unit_bytes, most, budget)
+    return size, workspace.sum_buffers_bytes(units, size, unit_bytes)
+
+
+@functools.cache
+def _side_stream(device: int) -> cp.cuda.Stream:
+    with cp.cuda.Device(device):
+        return cp.cuda.Stream(non_blocking=True)
+
+
+def _sums_and_combine(blocks: list[_Block], level: Level) -> None:
+    """Each block's class sums on the current stream and its combine on a side stream, so one
+    block's combine runs beside the next block's GEMMs: two sum buffers, each refilled once
+    the combine reading it is done; the current stream waits for the last combine."""
+    if len(blocks) == 1:
+        (only,) = blocks
+        sums = int8_class_sums(only.a_pack, only.b_pack, level)
+        _combine_int8(sums, only.a_pack, only.b_pack, only.a, only.b, level, only.c)
+        return
+    main = cp.cuda.get_current_stream()
+    side = _side_stream(cp.cuda.Device().id)
+    buffers: list[cp.ndarray | None] = [None, None]
+    combined: list[cp.cuda.Event | None] = [None, None]
+    for index, block in enumerate(blocks):
+        slot = index % 2
+        if combined[slot] is not None:
+            main.wait_event(combined[slot])
+        sums = int8_class_sums(block.a_pack, block.b_pack, level, buffers[slot])
+        if buffers[slot] is None:  # the first blocks are the largest
+            buffers[slot] = sums.reshape(-1)
+        side.wait_event(main.record())
+        with side:
+            _combine_int8(sums, block.a_pack, block.b_pack, block.a, block.b, level, block.c)
+        combined[slot] = side.record()
+    main.wait_event(combined[(len(blocks) - 1) % 2])  # buffers are freed on the main stream
+
+
 def int8_product(
     a: cp.ndarray, b: cp.ndarray, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
 ) -> cp.ndarray:
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
-    a kept operand is not read at all while its pack holds, nor copied when not row-major."""
+    a kept operand is not read at all while its pack holds, nor copied when not row-major.
+    Class sums and combine run in blocks of A's rows (``_sum_blocking``)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
-    sums = int8_class_sums(a_pack, b_pack, level)
-    return _combine_int8(sums, a_pack, b_pack, a, b, level)
+    (m, k), n = a.shape, b.shape[1]
+    c = cp.empty((m, n), dtype=cp.float32)
+    rows = _sum_blocking(level, m, k, n)[0]
+    blocks = [
+        _Block(a_pack.part(first, last - first), b_pack, a[first:last], b, c[first:last])
+        for first in range(0, m, rows)
+        for last in [min(m, first + rows)]
+    ]
+    _sums_and_combine(blocks, level)
+    return c
 
 
 def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     """``int8_product`` of each pair of two float32 stacks (s, m, k) and (s, k, n) with m, k,
     n > 0, in a few launches for the whole stack: k-exponents, one pack of each operand, one
     strided-batched INT8 GEMM per weight class (per k block when k is long), one combine and
-    one bypass launch. Each pair gets ``int8_product``'s bits (the same kernels, per pair)."""
+    one bypass launch (per block of pairs when the class sums would not fit at once). Each pair
+    gets ``int8_product``'s bits (the same kernels, per pair)."""
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     count, m, k = a.shape
+    n = b.shape[2]
     kexp = k_exponents(a, b)
     wide = level.bypass_wide
     a_pack = pack_int8(
         a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, batch=count
     )
     b_pack = pack_int8_columns(b, kexp, level.b_slices, reversed_slots=True, bypass_wide=wide)
-    sums = int8_class_sums(a_pack, b_pack, level)
-    return _combine_int8(sums, a_pack, b_pack, a, b, level)
+    c = cp.empty((count, m, n), dtype=cp.float32)
+    pairs = _sum_blocking(level, m, k, n, count)[0]
+    blocks = [
+        _Block(
+            a_pack.part(first * m, (last - first) * m, last - first),
+            b_pack.part(first * n, (last - first) * n, last - first),
+            a[first:last],
+            b[first:last],
+            c[first:last],
+        )
+        for first in range(0, count, pairs)
+        for last in [min(count, first + pairs)]
+    ]
+    _sums_and_combine(blocks, level)
+    return c
 
 
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
@@ -783,7 +894,8 @@ def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> No
     if not level.emulated:
         return
     block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
-    needed = count * workspace.gpu_bytes(level, m, k, n, _padded(k), _padded(k) > block)
+    sums = _sum_blocking(level, m, k, n, count)[1] if level.kind == "int8" else None
+    needed = workspace.gpu_bytes(level, m, k, n, _padded(k), _padded(k) > block, count, sums)
     free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
     workspace.check_fits(level, count * m, k, n, needed, free, "GPU")
 

@@ -4,8 +4,15 @@ The CPU oracle packs B whole (its INT8 digits: at most the bytes of B as float32
 through A in row blocks and k blocks whose float64 and int64 temporaries stay within
 ``block_budget``: the bytes of the operands and the output. The whole call then needs about
 3x the operands and output (the digits, one block, the result), below the 4x the contract
-allows. A product whose workspace does not fit in the memory available is refused with a
-MemoryError naming the level, the shape and the bytes, before anything is allocated.
+allows.
+
+The CUDA backend packs both operands whole (at most their float32 bytes) and computes the
+class sums of a block of A's rows (of a stack's pairs) at a time, in at most two buffers
+(one is combined beside the next block's GEMMs) whose bytes stay within ``SUMS_BUDGET`` times
+the operands and output: about 3-4x in all, with the result.
+
+A product whose workspace does not fit in the memory available is refused with a MemoryError
+naming the level, the shape and the bytes, before anything is allocated.
 """
 
 from __future__ import annotations
@@ -32,14 +39,40 @@ def cpu_bytes(level: Level, m: int, k: int, n: int) -> int:
     return level.b_slices * n * k + 2 * block_budget(m, k, n) + 4 * m * n
 
 
-def gpu_bytes(level: Level, m: int, k: int, n: int, k_pad: int, long_k: bool) -> int:
-    """Workspace of one CUDA product: packed A and B, the class sums, the result."""
+SUMS_BUDGET = 2  # GPU class sums: at most twice the bytes of the operands and the output
+
+
+def sum_bytes(level: Level, long_k: bool) -> int:
+    """Bytes of one output entry's class sums on the GPU: INT32 (FP32) per class, or float64
+    per class plus one block's partial sums when k is long."""
+    classes = 2 if level.kind == "fp16" else len(level.groups)
+    return classes * (12 if long_k else 4)
+
+
+def gpu_block(units: int, unit_bytes: int, most: int, budget: int) -> int:
+    """Units (A's rows, or a stack's pairs) per block of class sums: at most ``most``, halved
+    until ``sum_buffers_bytes`` fits ``budget``."""
+    size = max(1, min(units, most))
+    while size > 1 and sum_buffers_bytes(units, size, unit_bytes) > budget:
+        size = -(-size // 2)
+    return size
+
+
+def sum_buffers_bytes(units: int, size: int, unit_bytes: int) -> int:
+    """Bytes of the class-sum buffers for blocks of ``size`` of ``units``: one buffer when one
+    block covers every unit, else two (one is combined while the other fills)."""
+    return (1 if size >= units else 2) * size * unit_bytes
+
+
+def gpu_bytes(level: Level, m: int, k: int, n: int, k_pad: int, long_k: bool, count: int = 1,
+              sums: int | None = None) -> int:  # fmt: skip
+    """Workspace of ``count`` CUDA products: packed A and B, the class sums (``sums`` bytes;
+    all of them at once when None), the results."""
     slots_a, slots_b = (2, 2) if level.kind == "fp16" else (level.a_slices, level.b_slices)
     item = 2 if level.kind == "fp16" else 1
-    classes = 2 if level.kind == "fp16" else len(level.groups)
-    # long k: float64 class sums plus one block's partial sums (int32 or FP32, all classes)
-    sums = classes * m * n * (12 if long_k else 4)
-    return item * k_pad * (slots_a * m + slots_b * n) + sums + 4 * m * n + 16 * k
+    if sums is None:
+        sums = count * m * n * sum_bytes(level, long_k)
+    return count * (item * k_pad * (slots_a * m + slots_b * n) + 4 * m * n + 16 * k) + sums
 
 
 def available_host_bytes() -> int | None:

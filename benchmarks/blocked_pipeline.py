@@ -1,0 +1,195 @@
+"""Blocked class sums with the combine beside the next block's GEMMs, and what the wide-range
+handling costs, in one run on the GPU.
+
+At each size, on N(0,1) and phi = 0.5 inputs (no line needs special handling there), beside
+cuBLAS SGEMM and TF32:
+
+- ``IV``: as shipped: class sums per block of A's rows, each block's combine on a side stream
+  beside the next block's GEMMs;
+- ``IV one block``: every row in one block, nothing beside the GEMMs (the path before blocks);
+- ``IV no rebalancing``: no k-exponents (the tops passes skipped, every k-index kept);
+- ``IV no wide-range handling``: no rebalancing and no deep-entry count in the pack kernels:
+  the cost of issue 11's handling is this row's time against ``IV``'s;
+- ``V``: the floor-grade level, as shipped.
+
+Prediction for the overlap: the combine (2.6 ms of 56.7 at n = 16384, 4.6%) hidden behind the
+GEMMs for all blocks but the last: +3% at 16384 (4 blocks), +2-3% at 8192 (2 blocks), nothing
+at 4096 (one block). Rounds are interleaved so clock drift hits every variant alike; each
+variant keeps its best median. Writes ``blocked-pipeline.json``, ``.md`` and ``.png``.
+
+    python benchmarks/blocked_pipeline.py [--out DIR] [--sizes 4096 8192 16384] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from mixpert.benchmark import measure_calls, random_inputs, results_folder
+from mixpert.runtime import device, get_level
+from mixpert.timing import gpu_median_seconds
+
+DISTRIBUTIONS = ("normal", "phi0.5")
+
+
+@contextlib.contextmanager
+def one_block() -> Iterator[None]:
+    """Every row of A in one block of class sums: one buffer, no side stream."""
+    from mixpert.runtime import cuda
+
+    original = cuda._sum_blocking
+
+    def whole(level: Any, m: int, k: int, n: int, count: int = 1) -> tuple[int, int]:
+        return (m if count == 1 else count), original(level, m, k, n, count)[1]
+
+    with mock.patch.object(cuda, "_sum_blocking", whole):
+        yield
+
+
+@contextlib.contextmanager
+def no_rebalancing() -> Iterator[None]:
+    """No tops passes and all-zero k-exponents: every k-index kept where it is."""
+    import cupy as cp
+
+    from mixpert.runtime import cuda
+
+    def zeros(a_top: Any, b_top: Any) -> Any:
+        return cp.zeros((1, a_top + 1), dtype=cp.int32)
+
+    # the tops "functions" hand the exponents their k, so nothing reads the operands
+    with (
+        mock.patch.object(cuda, "column_tops", lambda a_rows: a_rows.shape[1]),
+        mock.patch.object(cuda, "row_tops", lambda b: 0),
+        mock.patch.object(cuda, "exponents_from_tops", zeros),
+    ):
+        yield
+
+
+def variants(cp: Any, a: Any, b: Any) -> dict[str, tuple[Callable[[], Any], str]]:
+    from mixpert.runtime import cuda
+
+    iv, v = get_level("IV"), get_level("V")
+    plain = dataclasses.replace(iv, name="IV-plain", bypass_wide=False)
+
+    def under(context: Callable[[], Any], level: Any) -> Callable[[], Any]:
+        def call() -> Any:
+            with context():
+                return cuda.matmul(a, b, level)
+
+        return call
+
+    return {
+        "sgemm": ((lambda: cp.matmul(a, b)), "sgemm"),
+        "tf32": ((lambda: cuda.tf32_product(a, b)), "tf32"),
+        "IV": ((lambda: cuda.matmul(a, b, iv)), "IV"),
+        "IV one block": (under(one_block, iv), "IV"),
+        "IV no rebalancing": (under(no_rebalancing, iv), "IV"),
+        "IV no wide-range handling": (under(no_rebalancing, plain), "IV"),
+        "V": ((lambda: cuda.matmul(a, b, v)), "V"),
+    }
+
+
+def measure(cp: Any, n: int, dist: str, rounds: int) -> dict[str, Any]:
+    a, b = random_inputs(cp, n, n, n, dist, seed=n)
+    flops = 2.0 * n**3
+    calls = variants(cp, a, b)
+    first = measure_calls(cp, calls, a, b, flops)
+    seconds = {name: t for name, (t, _, _) in first.items()}
+    for _ in range(rounds - 1):
+        for name, (fn, _) in calls.items():
+            seconds[name] = min(seconds[name], gpu_median_seconds(fn, flops))
+    row: dict[str, Any] = {"n": n, "dist": dist, "sgemm_error": first["sgemm"][1]}
+    row["variants"] = {
+        name: {
+            "time_ms": 1e3 * seconds[name],
+            "ratio_to_sgemm": seconds["sgemm"] / seconds[name],
+            "error": first[name][1],
+        }
+        for name in calls
+    }
+    iv = seconds["IV"]
+    row["overlap_gain"] = seconds["IV one block"] / iv - 1
+    row["wide_range_cost"] = iv / seconds["IV no wide-range handling"] - 1
+    row["rebalancing_cost"] = iv / seconds["IV no rebalancing"] - 1
+    return row
+
+
+def markdown(rows: list[dict[str, Any]], name: str) -> str:
+    names = list(rows[0]["variants"])
+    lines = [
+        f"# Blocked class sums and the wide-range handling's cost ({name})",
+        "",
+        "x cuBLAS SGEMM in one run (best median of the rounds); error: ||C - C64|| / ||C64||.",
+        "",
+        "| n | data | " + " | ".join(names) + " | overlap gain | wide-range cost | SGEMM error |",
+        "|---|---|" + "---|" * (len(names) + 3),
+    ]
+    for r in rows:
+        cells = " | ".join(
+            f"{r['variants'][k]['ratio_to_sgemm']:.2f}x ({r['variants'][k]['error']:.1e})"
+            for k in names
+        )
+        lines.append(
+            f"| {r['n']} | {r['dist']} | {cells} | {100 * r['overlap_gain']:+.1f}% | "
+            f"{100 * r['wide_range_cost']:+.1f}% | {r['sgemm_error']:.1e} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], name: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [k for k in rows[0]["variants"] if k != "sgemm"]
+    x = np.arange(len(rows))
+    width = 0.8 / len(shown)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for i, key in enumerate(shown):
+        ratios = [r["variants"][key]["ratio_to_sgemm"] for r in rows]
+        ax.bar(x + (i - (len(shown) - 1) / 2) * width, ratios, width, label=key)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(x, [f"{r['n']}\n{r['dist']}" for r in rows])
+    ax.set_ylabel("speed-up over cuBLAS SGEMM")
+    ax.set_title(f"Blocked class sums, wide-range handling ({name})")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192, 16384])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    device.exit_without_gpu("benchmarks/blocked_pipeline.py")
+    cp = device.cupy_module()
+    name = device.device_name()
+    rows = []
+    for n in args.sizes:
+        for dist in DISTRIBUTIONS:
+            rows.append(measure(cp, n, dist, args.rounds))
+            print(markdown(rows[-1:], name).splitlines()[-1], flush=True)
+            cp.get_default_memory_pool().free_all_blocks()
+    table = markdown(rows, name)
+    print(table)
+    out = args.out or results_folder(name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "blocked-pipeline.json").write_text(json.dumps(rows, indent=1))
+    (out / "blocked-pipeline.md").write_text(table)
+    plot(rows, name, out / "blocked-pipeline.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The CUDA backend's workspace: class sums in blocks of A's rows (of a stack's pairs) keep every
+bit of the oracle and the memory within 4x the operands and output (GPU only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mixpert.runtime import device, dispatch, get_level
+from mixpert.testdata import gemmul8
+
+pytestmark = pytest.mark.gpu
+if not device.gpu_available():
+    pytest.skip(f"needs a CUDA GPU: {device.unavailable_reason()}", allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+from cupy.cuda import memory_hook  # noqa: E402
+
+from mixpert.runtime import cuda, workspace  # noqa: E402
+
+
+class PeakBytes(memory_hook.MemoryHook):
+    """The most bytes held from CuPy's pool at once while the hook is on."""
+
+    name = "PeakBytes"
+
+    def __init__(self) -> None:
+        self.live: dict[int, int] = {}
+        self.peak = 0
+
+    def malloc_postprocess(self, **kwargs) -> None:
+        self.live[kwargs["mem_ptr"]] = kwargs["mem_size"]
+        self.peak = max(self.peak, sum(self.live.values()))
+
+    def free_postprocess(self, **kwargs) -> None:
+        self.live.pop(kwargs["mem_ptr"], None)
+
+
+def operands(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.ndarray:
+    if kind == "phi=2.5":  # every line unresolved: the exact bypass runs per block
+        return gemmul8(np, rng, shape, 2.5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    if kind == "nonfinite":
+        x[..., 3, 1] = np.nan
+        x[..., 0, 2] = np.inf
+    if kind == "outlier":
+        x[..., 5] *= np.float32(1e6)
+    return x
+
+
+@pytest.mark.parametrize("level", ["I", "IV", "V"])
+@pytest.mark.parametrize("kind", ["normal", "nonfinite", "outlier", "phi=2.5"])
+@pytest.mark.parametrize("budget", [0, 2])  # 0: blocks of one row (one pair): every boundary
+def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, budget) -> None:
+    monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK", 24)
+    monkeypatch.setattr(workspace, "SUMS_BUDGET", budget)
+    rng = np.random.default_rng(hash((level, kind)) % 2**32)
+    a, b = operands(rng, (70, 130), kind), operands(rng, (130, 45), kind)
+    expected = dispatch.matmul(a, b, level, backend="cpu")
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+    sa, sb = operands(rng, (5, 9, 130), kind), operands(rng, (5, 130, 11), kind)
+    expected = np.stack(
+        [dispatch.matmul(x, y, level, backend="cpu") for x, y in zip(sa, sb, strict=True)]
+    )
+    got = cp.asnumpy(cuda.matmul_stack(cp.asarray(sa), cp.asarray(sb), get_level(level)))
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_blocked_long_k_keeps_the_oracles_bits(monkeypatch) -> None:
+    monkeypatch.setattr(workspace, "SUMS_BUDGET", 0)
+    rng = np.random.default_rng(12)
+    k = 2**17 + 48
+    a = (rng.random((6, k)) * 0.9 + 0.1).astype(np.float32)
+    b = (rng.random((k, 5)) * 0.9 + 0.1).astype(np.float32)
+    expected = dispatch.matmul(a, b, "IV", backend="cpu")
+    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda"))
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_the_result_is_ready_on_the_callers_stream(monkeypatch) -> None:
+    """Blocks combine on a side stream: the caller's stream must wait for the last one."""
+    monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK", 256)
+    rng = np.random.default_rng(4)
+    a, b = operands(rng, (2048, 512), "normal"), operands(rng, (512, 1024), "normal")
+    expected = dispatch.matmul(a, b, "IV", backend="cpu")
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        got = cuda.matmul(cp.asarray(a), cp.asarray(b), get_level("IV"))
+        host = cp.asnumpy(got, stream=stream)  # ordered on the caller's stream only
+    np.testing.assert_array_equal(host, expected)
+
+
+@pytest.mark.parametrize("level", ["IV", "V"])
+@pytest.mark.parametrize(
+    "shape", [(4096, 64, 4096), (1024, 1024, 1024), (16384, 16, 1024), (8, 2048, 64, 2048)]
+)
+def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None:
+    rng = np.random.default_rng(2)
+    *stack, m, k, n = shape
+    a = cp.asarray(rng.standard_normal((*stack, m, k)).astype(np.float32))
+    b = cp.asarray(rng.standard_normal((*stack, k, n)).astype(np.float32))
+    product = cuda.matmul_stack if stack else cuda.matmul
+    product(a, b, get_level(level))  # compiles kernels, picks the GEMM algorithms
+    cp.cuda.Device().synchronize()
+    hook = PeakBytes()
+    with hook:
+        c = product(a, b, get_level(level))
+        cp.cuda.Device().synchronize()
+    assert hook.peak <= 4 * (a.nbytes + b.nbytes + c.nbytes), (hook.peak, a.nbytes)
