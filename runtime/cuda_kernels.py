@@ -15,6 +15,7 @@ from . import bypass, combine, equilibrate, fp16split, ordered, packer
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
 THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
+COLUMN_CHUNK = 256  # k-indices per block of B's column packing (a multiple of 32)
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
     "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
@@ -34,6 +35,7 @@ CONSTANTS = {
     "ORDERED_SEGMENT": ordered.SEGMENT,
     "ROWS_THREADS": ROWS_THREADS,
     "THIN_THREADS": THIN_THREADS,
+    "COLUMN_CHUNK": COLUMN_CHUNK,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -350,81 +352,112 @@ extern "C" __global__ void pack_int8(
 }
 
 // pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
-// k-index q: scaled by 2^f[q]): a block takes 32 columns; reads are coalesced along rows, and a
-// shared tile turns them so the digit writes run along k. Stacks: matrix z = blockIdx.y + batch0
-// starts z * batch_stride floats into x; its n lines follow those of the matrices before it.
+// k-index q: scaled by 2^f[q]), in three steps over a grid of (32 columns) x (chunks of
+// ${COLUMN_CHUNK} k-indices) x (matrices of a stack), so every SM has work at any k. Stacks:
+// matrix z = blockIdx.z + batch0 starts z * batch_stride floats into x; its n lines follow
+// those of the matrices before it.
+//
+// Step 1: the largest rebalanced |value| of each column, merged with atomicMax into the zeroed
+// `tops` (non-negative doubles order as their bits), NaN/Inf into the zeroed `bad`.
+extern "C" __global__ void column_tops(
+    const float* __restrict__ x, long long row_stride, int k, int n,
+    const int* __restrict__ kexp, long long batch_stride, int batch0,
+    unsigned long long* __restrict__ tops, int* __restrict__ bad)
+{
+    const long long z = blockIdx.z + (long long)batch0;
+    x += z * batch_stride;
+    kexp += z * (k + 1);
+    __shared__ double part_top[8][32];
+    __shared__ int part_bad[8][32];
+    const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
+    double top = 0.0;
+    int any_bad = 0;
+    if (col < n) {
+        const bool moves = kexp[k] != 0;
+        for (int q0 = blockIdx.y * ${COLUMN_CHUNK}; q0 < k; q0 += gridDim.y * ${COLUMN_CHUNK}) {
+            const int last = min(k, q0 + ${COLUMN_CHUNK});
+            for (int q = q0 + ty; q < last; q += 8) {
+                const float v = x[q * row_stride + col];
+                any_bad |= !finite_bits(v);
+                top = fmax(top, fabs(rebalanced(v, moves ? kexp[q] : 0, 1)));
+            }
+        }
+    }
+    part_top[ty][tx] = top;
+    part_bad[ty][tx] = any_bad;
+    __syncthreads();
+    if (ty == 0 && col < n) {
+        for (int j = 1; j < 8; ++j) {
+            top = fmax(top, part_top[j][tx]);
+            any_bad |= part_bad[j][tx];
+        }
+        atomicMax(tops + z * n + col, (unsigned long long)__double_as_longlong(top));
+        if (any_bad) atomicOr(bad + z * n + col, 1);
+    }
+}
+
+// Step 2: the digits of a chunk of each column: reads are coalesced along B's rows, and a
+// shared tile turns them so the digit writes run along k; deep entries are counted into the
+// zeroed `deep_counts` (integers: exact in any order).
 extern "C" __global__ void pack_int8_columns(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
     const int* __restrict__ kexp, int slices, int reversed, int deep,
-    long long batch_stride, int batch0,
-    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+    long long batch_stride, int batch0, const unsigned long long* __restrict__ tops,
+    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ deep_counts)
 {
-    const long long z = blockIdx.y + (long long)batch0;
+    const long long z = blockIdx.z + (long long)batch0;
     x += z * batch_stride;
     kexp += z * (k + 1);
     out += z * n * (long long)slices * k_pad;
     exps += z * n;
-    nonfinite += z * n;
+    tops += z * n;
+    deep_counts += z * n;
     __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
     __shared__ int tile_kexp[32];
-    __shared__ double col_max[8][32];
-    __shared__ int col_bad[8][32];
     __shared__ int shift_of[32];
     __shared__ double floor_of[32];
     __shared__ int deep_count[32];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int col0 = blockIdx.x * 32;
     const int col = col0 + tx;
-
-    double top = 0.0;
-    int bad = 0;
-    if (col < n && kexp[k]) {
-        for (int q = ty; q < k; q += 8) {
-            const float v = x[q * row_stride + col];
-            if (!finite_bits(v)) bad = 1;
-            top = fmax(top, fabs(rebalanced(v, kexp[q], 1)));
-        }
-    } else if (col < n) {  // no k-index moves: magnitudes compare as bits
-        unsigned int bits = 0u;
-        for (int q = ty; q < k; q += 8) {
-            const unsigned int v = magnitude_bits(x[q * row_stride + col]);
-            if (v < 0x7f800000u) bits = max(bits, v); else bad = 1;
-        }
-        top = exact_double(__uint_as_float(bits));
-    }
-    col_max[ty][tx] = top;
-    col_bad[ty][tx] = bad;
-    __syncthreads();
     if (ty == 0) {
-        for (int j = 1; j < 8; ++j) { top = fmax(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
-        const int e = scale_exponent(top);
+        const int e = scale_exponent(col < n ? __longlong_as_double((long long)tops[col]) : 0.0);
         shift_of[tx] = fraction_bits(slices) - e;
         floor_of[tx] = deep_floor(e, deep);
         deep_count[tx] = 0;
-        col_bad[0][tx] = bad;
-        if (col < n) exps[col] = e;
+        if (col < n && blockIdx.y == 0) exps[col] = e;
     }
     __syncthreads();
-
-    for (int q0 = 0; q0 < k_pad; q0 += 32) {
-        for (int j = ty; j < 32; j += 8) {
-            const int q = q0 + j;
-            tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
-        }
-        if (ty == 0) tile_kexp[tx] = q0 + tx < k ? kexp[q0 + tx] : 0;
-        __syncthreads();
-        for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k within the tile
-            const int c = col0 + j;
-            if (c < n && q0 + tx < k_pad) {
-                signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
-                const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
-                write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
-                if (is_deep(v, floor_of[j])) atomicAdd(&deep_count[j], 1);  // integers: exact
+    for (int c0 = blockIdx.y * ${COLUMN_CHUNK}; c0 < k_pad; c0 += gridDim.y * ${COLUMN_CHUNK}) {
+        const int last = min(k_pad, c0 + ${COLUMN_CHUNK});
+        for (int q0 = c0; q0 < last; q0 += 32) {
+            for (int j = ty; j < 32; j += 8) {
+                const int q = q0 + j;
+                tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
             }
+            if (ty == 0) tile_kexp[tx] = q0 + tx < k ? kexp[q0 + tx] : 0;
+            __syncthreads();
+            for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k in the tile
+                const int c = col0 + j;
+                if (c < n && q0 + tx < last) {
+                    signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
+                    const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
+                    write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
+                    if (is_deep(v, floor_of[j])) atomicAdd(&deep_count[j], 1);
+                }
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
-    if (ty == 0 && col < n) nonfinite[col] = col_bad[0][tx] | unresolved(deep_count[tx], k);
+    if (ty == 0 && col < n && deep_count[tx]) atomicAdd(deep_counts + col, deep_count[tx]);
+}
+
+// Step 3: a column's flag: NaN/Inf (from step 1) or unresolved (bypass).
+extern "C" __global__ void finish_columns(
+    const int* __restrict__ deep_counts, long long lines, int k, int* __restrict__ nonfinite)
+{
+    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < lines) nonfinite[i] |= unresolved(deep_counts[i], k);
 }
 
 // fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT) of the
@@ -455,10 +488,34 @@ extern "C" __global__ void pack_fp16(
 """
 
 COMBINE_SOURCE = r"""
+// Four consecutive class sums as one 16-byte load (p 16-byte aligned), widened exactly.
+__device__ __forceinline__ void load4(const int* p, double (&v)[4])
+{
+    const int4 x = *reinterpret_cast<const int4*>(p);
+    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+}
+
+__device__ __forceinline__ void load4(const float* p, double (&v)[4])
+{
+    const float4 x = *reinterpret_cast<const float4*>(p);
+    v[0] = exact_double(x.x); v[1] = exact_double(x.y);
+    v[2] = exact_double(x.z); v[3] = exact_double(x.w);
+}
+
+__device__ __forceinline__ void load4(const double* p, double (&v)[4])
+{
+    const double2 x = reinterpret_cast<const double2*>(p)[0];
+    const double2 y = reinterpret_cast<const double2*>(p)[1];
+    v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
+}
+
 // C = float32(2^(row_exp + col_exp + exp_offset) * sum_g sums[g] * 2^-(w0 + step * g)),
 // summed from the largest g (smallest weight) down. Stacks: product z = blockIdx.z + batch0
 // has its sums and output z * m * n entries in, its lines' scales and flags z * m and z * n.
-template <typename Sum>
+// VEC = 4: each thread takes four neighbouring entries with vector loads and one float4 store
+// (n % 4 == 0, sums and c 16-byte aligned); entries of flagged lines get a value too, which
+// bypass_lines, launched after, overwrites.
+template <typename Sum, int VEC>
 __device__ void combine_impl(
     const Sum* __restrict__ sums, int groups, long long group_stride, int w0, int step,
     int exp_offset, double k_slack,
@@ -474,15 +531,32 @@ __device__ void combine_impl(
     col_exp += z * n;
     col_bad += z * n;
     for (int r = blockIdx.y; r < m; r += gridDim.y) {
-        for (int col = blockIdx.x * blockDim.x + threadIdx.x; col < n;
-             col += gridDim.x * blockDim.x) {
+        for (int col = VEC * (blockIdx.x * blockDim.x + threadIdx.x); col < n;
+             col += VEC * gridDim.x * blockDim.x) {
             const long long idx = (long long)r * n + col;
-            double acc = 0.0;
-            if (row_bad[r] | col_bad[col]) continue;  // a bypassed line: bypass_lines writes it
-            for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
-                acc = acc + exact_double(sums[g * group_stride + idx]) * pow2(-(w0 + step * g));
-            const int scale = row_exp[r] + col_exp[col];
-            c[idx] = saturate(acc * pow2(scale + exp_offset), scale, k_slack);
+            if constexpr (VEC == 1) {
+                if (row_bad[r] | col_bad[col]) continue;  // bypass_lines writes it
+                double acc = 0.0;
+                for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
+                    acc = acc + exact_double(sums[g * group_stride + idx]) * pow2(-(w0 + step * g));
+                const int scale = row_exp[r] + col_exp[col];
+                c[idx] = saturate(acc * pow2(scale + exp_offset), scale, k_slack);
+            } else {
+                double acc[4] = {0.0, 0.0, 0.0, 0.0};
+                for (int g = groups - 1; g >= 0; --g) {
+                    double v[4];
+                    load4(sums + g * group_stride + idx, v);
+                    const double weight = pow2(-(w0 + step * g));
+                    for (int t = 0; t < 4; ++t) acc[t] = acc[t] + v[t] * weight;
+                }
+                const int4 col_e = *reinterpret_cast<const int4*>(col_exp + col);
+                const int scales[4] = {row_exp[r] + col_e.x, row_exp[r] + col_e.y,
+                                       row_exp[r] + col_e.z, row_exp[r] + col_e.w};
+                float out[4];
+                for (int t = 0; t < 4; ++t)
+                    out[t] = saturate(acc[t] * pow2(scales[t] + exp_offset), scales[t], k_slack);
+                *reinterpret_cast<float4*>(c + idx) = make_float4(out[0], out[1], out[2], out[3]);
+            }
         }
     }
 }
@@ -988,20 +1062,21 @@ extern "C" __global__ void ordered_thin_{g}(
 )
 COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE + ORDERED_THIN_SOURCE
 
-# One exported combine kernel per class-sum type (CuPy's RawModule looks kernels up by name).
+# Exported combine kernels per class-sum type and width (CuPy's RawModule looks them up by name).
 _COMBINE_ENTRY = """
-extern "C" __global__ void combine_{name}(
+extern "C" __global__ void combine{vec}_{name}(
     const {sum}* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
     double k_slack, const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
     int m, int n, int batch0, float* c)
 {{
-    combine_impl<{sum}>(sums, groups, group_stride, w0, step, exp_offset, k_slack, row_exp, col_exp,
-                        row_bad, col_bad, m, n, batch0, c);
+    combine_impl<{sum}, {vec}>(sums, groups, group_stride, w0, step, exp_offset, k_slack, row_exp,
+                               col_exp, row_bad, col_bad, m, n, batch0, c);
 }}
 """
 COMBINE_SOURCE += "".join(
-    _COMBINE_ENTRY.format(name=name, sum=sum_type)
+    _COMBINE_ENTRY.format(name=name, sum=sum_type, vec=vec).replace("combine1_", "combine_")
     for name, sum_type in (("int32", "int"), ("float64", "double"), ("float32", "float"))
+    for vec in (1, 4)
 )
 
 

@@ -7,9 +7,8 @@ through A in row blocks and k blocks whose float64 and int64 temporaries stay wi
 allows.
 
 The CUDA backend packs both operands whole (at most their float32 bytes) and computes the
-class sums of a block of A's rows (of a stack's pairs) at a time, in at most two buffers
-(one is combined beside the next block's GEMMs) whose bytes stay within ``SUMS_BUDGET`` times
-the operands and output: about 3-4x in all, with the result.
+class sums of a block of A's rows (of a stack's pairs) at a time, in one buffer whose bytes
+stay within ``SUMS_BUDGET`` times the operands and output: about 3-4x in all, with the result.
 
 A product whose workspace does not fit in the memory available is refused with a MemoryError
 naming the level, the shape and the bytes, before anything is allocated.
@@ -51,17 +50,11 @@ def sum_bytes(level: Level, long_k: bool) -> int:
 
 def gpu_block(units: int, unit_bytes: int, most: int, budget: int) -> int:
     """Units (A's rows, or a stack's pairs) per block of class sums: at most ``most``, halved
-    until ``sum_buffers_bytes`` fits ``budget``."""
+    until a block's sums fit ``budget``."""
     size = max(1, min(units, most))
-    while size > 1 and sum_buffers_bytes(units, size, unit_bytes) > budget:
+    while size > 1 and size * unit_bytes > budget:
         size = -(-size // 2)
     return size
-
-
-def sum_buffers_bytes(units: int, size: int, unit_bytes: int) -> int:
-    """Bytes of the class-sum buffers for blocks of ``size`` of ``units``: one buffer when one
-    block covers every unit, else two (one is combined while the other fills)."""
-    return (1 if size >= units else 2) * size * unit_bytes
 
 
 def gpu_bytes(level: Level, m: int, k: int, n: int, k_pad: int, long_k: bool, count: int = 1,

@@ -79,7 +79,7 @@ def test_blocked_long_k_keeps_the_oracles_bits(monkeypatch) -> None:
 
 
 def test_the_result_is_ready_on_the_callers_stream(monkeypatch) -> None:
-    """Blocks combine on a side stream: the caller's stream must wait for the last one."""
+    """Every block runs on the caller's own stream, the result ordered there."""
     monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK", 256)
     rng = np.random.default_rng(4)
     a, b = operands(rng, (2048, 512), "normal"), operands(rng, (512, 1024), "normal")
