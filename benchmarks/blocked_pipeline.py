@@ -12,7 +12,8 @@ cuBLAS SGEMM and TF32:
 
 Blocks run the same GEMMs (``gemm_tn`` already cut A into GEMM_ROW_BLOCK rows) and one combine
 launch per block: predicted within noise. Rounds are interleaved so clock drift hits every
-variant alike; each variant keeps its best median. Writes ``blocked-pipeline.json``, ``.md`` and ``.png``.
+variant alike; each variant keeps its best median. Writes ``blocked-pipeline.json``, ``.md``
+and ``.png``.
 
     python benchmarks/blocked_pipeline.py [--out DIR] [--sizes 4096 8192 16384] [--rounds 3]
 """
