@@ -33,7 +33,6 @@ from . import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
-    COLUMN_CHUNK,
     COMBINE_SOURCE,
     NARROW,
     PACK_SOURCE,
@@ -291,39 +290,78 @@ def pack_int8_columns(
     x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, bypass_wide: bool = False
 ) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
-    (s, k, n) of them with ``kexp`` (s, k + 1). Three launches (column maxima, digits, flags)
-    over chunks of k, so a short row of columns still fills the GPU: one block per 32 columns
-    packed 8192 x 8192 in 0.81 ms on an H100, a sixth of copy bandwidth."""
+    (s, k, n) of them with ``kexp`` (s, k + 1). A block per 32 columns and all of k when that
+    makes FUSED_COLUMN_TILES blocks, else ``_pack_column_chunks``."""
     x3 = x if x.ndim == 3 else x[None]
     count, k, n = x3.shape
     packed = PackedOperand(count * n, slices, _padded(k), cp.int8, count)
     if n == 0:
         return packed
+    tiles = -(-n // 32)
+    item = x.itemsize
+    strides = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
+    deep = _deep(slices, k, bypass_wide)
+    if tiles * count < FUSED_COLUMN_TILES:
+        _pack_column_chunks(x3, kexp, slices, reversed_slots, deep, packed)
+        return packed
+    for first in _batch_chunks(count):
+        _pack_module().get_function("pack_int8_columns")(
+            (tiles, _chunk(first, count)),
+            (32, 8),
+            (x3, strides[0], np.int32(k), np.int32(n), np.int32(packed.k_pad), kexp,
+             np.int32(slices), np.int32(reversed_slots), deep, strides[1], np.int32(first),
+             packed.data, packed.exponents, packed.nonfinite),
+        )  # fmt: skip
+    return packed
+
+
+# B's column packing on an H100 (ms, IV, N(0,1); probe of this session): n = 4096 / 8192 / 16384,
+# a block per 32 columns 0.375 / 0.744 / 2.078; chunks of k for 4096 blocks 0.284 / 0.688 /
+# 2.503 (three launches, B read twice); 2048 columns: 0.14 either way.
+FUSED_COLUMN_TILES = 512  # tiles of 32 columns from which a block per tile fills the GPU
+COLUMN_BLOCKS = 4096  # blocks the chunked packing aims for
+
+
+def column_chunk(tiles: int, k_pad: int) -> int:
+    """k-indices per block of ``_pack_column_chunks`` for ``tiles`` tiles of 32 columns: enough
+    chunks for COLUMN_BLOCKS blocks, at least 256 k-indices each, a multiple of 32."""
+    chunks = max(1, COLUMN_BLOCKS // tiles)
+    return max(256, -(-k_pad // (32 * chunks)) * 32)
+
+
+def _pack_column_chunks(
+    x3: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, deep: np.int32,
+    packed: PackedOperand,
+) -> None:  # fmt: skip
+    """``pack_int8_columns`` for B with few columns: column maxima, digits and flags in three
+    launches over (tiles of 32 columns) x (chunks of k), so short rows of B still fill the GPU."""
+    count, k, n = x3.shape
     tops = cp.zeros(count * n, dtype=cp.uint64)
     deep_counts = cp.zeros(count * n, dtype=cp.int32)
     packed.nonfinite.fill(0)
-    item = x.itemsize
+    item = x3.itemsize
     row_stride, batch_stride = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
-    columns, chunks = -(-n // 32), min(-(-packed.k_pad // COLUMN_CHUNK), MAX_GRID_YZ)
+    tiles = -(-n // 32)
+    chunk = column_chunk(tiles * count, packed.k_pad)
+    chunks = min(-(-packed.k_pad // chunk), MAX_GRID_YZ)
     module = _pack_module()
     for first in _batch_chunks(count):
-        grid, batch0 = (columns, chunks, _chunk(first, count)), np.int32(first)
+        grid, batch0 = (tiles, chunks, _chunk(first, count)), np.int32(first)
         module.get_function("column_tops")(
             grid, (32, 8),
-            (x3, row_stride, np.int32(k), np.int32(n), kexp, batch_stride, batch0, tops,
-             packed.nonfinite),
+            (x3, row_stride, np.int32(k), np.int32(n), kexp, np.int32(chunk), batch_stride,
+             batch0, tops, packed.nonfinite),
         )  # fmt: skip
-        module.get_function("pack_int8_columns")(
+        module.get_function("pack_int8_column_chunks")(
             grid, (32, 8),
             (x3, row_stride, np.int32(k), np.int32(n), np.int32(packed.k_pad), kexp,
-             np.int32(slices), np.int32(reversed_slots), _deep(slices, k, bypass_wide),
-             batch_stride, batch0, tops, packed.data, packed.exponents, deep_counts),
+             np.int32(chunk), np.int32(slices), np.int32(reversed_slots), deep, batch_stride,
+             batch0, tops, packed.data, packed.exponents, deep_counts),
         )  # fmt: skip
     lines = count * n
     module.get_function("finish_columns")(
         (-(-lines // 256),), (256,), (deep_counts, np.int64(lines), np.int32(k), packed.nonfinite)
     )
-    return packed
 
 
 def _pack_b(b: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:

@@ -15,7 +15,6 @@ from . import bypass, combine, equilibrate, fp16split, ordered, packer
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
 THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
-COLUMN_CHUNK = 256  # k-indices per block of B's column packing (a multiple of 32)
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
     "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
@@ -35,7 +34,6 @@ CONSTANTS = {
     "ORDERED_SEGMENT": ordered.SEGMENT,
     "ROWS_THREADS": ROWS_THREADS,
     "THIN_THREADS": THIN_THREADS,
-    "COLUMN_CHUNK": COLUMN_CHUNK,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -352,16 +350,93 @@ extern "C" __global__ void pack_int8(
 }
 
 // pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
-// k-index q: scaled by 2^f[q]), in three steps over a grid of (32 columns) x (chunks of
-// ${COLUMN_CHUNK} k-indices) x (matrices of a stack), so every SM has work at any k. Stacks:
-// matrix z = blockIdx.z + batch0 starts z * batch_stride floats into x; its n lines follow
-// those of the matrices before it.
+// k-index q: scaled by 2^f[q]), for B with many columns: a block takes 32 columns, all of k;
+// reads are coalesced along rows, and a shared tile turns them so the digit writes run along k.
+// Stacks: matrix z = blockIdx.y + batch0 starts z * batch_stride floats into x; its n lines
+// follow those of the matrices before it.
+extern "C" __global__ void pack_int8_columns(
+    const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
+    const int* __restrict__ kexp, int slices, int reversed, int deep,
+    long long batch_stride, int batch0,
+    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+{
+    const long long z = blockIdx.y + (long long)batch0;
+    x += z * batch_stride;
+    kexp += z * (k + 1);
+    out += z * n * (long long)slices * k_pad;
+    exps += z * n;
+    nonfinite += z * n;
+    __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
+    __shared__ int tile_kexp[32];
+    __shared__ double col_max[8][32];
+    __shared__ int col_bad[8][32];
+    __shared__ int shift_of[32];
+    __shared__ double floor_of[32];
+    __shared__ int deep_count[32];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int col0 = blockIdx.x * 32;
+    const int col = col0 + tx;
+
+    double top = 0.0;
+    int bad = 0;
+    if (col < n && kexp[k]) {
+        for (int q = ty; q < k; q += 8) {
+            const float v = x[q * row_stride + col];
+            if (!finite_bits(v)) bad = 1;
+            top = fmax(top, fabs(rebalanced(v, kexp[q], 1)));
+        }
+    } else if (col < n) {  // no k-index moves: magnitudes compare as bits
+        unsigned int bits = 0u;
+        for (int q = ty; q < k; q += 8) {
+            const unsigned int v = magnitude_bits(x[q * row_stride + col]);
+            if (v < 0x7f800000u) bits = max(bits, v); else bad = 1;
+        }
+        top = exact_double(__uint_as_float(bits));
+    }
+    col_max[ty][tx] = top;
+    col_bad[ty][tx] = bad;
+    __syncthreads();
+    if (ty == 0) {
+        for (int j = 1; j < 8; ++j) { top = fmax(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
+        const int e = scale_exponent(top);
+        shift_of[tx] = fraction_bits(slices) - e;
+        floor_of[tx] = deep_floor(e, deep);
+        deep_count[tx] = 0;
+        col_bad[0][tx] = bad;
+        if (col < n) exps[col] = e;
+    }
+    __syncthreads();
+
+    for (int q0 = 0; q0 < k_pad; q0 += 32) {
+        for (int j = ty; j < 32; j += 8) {
+            const int q = q0 + j;
+            tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
+        }
+        if (ty == 0) tile_kexp[tx] = q0 + tx < k ? kexp[q0 + tx] : 0;
+        __syncthreads();
+        for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k within the tile
+            const int c = col0 + j;
+            if (c < n && q0 + tx < k_pad) {
+                signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
+                const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
+                write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
+                if (is_deep(v, floor_of[j])) atomicAdd(&deep_count[j], 1);  // integers: exact
+            }
+        }
+        __syncthreads();
+    }
+    if (ty == 0 && col < n) nonfinite[col] = col_bad[0][tx] | unresolved(deep_count[tx], k);
+}
+
+// The same for B with few columns (for the GPU's SMs), in three steps over a grid of (32
+// columns) x (chunks of `chunk` k-indices, a multiple of 32) x (matrices of a stack), so every
+// SM has work. Stacks: matrix z = blockIdx.z + batch0, laid out as in pack_int8_columns.
 //
 // Step 1: the largest rebalanced |value| of each column, merged with atomicMax into the zeroed
 // `tops` (non-negative doubles order as their bits), NaN/Inf into the zeroed `bad`.
 extern "C" __global__ void column_tops(
     const float* __restrict__ x, long long row_stride, int k, int n,
-    const int* __restrict__ kexp, long long batch_stride, int batch0,
+    const int* __restrict__ kexp, int chunk, long long batch_stride, int batch0,
     unsigned long long* __restrict__ tops, int* __restrict__ bad)
 {
     const long long z = blockIdx.z + (long long)batch0;
@@ -374,8 +449,8 @@ extern "C" __global__ void column_tops(
     int any_bad = 0;
     if (col < n) {
         const bool moves = kexp[k] != 0;
-        for (int q0 = blockIdx.y * ${COLUMN_CHUNK}; q0 < k; q0 += gridDim.y * ${COLUMN_CHUNK}) {
-            const int last = min(k, q0 + ${COLUMN_CHUNK});
+        for (int q0 = blockIdx.y * chunk; q0 < k; q0 += gridDim.y * chunk) {
+            const int last = min(k, q0 + chunk);
             for (int q = q0 + ty; q < last; q += 8) {
                 const float v = x[q * row_stride + col];
                 any_bad |= !finite_bits(v);
@@ -399,9 +474,9 @@ extern "C" __global__ void column_tops(
 // Step 2: the digits of a chunk of each column: reads are coalesced along B's rows, and a
 // shared tile turns them so the digit writes run along k; deep entries are counted into the
 // zeroed `deep_counts` (integers: exact in any order).
-extern "C" __global__ void pack_int8_columns(
+extern "C" __global__ void pack_int8_column_chunks(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
-    const int* __restrict__ kexp, int slices, int reversed, int deep,
+    const int* __restrict__ kexp, int chunk, int slices, int reversed, int deep,
     long long batch_stride, int batch0, const unsigned long long* __restrict__ tops,
     signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ deep_counts)
 {
@@ -428,8 +503,8 @@ extern "C" __global__ void pack_int8_columns(
         if (col < n && blockIdx.y == 0) exps[col] = e;
     }
     __syncthreads();
-    for (int c0 = blockIdx.y * ${COLUMN_CHUNK}; c0 < k_pad; c0 += gridDim.y * ${COLUMN_CHUNK}) {
-        const int last = min(k_pad, c0 + ${COLUMN_CHUNK});
+    for (int c0 = blockIdx.y * chunk; c0 < k_pad; c0 += gridDim.y * chunk) {
+        const int last = min(k_pad, c0 + chunk);
         for (int q0 = c0; q0 < last; q0 += 32) {
             for (int j = ty; j < 32; j += 8) {
                 const int q = q0 + j;

@@ -290,3 +290,28 @@ def test_the_rebalanced_k_count_is_the_cpu_one() -> None:
     a, b = wide_range_cases(np.random.default_rng(31))["raw-features"]
     cpu_count = dispatch.rebalanced_k(a, b, "IV")
     assert cpu_count > 0 and dispatch.rebalanced_k(cp.asarray(a), cp.asarray(b), "IV") == cpu_count
+
+
+@pytest.mark.parametrize("case", ["outlier-column", "phi=2.5", "dead-k", "long-k", "stack"])
+def test_both_column_packings_give_the_same_packs(monkeypatch, case: str) -> None:
+    """A block per 32 columns and all of k, or chunks of k over three launches: same bytes."""
+    rng = np.random.default_rng(8)
+    if case == "long-k":
+        a, b = make(rng, (3, 9000), "binades"), make(rng, (9000, 40), "phi")
+        b[17, 3] = np.nan
+    elif case == "stack":
+        a, b = make(rng, (6, 20, 300), "phi"), make(rng, (6, 300, 33), "normal")
+    else:
+        a, b = wide_range_cases(np.random.default_rng(31))[case]
+    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
+    kexp = cuda.k_exponents(a_dev, b_dev)
+    packs = []
+    for fused_from in (0, 10**9):
+        monkeypatch.setattr(cuda, "FUSED_COLUMN_TILES", fused_from)
+        packs.append(cuda.pack_int8_columns(b_dev, kexp, 3, True, bypass_wide=True))
+    for field in ("data", "exponents", "nonfinite"):
+        assert cp.array_equal(getattr(packs[0], field), getattr(packs[1], field)), field
+    if case != "stack":
+        expected = dispatch.matmul(a, b, "IV", backend="cpu")
+        got = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "IV", backend="cuda"))
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
