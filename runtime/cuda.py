@@ -934,8 +934,12 @@ def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> No
     block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
     sums = _sum_blocking(level, m, k, n, count)[1] if level.kind == "int8" else None
     needed = workspace.gpu_bytes(level, m, k, n, _padded(k), _padded(k) > block, count, sums)
-    free = cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
-    workspace.check_fits(level, count * m, k, n, needed, free, "GPU")
+    workspace.check_fits(level, count * m, k, n, needed, free_bytes(), "GPU")
+
+
+def free_bytes() -> int:
+    """Device memory a product can take: free on the device, plus what CuPy's pool holds."""
+    return cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
 
 
 def matmul_stack(a: Any, b: Any, level: Level) -> Any:

@@ -108,3 +108,16 @@ def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None
         c = product(a, b, get_level(level))
         cp.cuda.Device().synchronize()
     assert hook.peak <= 4 * (a.nbytes + b.nbytes + c.nbytes), (hook.peak, a.nbytes)
+
+
+@pytest.mark.parametrize("shape", [(300, 400, 200), (3, 300, 400, 200)])
+def test_a_product_that_cannot_fit_is_refused_before_allocating(monkeypatch, shape) -> None:
+    *stack, m, k, n = shape
+    a = cp.ones((*stack, m, k), cp.float32)
+    b = cp.ones((*stack, k, n), cp.float32)
+    monkeypatch.setattr(cuda, "free_bytes", lambda: 1_000_000)
+    hook = PeakBytes()
+    rows = m * (stack[0] if stack else 1)
+    with hook, pytest.raises(MemoryError, match=rf"level IV: a \({rows} x {k}\) @ \({k} x {n}\)"):
+        (cuda.matmul_stack if stack else cuda.matmul)(a, b, get_level("IV"))
+    assert hook.peak == 0
