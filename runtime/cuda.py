@@ -33,6 +33,7 @@ from . import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
+    COLUMN_TILE_K,
     COMBINE_SOURCE,
     NARROW,
     PACK_SOURCE,
@@ -290,52 +291,15 @@ def pack_int8_columns(
     x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, bypass_wide: bool = False
 ) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
-    (s, k, n) of them with ``kexp`` (s, k + 1). A block per 32 columns and all of k when that
-    makes FUSED_COLUMN_TILES blocks, else ``_pack_column_chunks``."""
+    (s, k, n) of them with ``kexp`` (s, k + 1). Three launches (column maxima, digits, flags)
+    over strips of 32 columns and chunks of k, so any n fills the GPU. On an H100 (IV, ms, n =
+    2048 / 4096 / 8192 / 16384): 0.085 / 0.18 / 0.52 / 1.84, against 0.17 / 0.33 / 0.72 / 1.99
+    for a block per strip and all of k, one launch."""
     x3 = x if x.ndim == 3 else x[None]
     count, k, n = x3.shape
     packed = PackedOperand(count * n, slices, _padded(k), cp.int8, count)
     if n == 0:
         return packed
-    tiles = -(-n // 32)
-    item = x.itemsize
-    strides = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
-    deep = _deep(slices, k, bypass_wide)
-    if tiles * count < FUSED_COLUMN_TILES:
-        _pack_column_chunks(x3, kexp, slices, reversed_slots, deep, packed)
-        return packed
-    for first in _batch_chunks(count):
-        _pack_module().get_function("pack_int8_columns")(
-            (tiles, _chunk(first, count)),
-            (32, 8),
-            (x3, strides[0], np.int32(k), np.int32(n), np.int32(packed.k_pad), kexp,
-             np.int32(slices), np.int32(reversed_slots), deep, strides[1], np.int32(first),
-             packed.data, packed.exponents, packed.nonfinite),
-        )  # fmt: skip
-    return packed
-
-
-# B's column packing on an H100 (ms, IV, N(0,1); probe of this session): n = 4096 / 8192 / 16384,
-# a block per 32 columns 0.375 / 0.744 / 2.078; chunks of k for 4096 blocks 0.284 / 0.688 /
-# 2.503 (three launches, B read twice); 2048 columns: 0.14 either way.
-FUSED_COLUMN_TILES = 512  # tiles of 32 columns from which a block per tile fills the GPU
-COLUMN_BLOCKS = 4096  # blocks the chunked packing aims for
-
-
-def column_chunk(tiles: int, k_pad: int) -> int:
-    """k-indices per block of ``_pack_column_chunks`` for ``tiles`` tiles of 32 columns: enough
-    chunks for COLUMN_BLOCKS blocks, at least 256 k-indices each, a multiple of 32."""
-    chunks = max(1, COLUMN_BLOCKS // tiles)
-    return max(256, -(-k_pad // (32 * chunks)) * 32)
-
-
-def _pack_column_chunks(
-    x3: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, deep: np.int32,
-    packed: PackedOperand,
-) -> None:  # fmt: skip
-    """``pack_int8_columns`` for B with few columns: column maxima, digits and flags in three
-    launches over (tiles of 32 columns) x (chunks of k), so short rows of B still fill the GPU."""
-    count, k, n = x3.shape
     tops = cp.zeros(count * n, dtype=cp.uint64)
     deep_counts = cp.zeros(count * n, dtype=cp.int32)
     packed.nonfinite.fill(0)
@@ -344,6 +308,7 @@ def _pack_column_chunks(
     tiles = -(-n // 32)
     chunk = column_chunk(tiles * count, packed.k_pad)
     chunks = min(-(-packed.k_pad // chunk), MAX_GRID_YZ)
+    deep = _deep(slices, k, bypass_wide)
     module = _pack_module()
     for first in _batch_chunks(count):
         grid, batch0 = (tiles, chunks, _chunk(first, count)), np.int32(first)
@@ -362,6 +327,17 @@ def _pack_column_chunks(
     module.get_function("finish_columns")(
         (-(-lines // 256),), (256,), (deep_counts, np.int64(lines), np.int32(k), packed.nonfinite)
     )
+    return packed
+
+
+COLUMN_BLOCKS = 4096  # blocks B's column packing aims for (1024-8192 measured alike)
+
+
+def column_chunk(tiles: int, k_pad: int) -> int:
+    """k-indices per block of ``pack_int8_columns`` for ``tiles`` strips of 32 columns: enough
+    chunks for COLUMN_BLOCKS blocks, whole shared tiles (COLUMN_TILE_K) each."""
+    chunks = max(1, COLUMN_BLOCKS // tiles)
+    return -(-k_pad // (COLUMN_TILE_K * chunks)) * COLUMN_TILE_K
 
 
 def _pack_b(b: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:

@@ -15,6 +15,7 @@ from . import bypass, combine, equilibrate, fp16split, ordered, packer
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
 THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
+COLUMN_TILE_K = 128  # k-indices per shared tile of B's column packing (8 warps x 16)
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
     "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
@@ -34,6 +35,7 @@ CONSTANTS = {
     "ORDERED_SEGMENT": ordered.SEGMENT,
     "ROWS_THREADS": ROWS_THREADS,
     "THIN_THREADS": THIN_THREADS,
+    "COLUMN_TILE_K": COLUMN_TILE_K,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -350,87 +352,110 @@ extern "C" __global__ void pack_int8(
 }
 
 // pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
-// k-index q: scaled by 2^f[q]), for B with many columns: a block takes 32 columns, all of k;
-// reads are coalesced along rows, and a shared tile turns them so the digit writes run along k.
-// Stacks: matrix z = blockIdx.y + batch0 starts z * batch_stride floats into x; its n lines
-// follow those of the matrices before it.
-extern "C" __global__ void pack_int8_columns(
-    const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
-    const int* __restrict__ kexp, int slices, int reversed, int deep,
-    long long batch_stride, int batch0,
-    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+// k-index q: scaled by 2^f[q]). A block of 32 x 8 threads takes a strip of 32 columns: thread
+// (tx, ty) reads column tx at rows ty, ty + 8, ... (coalesced along B's rows) and writes the
+// digits of column tx for k-indices 16 ty .. 16 ty + 15 of each tile of ${COLUMN_TILE_K}: one
+// 16-byte store per slot; the block's eight warps fill 128 bytes of each column together.
+// Stacks: matrix z starts z * batch_stride floats into x; its n lines follow those of the
+// matrices before it.
+
+// The largest rebalanced |value| of column col over rows [q_begin, q_end) into *top, NaN/Inf
+// into *bad; up to 16 loads in flight per thread.
+__device__ __forceinline__ void strip_max(
+    const float* __restrict__ x, long long row_stride, int col, int q_begin, int q_end,
+    const int* __restrict__ kexp, bool moves, double* top, int* bad)
 {
-    const long long z = blockIdx.y + (long long)batch0;
-    x += z * batch_stride;
-    kexp += z * (k + 1);
-    out += z * n * (long long)slices * k_pad;
-    exps += z * n;
-    nonfinite += z * n;
-    __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
-    __shared__ int tile_kexp[32];
-    __shared__ double col_max[8][32];
-    __shared__ int col_bad[8][32];
-    __shared__ int shift_of[32];
-    __shared__ double floor_of[32];
-    __shared__ int deep_count[32];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int col0 = blockIdx.x * 32;
-    const int col = col0 + tx;
-
-    double top = 0.0;
-    int bad = 0;
-    if (col < n && kexp[k]) {
-        for (int q = ty; q < k; q += 8) {
-            const float v = x[q * row_stride + col];
-            if (!finite_bits(v)) bad = 1;
-            top = fmax(top, fabs(rebalanced(v, kexp[q], 1)));
-        }
-    } else if (col < n) {  // no k-index moves: magnitudes compare as bits
-        unsigned int bits = 0u;
-        for (int q = ty; q < k; q += 8) {
-            const unsigned int v = magnitude_bits(x[q * row_stride + col]);
-            if (v < 0x7f800000u) bits = max(bits, v); else bad = 1;
-        }
-        top = exact_double(__uint_as_float(bits));
-    }
-    col_max[ty][tx] = top;
-    col_bad[ty][tx] = bad;
-    __syncthreads();
-    if (ty == 0) {
-        for (int j = 1; j < 8; ++j) { top = fmax(top, col_max[j][tx]); bad |= col_bad[j][tx]; }
-        const int e = scale_exponent(top);
-        shift_of[tx] = fraction_bits(slices) - e;
-        floor_of[tx] = deep_floor(e, deep);
-        deep_count[tx] = 0;
-        col_bad[0][tx] = bad;
-        if (col < n) exps[col] = e;
-    }
-    __syncthreads();
-
-    for (int q0 = 0; q0 < k_pad; q0 += 32) {
-        for (int j = ty; j < 32; j += 8) {
-            const int q = q0 + j;
-            tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
-        }
-        if (ty == 0) tile_kexp[tx] = q0 + tx < k ? kexp[q0 + tx] : 0;
-        __syncthreads();
-        for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k within the tile
-            const int c = col0 + j;
-            if (c < n && q0 + tx < k_pad) {
-                signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
-                const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
-                write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
-                if (is_deep(v, floor_of[j])) atomicAdd(&deep_count[j], 1);  // integers: exact
+    unsigned int bits = 0u;  // no k-index moves: magnitudes compare as bits
+    for (int q0 = q_begin + threadIdx.y; q0 < q_end; q0 += 8 * 16) {
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            const int q = q0 + 8 * r;
+            if (q < q_end) {
+                const float v = x[q * row_stride + col];
+                if (moves) {
+                    *bad |= !finite_bits(v);
+                    *top = fmax(*top, fabs(rebalanced(v, kexp[q], 1)));
+                } else {
+                    const unsigned int m = magnitude_bits(v);
+                    if (m < 0x7f800000u) bits = max(bits, m); else *bad = 1;
+                }
             }
         }
-        __syncthreads();
     }
-    if (ty == 0 && col < n) nonfinite[col] = col_bad[0][tx] | unresolved(deep_count[tx], k);
+    *top = fmax(*top, exact_double(__uint_as_float(bits)));
 }
 
-// The same for B with few columns (for the GPU's SMs), in three steps over a grid of (32
-// columns) x (chunks of `chunk` k-indices, a multiple of 32) x (matrices of a stack), so every
-// SM has work. Stacks: matrix z = blockIdx.z + batch0, laid out as in pack_int8_columns.
+// write_digits for 16 consecutive values: one 16-byte word per slot (dst 16-byte aligned).
+__device__ __forceinline__ void write_digits16(const double (&v)[16], int shift, int slices,
+                                               int reversed, signed char* dst,
+                                               long long slot_stride)
+{
+    int rest[16];
+#pragma unroll
+    for (int t = 0; t < 16; ++t) rest[t] = __double2int_rn(v[t] * pow2(shift));
+    for (int i = slices - 1; i >= 0; --i) {
+        unsigned int word[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int t = 0; t < 16; ++t) {
+            const int low = i > 0 ? ((rest[t] + ${DIGIT_HALF}) & ${DIGIT_MASK}) - ${DIGIT_HALF}
+                                  : rest[t];
+            word[t >> 2] |= ((unsigned int)low & 0xffu) << (8 * (t & 3));  // little-endian
+            rest[t] = (rest[t] - low) >> ${LATER_SLICE_BITS};
+        }
+        *reinterpret_cast<uint4*>(dst + (reversed ? slices - 1 - i : i) * slot_stride) =
+            make_uint4(word[0], word[1], word[2], word[3]);
+    }
+}
+
+// The digits of the strip's columns col0 .. col0 + 31 for k-indices [q_begin, q_end) (both
+// multiples of 16, q_begin of the tile): this thread's column is col0 + threadIdx.x; returns
+// how many of its values are deep (bypass).
+__device__ int strip_digits(
+    const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int col0,
+    int q_begin, int q_end, const int* __restrict__ kexp, int shift, double floor, int slices,
+    int reversed, signed char* __restrict__ out)
+{
+    __shared__ float tile[${COLUMN_TILE_K}][33];  // raw values, rebalanced below
+    __shared__ int tile_kexp[${COLUMN_TILE_K}];
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
+    const int col = col0 + tx;
+    int count = 0;
+    for (int q0 = q_begin; q0 < q_end; q0 += ${COLUMN_TILE_K}) {
+        for (int i = t; i < ${COLUMN_TILE_K} * 32; i += 256) {
+            const int row = i >> 5, c = col0 + (i & 31), q = q0 + row;
+            tile[row][i & 31] = (q < k && c < n) ? x[q * row_stride + c] : 0.0f;
+        }
+        if (t < ${COLUMN_TILE_K}) tile_kexp[t] = q0 + t < k ? kexp[q0 + t] : 0;
+        __syncthreads();
+        const int first = q0 + 16 * ty;
+        if (col < n && first < q_end) {
+            double v[16];
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                v[i] = rebalanced(tile[16 * ty + i][tx], tile_kexp[16 * ty + i], 1);
+                count += is_deep(v[i], floor);
+            }
+            write_digits16(v, shift, slices, reversed,
+                           out + (long long)col * slices * k_pad + first, k_pad);
+        }
+        __syncthreads();
+    }
+    return count;
+}
+
+// Sum of the 8 threads of each column (threadIdx.y), to threadIdx.y == 0.
+__device__ __forceinline__ int column_sum(int value)
+{
+    __shared__ int part[8][32];
+    part[threadIdx.y][threadIdx.x] = value;
+    __syncthreads();
+    if (threadIdx.y == 0)
+        for (int j = 1; j < 8; ++j) value += part[j][threadIdx.x];
+    return value;
+}
+
+// Three steps over a grid of (strips) x (chunks of `chunk` k-indices, a multiple of
+// ${COLUMN_TILE_K}) x (matrices: blockIdx.z + batch0), so B's columns fill the GPU at any n.
 //
 // Step 1: the largest rebalanced |value| of each column, merged with atomicMax into the zeroed
 // `tops` (non-negative doubles order as their bits), NaN/Inf into the zeroed `bad`.
@@ -443,37 +468,24 @@ extern "C" __global__ void column_tops(
     x += z * batch_stride;
     kexp += z * (k + 1);
     __shared__ double part_top[8][32];
-    __shared__ int part_bad[8][32];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
     double top = 0.0;
     int any_bad = 0;
-    if (col < n) {
-        const bool moves = kexp[k] != 0;
-        for (int q0 = blockIdx.y * chunk; q0 < k; q0 += gridDim.y * chunk) {
-            const int last = min(k, q0 + chunk);
-            for (int q = q0 + ty; q < last; q += 8) {
-                const float v = x[q * row_stride + col];
-                any_bad |= !finite_bits(v);
-                top = fmax(top, fabs(rebalanced(v, moves ? kexp[q] : 0, 1)));
-            }
-        }
-    }
+    if (col < n)
+        for (int q0 = blockIdx.y * chunk; q0 < k; q0 += gridDim.y * chunk)
+            strip_max(x, row_stride, col, q0, min(k, q0 + chunk), kexp, kexp[k] != 0, &top,
+                      &any_bad);
     part_top[ty][tx] = top;
-    part_bad[ty][tx] = any_bad;
-    __syncthreads();
+    any_bad = column_sum(any_bad);
     if (ty == 0 && col < n) {
-        for (int j = 1; j < 8; ++j) {
-            top = fmax(top, part_top[j][tx]);
-            any_bad |= part_bad[j][tx];
-        }
+        for (int j = 1; j < 8; ++j) top = fmax(top, part_top[j][tx]);
         atomicMax(tops + z * n + col, (unsigned long long)__double_as_longlong(top));
         if (any_bad) atomicOr(bad + z * n + col, 1);
     }
 }
 
-// Step 2: the digits of a chunk of each column: reads are coalesced along B's rows, and a
-// shared tile turns them so the digit writes run along k; deep entries are counted into the
-// zeroed `deep_counts` (integers: exact in any order).
+// Step 2: the digits of a chunk of each column; deep entries counted into the zeroed
+// `deep_counts` (integers: exact in any order).
 extern "C" __global__ void pack_int8_column_chunks(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
     const int* __restrict__ kexp, int chunk, int slices, int reversed, int deep,
@@ -487,44 +499,16 @@ extern "C" __global__ void pack_int8_column_chunks(
     exps += z * n;
     tops += z * n;
     deep_counts += z * n;
-    __shared__ float tile[32][33];  // raw values: rebalanced when their digits are written
-    __shared__ int tile_kexp[32];
-    __shared__ int shift_of[32];
-    __shared__ double floor_of[32];
-    __shared__ int deep_count[32];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int col0 = blockIdx.x * 32;
-    const int col = col0 + tx;
-    if (ty == 0) {
-        const int e = scale_exponent(col < n ? __longlong_as_double((long long)tops[col]) : 0.0);
-        shift_of[tx] = fraction_bits(slices) - e;
-        floor_of[tx] = deep_floor(e, deep);
-        deep_count[tx] = 0;
-        if (col < n && blockIdx.y == 0) exps[col] = e;
-    }
-    __syncthreads();
-    for (int c0 = blockIdx.y * chunk; c0 < k_pad; c0 += gridDim.y * chunk) {
-        const int last = min(k_pad, c0 + chunk);
-        for (int q0 = c0; q0 < last; q0 += 32) {
-            for (int j = ty; j < 32; j += 8) {
-                const int q = q0 + j;
-                tile[j][tx] = (q < k && col < n) ? x[q * row_stride + col] : 0.0f;
-            }
-            if (ty == 0) tile_kexp[tx] = q0 + tx < k ? kexp[q0 + tx] : 0;
-            __syncthreads();
-            for (int j = ty; j < 32; j += 8) {  // j: column within the block, tx: k in the tile
-                const int c = col0 + j;
-                if (c < n && q0 + tx < last) {
-                    signed char* dst = out + (long long)c * slices * k_pad + q0 + tx;
-                    const double v = rebalanced(tile[tx][j], tile_kexp[tx], 1);
-                    write_digits(v, shift_of[j], slices, reversed, dst, k_pad);
-                    if (is_deep(v, floor_of[j])) atomicAdd(&deep_count[j], 1);
-                }
-            }
-            __syncthreads();
-        }
-    }
-    if (ty == 0 && col < n && deep_count[tx]) atomicAdd(deep_counts + col, deep_count[tx]);
+    const int col0 = blockIdx.x * 32, col = col0 + threadIdx.x;
+    const int e = scale_exponent(col < n ? __longlong_as_double((long long)tops[col]) : 0.0);
+    if (col < n && blockIdx.y == 0 && threadIdx.y == 0) exps[col] = e;
+    int count = 0;
+    for (int q0 = blockIdx.y * chunk; q0 < k_pad; q0 += gridDim.y * chunk)
+        count += strip_digits(x, row_stride, k, n, k_pad, col0, q0, min(k_pad, q0 + chunk),
+                              kexp, fraction_bits(slices) - e, deep_floor(e, deep), slices,
+                              reversed, out);
+    count = column_sum(count);
+    if (threadIdx.y == 0 && col < n && count) atomicAdd(deep_counts + col, count);
 }
 
 // Step 3: a column's flag: NaN/Inf (from step 1) or unresolved (bypass).

@@ -293,8 +293,8 @@ def test_the_rebalanced_k_count_is_the_cpu_one() -> None:
 
 
 @pytest.mark.parametrize("case", ["outlier-column", "phi=2.5", "dead-k", "long-k", "stack"])
-def test_both_column_packings_give_the_same_packs(monkeypatch, case: str) -> None:
-    """A block per 32 columns and all of k, or chunks of k over three launches: same bytes."""
+def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) -> None:
+    """One chunk of k per strip of columns, or the smallest chunks: the same bytes."""
     rng = np.random.default_rng(8)
     if case == "long-k":
         a, b = make(rng, (3, 9000), "binades"), make(rng, (9000, 40), "phi")
@@ -306,8 +306,8 @@ def test_both_column_packings_give_the_same_packs(monkeypatch, case: str) -> Non
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
     kexp = cuda.k_exponents(a_dev, b_dev)
     packs = []
-    for fused_from in (0, 10**9):
-        monkeypatch.setattr(cuda, "FUSED_COLUMN_TILES", fused_from)
+    for blocks in (1, 10**6):
+        monkeypatch.setattr(cuda, "COLUMN_BLOCKS", blocks)
         packs.append(cuda.pack_int8_columns(b_dev, kexp, 3, True, bypass_wide=True))
     for field in ("data", "exponents", "nonfinite"):
         assert cp.array_equal(getattr(packs[0], field), getattr(packs[1], field)), field
