@@ -142,6 +142,19 @@ __device__ double block_max(double top, int bad, int* any_bad)
     return block_top[0];
 }
 
+// row[c .. c + 3] (c % 4 == 0), as one 16-byte load when the row is 16-byte aligned and
+// they lie within k; entries past k read as 0.
+__device__ __forceinline__ void load_row4(const float* __restrict__ row, int c, int k,
+                                          float (&v)[4])
+{
+    if (c + 3 < k && (reinterpret_cast<unsigned long long>(row) & 15u) == 0) {
+        const float4 q = *reinterpret_cast<const float4*>(row + c);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+        return;
+    }
+    for (int t = 0; t < 4; ++t) v[t] = c + t < k ? row[c + t] : 0.0f;
+}
+
 // Largest rebalanced |row[c]| of a line (k-index c), and its NaN/Inf flag; kexp[k] says
 // whether any k-index moves (else magnitudes compare as bits, the cheap way).
 __device__ double line_max(const float* __restrict__ row, int k, const int* __restrict__ kexp,
@@ -149,19 +162,22 @@ __device__ double line_max(const float* __restrict__ row, int k, const int* __re
 {
     double top = 0.0;
     int bad = 0;
-    if (kexp[k]) {
-        for (int c = threadIdx.x; c < k; c += blockDim.x) {
-            if (!finite_bits(row[c])) bad = 1;
-            top = fmax(top, fabs(rebalanced(row[c], kexp[c], sign)));
+    unsigned int bits = 0u;  // no k-index moves: magnitudes compare as bits
+    const bool moves = kexp[k] != 0;
+    for (int c = 4 * threadIdx.x; c < k; c += 4 * blockDim.x) {
+        float v[4];
+        load_row4(row, c, k, v);
+        for (int t = 0; t < 4 && c + t < k; ++t) {
+            if (moves) {
+                bad |= !finite_bits(v[t]);
+                top = fmax(top, fabs(rebalanced(v[t], kexp[c + t], sign)));
+            } else {
+                const unsigned int m = magnitude_bits(v[t]);
+                if (m < 0x7f800000u) bits = max(bits, m); else bad = 1;
+            }
         }
-    } else {
-        unsigned int bits = 0u;
-        for (int c = threadIdx.x; c < k; c += blockDim.x) {
-            const unsigned int v = magnitude_bits(row[c]);
-            if (v < 0x7f800000u) bits = max(bits, v); else bad = 1;
-        }
-        top = exact_double(__uint_as_float(bits));
     }
+    top = fmax(top, exact_double(__uint_as_float(bits)));
     return block_max(top, bad, any_bad);
 }
 
@@ -182,6 +198,7 @@ extern "C" __global__ void column_max_bits(
     const int last = min(rows, first + rows_per_block);
     unsigned int top = 0u;
     if (col < cols)
+#pragma unroll 8
         for (int r = first + ty; r < last; r += 8) {
             const unsigned int v = magnitude_bits(x[r * row_stride + col]);
             if (v < 0x7f800000u) top = max(top, v);
@@ -200,9 +217,13 @@ extern "C" __global__ void row_max_bits(
 {
     const float* row = x + blockIdx.x * row_stride;
     unsigned int bits = 0u;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const unsigned int v = magnitude_bits(row[c]);
-        if (v < 0x7f800000u) bits = max(bits, v);
+    for (int c = 4 * threadIdx.x; c < cols; c += 4 * blockDim.x) {
+        float v[4];
+        load_row4(row, c, cols, v);  // entries past cols read as 0
+        for (int t = 0; t < 4; ++t) {
+            const unsigned int m = magnitude_bits(v[t]);
+            if (m < 0x7f800000u) bits = max(bits, m);
+        }
     }
     int bad = 0;
     const double top = block_max(exact_double(__uint_as_float(bits)), 0, &bad);
@@ -340,9 +361,11 @@ extern "C" __global__ void pack_int8(
     const int shift = fraction_bits(slices) - e;
     signed char* dst = out + line * (long long)slices * k_pad;
     for (int c = 4 * threadIdx.x; c < k_pad; c += 4 * blockDim.x) {  // k_pad % 16 == 0
+        float x4[4];
+        load_row4(row, c, k, x4);
         double v[4];
         for (int t = 0; t < 4; ++t) {
-            v[t] = c + t < k ? rebalanced(row[c + t], kexp[c + t], sign) : 0.0;
+            v[t] = c + t < k ? rebalanced(x4[t], kexp[c + t], sign) : 0.0;
             count += is_deep(v[t], floor);
         }
         write_digits4(v, shift, slices, reversed, dst + c, k_pad);
