@@ -21,6 +21,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import cupy as cp
@@ -167,13 +168,19 @@ def _fastest(
     alignments) on these operands; the fastest's plan."""
     best_plan: _LtPlan | None = None
     best = _time(lambda: gemm_ex(shape, a_ptr, b_ptr, c_ptr, False))
-    for plan in _candidates(shape, alignments):
+    desc, layouts, plans = _candidates(shape, alignments)
+    for plan in plans:
         try:
             seconds = _time(lambda plan=plan: _lt_matmul(plan, a_ptr, b_ptr, c_ptr, False))
         except RuntimeError:  # a candidate the library offers but cannot run here
             continue
         if seconds < best:
             best, best_plan = seconds, plan
+    if best_plan is None:  # cublasGemmEx won: the candidates' descriptors are not kept
+        lib = _lt()
+        lib.cublasLtMatmulDescDestroy(desc)
+        for layout in layouts:
+            lib.cublasLtMatrixLayoutDestroy(layout)
     return best_plan
 
 
@@ -190,7 +197,11 @@ def _time(run: Any) -> float:
     return best
 
 
-def _candidates(shape: Gemm, alignments: tuple[int, int, int]) -> list[_LtPlan]:
+def _candidates(
+    shape: Gemm, alignments: tuple[int, int, int]
+) -> tuple[ctypes.c_void_p, tuple[ctypes.c_void_p, ...], list[_LtPlan]]:
+    """cuBLASLt's heuristic candidates for ``shape``, sharing one descriptor and its layouts
+    (returned too: the caller destroys them if it keeps no plan)."""
     lib, handle = _lt(), _handle()
     desc = ctypes.c_void_p()
     _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), INT8.compute, CUDA_R_32I))
@@ -219,13 +230,12 @@ def _candidates(shape: Gemm, alignments: tuple[int, int, int]) -> list[_LtPlan]:
         handle, desc, a, b, c, c, preference, CANDIDATES, results, ctypes.byref(count)
     )
     lib.cublasLtMatmulPreferenceDestroy(preference)
-    if status != 0:
-        return []
-    return [
+    plans = [
         _LtPlan(desc, layouts, results[i].algo, results[i].workspace_size)
-        for i in range(count.value)
+        for i in range(count.value if status == 0 else 0)
         if results[i].state == 0
     ]
+    return desc, layouts, plans
 
 
 def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> ctypes.c_void_p:
@@ -274,6 +284,8 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cublasLtMatmulPreferenceCreate": [_HANDLE_OUT],
     "cublasLtMatmulPreferenceSetAttribute": _SET_ATTRIBUTE,
     "cublasLtMatmulPreferenceDestroy": [_P],
+    "cublasLtMatmulDescDestroy": [_P],
+    "cublasLtMatrixLayoutDestroy": [_P],
     "cublasLtMatmulAlgoGetHeuristic": [_P] * 7
     + [ctypes.c_int, ctypes.POINTER(_Heuristic), ctypes.POINTER(ctypes.c_int)],  # fmt: skip
     # handle, desc, alpha, A, A layout, B, B layout, beta, C, C layout, D, D layout; algo,
@@ -289,7 +301,7 @@ def _lt() -> ctypes.CDLL | None:
     names = [f"libcublasLt.so.{major}", "libcublasLt.so"]
     try:
         with open("/proc/self/maps") as maps:  # the exact file in this process, if loaded
-            names[:0] = sorted(set(re.findall(r"\S*libcublasLt\.so[.\d]*", maps.read())))
+            names[:0] = _loaded_lt(maps.read())
     except OSError:
         pass
     for name in names:
@@ -302,6 +314,14 @@ def _lt() -> ctypes.CDLL | None:
             getattr(lib, fn).restype = ctypes.c_int
         return lib
     return None
+
+
+def _loaded_lt(maps: str) -> list[str]:
+    """The libcublasLt files mapped in this process, the one beside CuPy's libcublas first
+    (another library may have brought its own copy)."""
+    loaded = sorted(set(re.findall(r"\S*libcublasLt\.so[.\d]*", maps)))
+    beside = {str(Path(p).parent) for p in re.findall(r"\S*libcublas\.so[.\d]*", maps)}
+    return sorted(loaded, key=lambda path: str(Path(path).parent) not in beside)
 
 
 @functools.cache

@@ -34,7 +34,7 @@ def test_int8_gemm_is_exact_on_the_chosen_algorithm(m: int, n: int, depth: int, 
         np.testing.assert_array_equal(cp.asnumpy(out), want)
     assert shape in tn_gemm.chosen_algorithms()
     alignments = tuple(tn_gemm._alignment(x.data.ptr) for x in (b_dev, a_dev, out))
-    candidates = tn_gemm._candidates(shape, alignments)
+    candidates = tn_gemm._candidates(shape, alignments)[2]
     assert candidates  # cuBLASLt offers some: each must give the exact sums
     for plan in candidates:
         out.fill(-7)
@@ -77,3 +77,19 @@ def test_cublas_only_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> Non
     plain = [cp.asnumpy(mixpert.matmul(x, y, level="IV")) for x, y in ((a, b), (stack_a, stack_b))]
     for x, y in zip(tuned, plain, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def test_the_cublaslt_beside_cupys_cublas_comes_first() -> None:
+    from mixpert.runtime import tn_gemm
+
+    maps = "\n".join(
+        [
+            "7f00 r-xp 00 08:01 1 /opt/torch/lib/libcublasLt.so.13",
+            "7f01 r-xp 00 08:01 2 /venv/nvidia/cu13/lib/libcublas.so.13",
+            "7f02 r-xp 00 08:01 3 /venv/nvidia/cu13/lib/libcublasLt.so.13",
+        ]
+    )
+    assert tn_gemm._loaded_lt(maps) == [
+        "/venv/nvidia/cu13/lib/libcublasLt.so.13",
+        "/opt/torch/lib/libcublasLt.so.13",
+    ]
