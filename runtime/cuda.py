@@ -558,18 +558,34 @@ def _sums_and_combine(blocks: list[_Block], level: Level) -> None:
         _combine_int8(sums, block.a_pack, block.b_pack, block.a, block.b, level, block.c)
 
 
+# level "auto": a product whose flagged lines (bypassed, or NaN/Inf) cover more of C than this
+# runs on cuBLAS SGEMM instead, which meets the same componentwise bound. On an H100 an entry
+# recomputed exactly costs about ten times its share of an IV call (IV ran at 0.17x SGEMM at
+# n = 4096 with every line bypassed: benchmarks/results/<gpu>/bypass_cost.md), so SGEMM wins
+# past about a tenth.
+AUTO_BYPASS_SHARE = 0.1
+
+
 def int8_product(
-    a: cp.ndarray, b: cp.ndarray, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
+    a: cp.ndarray,
+    b: cp.ndarray,
+    level: Level,
+    keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
+    native_when_bypassed: bool = False,
 ) -> cp.ndarray:
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major.
-    Class sums and combine run in blocks of A's rows (``_sum_blocking``)."""
+    Class sums and combine run in blocks of A's rows (``_sum_blocking``). With
+    ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than AUTO_BYPASS_SHARE of C
+    would be recomputed exactly: one host synchronisation, after the packs."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
+    if native_when_bypassed and flagged_share(a_pack, b_pack) > AUTO_BYPASS_SHARE:
+        return _native_gemm(a, b, CUDA_R_32F)
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     rows = _sum_blocking(level, m, k, n)[0]
@@ -580,6 +596,15 @@ def int8_product(
     ]
     _sums_and_combine(blocks, level)
     return c
+
+
+def flagged_share(a_pack: PackedOperand, b_pack: PackedOperand) -> float:
+    """Share of C's entries in flagged rows or columns (NaN/Inf, or unresolved: recomputed
+    exactly by ``bypass_lines``); brings two numbers to the host."""
+    m, n = a_pack.lines, b_pack.lines
+    counts = cp.stack([cp.count_nonzero(a_pack.nonfinite), cp.count_nonzero(b_pack.nonfinite)])
+    rows, cols = (int(x) for x in counts.get())
+    return (rows * n + cols * m - rows * cols) / (m * n)
 
 
 def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
@@ -877,12 +902,19 @@ def as_float32(x: cp.ndarray) -> cp.ndarray:
     return x.astype(cp.float32, copy=False)  # float16 -> float32 is exact
 
 
-def matmul(a: Any, b: Any, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING) -> Any:
+def matmul(
+    a: Any,
+    b: Any,
+    level: Level,
+    keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
+    native_when_bypassed: bool = False,
+) -> Any:
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
 
     CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
     dimensions give zeros. NaN/Inf lines are handled inside the combine kernels. INT8 levels
-    keep the packs of the operands ``keep`` names (``pack_reuse``).
+    keep the packs of the operands ``keep`` names (``pack_reuse``); ``native_when_bypassed``:
+    ``int8_product``'s fallback of level "auto".
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -897,7 +929,7 @@ def matmul(a: Any, b: Any, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP
     if empty:
         c = cp.zeros((m, n), dtype=cp.float32)
     elif level.kind == "int8":
-        c = int8_product(a, b, level, keep)
+        c = int8_product(a, b, level, keep, native_when_bypassed)
     else:
         c = product(a, b, level)
     return cp.asnumpy(c) if host else c

@@ -315,3 +315,25 @@ def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) 
         expected = dispatch.matmul(a, b, "IV", backend="cpu")
         got = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "IV", backend="cuda"))
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
+    """An outlier column flags most lines at IV (each recomputed in float64): "auto" runs
+    cuBLAS SGEMM there, within the same componentwise bound; on N(0,1) data it runs IV."""
+    rng = np.random.default_rng(12)
+    n = dispatch.AUTO_MIN_DIM
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
+    iv = get_level("IV")
+    same_as_iv = cuda.matmul(a_dev, b_dev, iv)
+    np.testing.assert_array_equal(cp.asnumpy(dispatch.matmul(a_dev, b_dev)), cp.asnumpy(same_as_iv))
+    a_dev[:, 3] *= np.float32(1e6)
+    kexp = cuda.k_exponents(a_dev, b_dev)
+    assert cuda.flagged_share(*cuda._pack_both(a_dev, b_dev, kexp, iv)) > cuda.AUTO_BYPASS_SHARE
+    got = dispatch.matmul(a_dev, b_dev)
+    sgemm = cuda._native_gemm(a_dev, b_dev, cuda.CUDA_R_32F)
+    np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(sgemm))
+    a64, b64 = cp.asnumpy(a_dev).astype(np.float64), b.astype(np.float64)
+    bound = 2 * n * 2.0**-24 * (np.abs(a64) @ np.abs(b64))
+    assert (np.abs(cp.asnumpy(got) - a64 @ b64) <= bound).all()
