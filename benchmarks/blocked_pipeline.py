@@ -40,7 +40,7 @@ DISTRIBUTIONS = ("normal", "phi0.5")
 
 @contextlib.contextmanager
 def one_block() -> Iterator[None]:
-    """Every row of A in one block of class sums: one buffer, no side stream."""
+    """Every row of A in one block of class sums (the path before blocks)."""
     from mixpert.runtime import cuda
 
     original = cuda._sum_blocking

@@ -470,6 +470,7 @@ __device__ int strip_digits(
 __device__ __forceinline__ int column_sum(int value)
 {
     __shared__ int part[8][32];
+    __syncthreads();  // part may still be read by a previous call
     part[threadIdx.y][threadIdx.x] = value;
     __syncthreads();
     if (threadIdx.y == 0)

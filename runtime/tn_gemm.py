@@ -28,9 +28,11 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
+from . import workspace
+
 CANDIDATES = 8  # cuBLASLt heuristic algorithms timed per shape
 TUNING_RUNS = 3  # timed runs of each candidate (after one warm-up)
-WORKSPACE_BYTES = 32 << 20  # the most workspace a candidate may ask for
+WORKSPACE_BYTES = workspace.GEMM_WORKSPACE  # the most workspace a candidate may ask for
 
 # cuBLAS / CUDA enum values (cublasLt.h, cublas_api.h, library_types.h; CuPy's runtime module
 # does not export all of them)

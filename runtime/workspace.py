@@ -39,6 +39,7 @@ def cpu_bytes(level: Level, m: int, k: int, n: int) -> int:
 
 
 SUMS_BUDGET = 2  # GPU class sums: at most twice the bytes of the operands and the output
+GEMM_WORKSPACE = 32 << 20  # the most workspace one cuBLASLt GEMM may take (tn_gemm)
 
 
 def sum_bytes(level: Level, long_k: bool) -> int:
@@ -65,7 +66,10 @@ def gpu_bytes(level: Level, m: int, k: int, n: int, k_pad: int, long_k: bool, co
     item = 2 if level.kind == "fp16" else 1
     if sums is None:
         sums = count * m * n * sum_bytes(level, long_k)
-    return count * (item * k_pad * (slots_a * m + slots_b * n) + 4 * m * n + 16 * k) + sums
+    # per line: its exponent and flag; per column of B: the packing's maxima and deep counts
+    lines = 8 * (m + n) + 12 * n
+    packs = item * k_pad * (slots_a * m + slots_b * n) + lines
+    return count * (packs + 4 * m * n + 16 * k) + sums + GEMM_WORKSPACE
 
 
 def available_host_bytes() -> int | None:

@@ -311,6 +311,13 @@ def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) 
         packs.append(cuda.pack_int8_columns(b_dev, kexp, 3, True, bypass_wide=True))
     for field in ("data", "exponents", "nonfinite"):
         assert cp.array_equal(getattr(packs[0], field), getattr(packs[1], field)), field
+    b3, kexp2 = (b_dev, kexp) if b_dev.ndim == 3 else (b_dev[None], kexp[None])
+    n = b3.shape[2]
+    for z in range(b3.shape[0]):  # the row packer on B^T: an independent implementation
+        rows = cuda.pack_int8(cp.ascontiguousarray(b3[z].T), kexp2[z], cuda.B_SIDE, 3, True, True)
+        part = packs[0].part(z * n, n)
+        for field in ("data", "exponents", "nonfinite"):
+            assert cp.array_equal(getattr(rows, field), getattr(part, field)), (z, field)
     if case != "stack":
         expected = dispatch.matmul(a, b, "IV", backend="cpu")
         got = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "IV", backend="cuda"))

@@ -3,6 +3,8 @@ bit of the oracle and the memory within 4x the operands and output (GPU only).""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -50,16 +52,18 @@ def operands(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.
 
 @pytest.mark.parametrize("level", ["I", "IV", "V"])
 @pytest.mark.parametrize("kind", ["normal", "nonfinite", "outlier", "phi=2.5"])
-@pytest.mark.parametrize("budget", [0, 2])  # 0: blocks of one row (one pair): every boundary
-def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, budget) -> None:
+@pytest.mark.parametrize("blocks", [1, 3, None])  # rows (pairs) per block; None: the budget's
+@pytest.mark.parametrize("n", [44, 45])  # 44: four entries per combine thread
+def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, blocks, n) -> None:
     monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK", 24)
-    monkeypatch.setattr(workspace, "SUMS_BUDGET", budget)
-    rng = np.random.default_rng(hash((level, kind)) % 2**32)
-    a, b = operands(rng, (70, 130), kind), operands(rng, (130, 45), kind)
+    if blocks is not None:
+        monkeypatch.setattr(workspace, "gpu_block", lambda units, *_: min(units, blocks))
+    rng = np.random.default_rng(zlib.crc32(f"{level} {kind} {n}".encode()))
+    a, b = operands(rng, (70, 130), kind), operands(rng, (130, n), kind)
     expected = dispatch.matmul(a, b, level, backend="cpu")
     got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
-    sa, sb = operands(rng, (5, 9, 130), kind), operands(rng, (5, 130, 11), kind)
+    sa, sb = operands(rng, (5, 9, 130), kind), operands(rng, (5, 130, n - 32), kind)
     expected = np.stack(
         [dispatch.matmul(x, y, level, backend="cpu") for x, y in zip(sa, sb, strict=True)]
     )
@@ -68,7 +72,7 @@ def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, budg
 
 
 def test_blocked_long_k_keeps_the_oracles_bits(monkeypatch) -> None:
-    monkeypatch.setattr(workspace, "SUMS_BUDGET", 0)
+    monkeypatch.setattr(workspace, "gpu_block", lambda units, *_: min(units, 4))
     rng = np.random.default_rng(12)
     k = 2**17 + 48
     a = (rng.random((6, k)) * 0.9 + 0.1).astype(np.float32)
@@ -93,7 +97,14 @@ def test_the_result_is_ready_on_the_callers_stream(monkeypatch) -> None:
 
 @pytest.mark.parametrize("level", ["IV", "V"])
 @pytest.mark.parametrize(
-    "shape", [(4096, 64, 4096), (1024, 1024, 1024), (16384, 16, 1024), (8, 2048, 64, 2048)]
+    "shape",
+    [
+        (4096, 64, 4096),
+        (1024, 1024, 1024),
+        (16384, 16, 1024),
+        (8, 2048, 64, 2048),
+        (1, 8192, 64, 8192),
+    ],
 )
 def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None:
     rng = np.random.default_rng(2)
@@ -108,6 +119,8 @@ def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None
         c = product(a, b, get_level(level))
         cp.cuda.Device().synchronize()
     assert hook.peak <= 4 * (a.nbytes + b.nbytes + c.nbytes), (hook.peak, a.nbytes)
+    count = stack[0] if stack else 1
+    assert hook.peak <= cuda.workspace_bytes(get_level(level), m, k, n, count)  # the refusal's
 
 
 @pytest.mark.parametrize("shape", [(300, 400, 200), (3, 300, 400, 200)])
