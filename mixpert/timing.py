@@ -40,15 +40,36 @@ def best_time(
     return best
 
 
-def gpu_median_seconds(fn: Callable[[], Any], flops: float) -> float:
-    """Median GPU time of ``fn`` (CUDA events, after warm-up). Long calls (over 2 x 4096^3
-    flops) take 5 repeats; short ones repeat for a quarter of a second (up to 1000 times):
-    calls of tens of microseconds varied by +-30% between runs with 20 repeats."""
-    from cupyx.profiler import benchmark
+LONG_CALL_FLOPS = 2 * 4096**3  # calls above this are timed one by one
+BURST_SECONDS = 2e-3  # a burst of short calls lasts at least this long
 
-    if flops > 2 * 4096**3:
-        result = benchmark(fn, n_repeat=5, n_warmup=2)
-    else:
-        result = benchmark(fn, n_repeat=1000, n_warmup=10, max_duration=0.25)
-    times = sorted(result.gpu_times[0])
+
+def gpu_median_seconds(fn: Callable[[], Any], flops: float) -> float:
+    """Median GPU time of one call of ``fn`` (CUDA events, after warm-up). Long calls (over
+    LONG_CALL_FLOPS) take 5 repeats, one call each. Short ones run in bursts of back-to-back
+    calls (at least BURST_SECONDS each, 15 bursts), each call's time the burst's over its
+    calls: as a program that queues products runs them, so a call's time is its kernels' or
+    its host work's, whichever is longer. (One call between two events also counts the host
+    work before its first launch, ~20 us of Python on a 50 us call: cp.matmul and "auto" then
+    varied by +-30% between runs.)"""
+    if flops > LONG_CALL_FLOPS:
+        from cupyx.profiler import benchmark
+
+        times = sorted(benchmark(fn, n_repeat=5, n_warmup=2).gpu_times[0])
+        return float(times[len(times) // 2])
+    import cupy as cp
+
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+
+    def burst(calls: int) -> float:
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) * 1e-3 / calls
+
+    one = min(burst(1) for _ in range(3))  # warm-up, and the burst length
+    calls = max(1, min(1000, round(BURST_SECONDS / max(one, 1e-7))))
+    times = sorted(burst(calls) for _ in range(15))
     return float(times[len(times) // 2])
