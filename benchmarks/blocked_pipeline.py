@@ -15,7 +15,7 @@ launch per block: predicted within noise. Rounds are interleaved so clock drift 
 variant alike; each variant keeps its best median. Writes ``blocked-pipeline.json``, ``.md``
 and ``.png``.
 
-    python benchmarks/blocked_pipeline.py [--out DIR] [--sizes 4096 8192 16384] [--rounds 3]
+    python benchmarks/blocked_pipeline.py [--out DIR] [--sizes 4096 8192 16384]
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import numpy as np
 
 from mixpert.benchmark import measure_calls, random_inputs, results_folder
 from mixpert.runtime import device, get_level
-from mixpert.timing import gpu_median_seconds
 
 DISTRIBUTIONS = ("normal", "phi0.5")
 
@@ -95,15 +94,11 @@ def variants(cp: Any, a: Any, b: Any) -> dict[str, tuple[Callable[[], Any], str]
     }
 
 
-def measure(cp: Any, n: int, dist: str, rounds: int) -> dict[str, Any]:
+def measure(cp: Any, n: int, dist: str) -> dict[str, Any]:
     a, b = random_inputs(cp, n, n, n, dist, seed=n)
-    flops = 2.0 * n**3
     calls = variants(cp, a, b)
-    first = measure_calls(cp, calls, a, b, flops)
+    first = measure_calls(cp, calls, a, b, 2.0 * n**3)  # interleaved rounds, best median
     seconds = {name: t for name, (t, _, _) in first.items()}
-    for _ in range(rounds - 1):
-        for name, (fn, _) in calls.items():
-            seconds[name] = min(seconds[name], gpu_median_seconds(fn, flops))
     row: dict[str, Any] = {"n": n, "dist": dist, "sgemm_error": first["sgemm"][1]}
     row["variants"] = {
         name: {
@@ -169,7 +164,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192, 16384])
-    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     device.exit_without_gpu("benchmarks/blocked_pipeline.py")
     cp = device.cupy_module()
@@ -177,7 +171,7 @@ def main() -> None:
     rows = []
     for n in args.sizes:
         for dist in DISTRIBUTIONS:
-            rows.append(measure(cp, n, dist, args.rounds))
+            rows.append(measure(cp, n, dist))
             print(markdown(rows[-1:], name).splitlines()[-1], flush=True)
             cp.get_default_memory_pool().free_all_blocks()
     table = markdown(rows, name)
