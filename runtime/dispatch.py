@@ -165,6 +165,8 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
         c = _gpu_stack_fast_path(a.reshape(-1, m, k), b.reshape(-1, k, b.shape[-1]), level)
         return c.reshape(*a.shape[:-1], b.shape[-1])
     concrete = level if level.kind != "policy" else resolve_level(level, a, b, "cuda")
+    if concrete.kind == "fp32":  # checked above: what matmul_stack would check again
+        return cuda.sgemm_stack(a, b)
     return cuda.matmul_stack(a, b, concrete)
 
 
