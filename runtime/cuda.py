@@ -537,7 +537,7 @@ class _Block:
 
 
 def _sum_blocking(level: Level, m: int, k: int, n: int, count: int = 1) -> tuple[int, int]:
-    """(units per block, bytes of the class-sum buffers) of an INT8 product: units are A's rows
+    """(units per block, bytes of the class-sum buffer) of an INT8 product: units are A's rows
     (up to GEMM_ROW_BLOCK, the GEMMs' own row block), or the pairs of a stack of ``count``."""
     long_k = _padded(k) > int32_k_block(level)
     units, entries, most = (m, n, GEMM_ROW_BLOCK) if count == 1 else (count, m * n, count)
