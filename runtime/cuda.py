@@ -540,11 +540,7 @@ def _sum_blocking(level: Level, m: int, k: int, n: int, count: int = 1) -> tuple
     """(units per block, bytes of the class-sum buffer) of an INT8 product: units are A's rows
     (up to GEMM_ROW_BLOCK, the GEMMs' own row block), or the pairs of a stack of ``count``."""
     long_k = _padded(k) > int32_k_block(level)
-    units, entries, most = (m, n, GEMM_ROW_BLOCK) if count == 1 else (count, m * n, count)
-    unit_bytes = entries * workspace.sum_bytes(level, long_k)
-    budget = workspace.SUMS_BUDGET * count * workspace.block_budget(m, k, n)
-    size = workspace.gpu_block(units, unit_bytes, most, budget)
-    return size, size * unit_bytes
+    return workspace.sum_blocking(level, m, k, n, count, long_k, GEMM_ROW_BLOCK)
 
 
 def _sums_and_combine(blocks: list[_Block], level: Level) -> None:

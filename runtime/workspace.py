@@ -49,6 +49,17 @@ def sum_bytes(level: Level, long_k: bool) -> int:
     return classes * (12 if long_k else 4)
 
 
+def sum_blocking(
+    level: Level, m: int, k: int, n: int, count: int, long_k: bool, most_rows: int
+) -> tuple[int, int]:
+    """(units per block, bytes of the class-sum buffer) of ``count`` INT8 products on the GPU:
+    units are A's rows (at most ``most_rows``) when count is 1, else the stack's pairs."""
+    units, entries, most = (m, n, most_rows) if count == 1 else (count, m * n, count)
+    unit_bytes = entries * sum_bytes(level, long_k)
+    size = gpu_block(units, unit_bytes, most, SUMS_BUDGET * count * block_budget(m, k, n))
+    return size, size * unit_bytes
+
+
 def gpu_block(units: int, unit_bytes: int, most: int, budget: int) -> int:
     """Units (A's rows, or a stack's pairs) per block of class sums: at most ``most``, halved
     until a block's sums fit ``budget``."""
