@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import numpy as np
-
 from mixpert.benchmark import measure_calls, random_inputs, results_folder
+from mixpert.plot_style import grouped_bars
 from mixpert.runtime import device, get_level
 
 DISTRIBUTIONS = ("normal", "phi0.5")
@@ -138,26 +137,11 @@ def markdown(rows: list[dict[str, Any]], name: str) -> str:
 
 
 def plot(rows: list[dict[str, Any]], name: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shown = [k for k in rows[0]["variants"] if k != "sgemm"]
-    x = np.arange(len(rows))
-    width = 0.8 / len(shown)
-    fig, ax = plt.subplots(figsize=(9, 4))
-    for i, key in enumerate(shown):
-        ratios = [r["variants"][key]["ratio_to_sgemm"] for r in rows]
-        ax.bar(x + (i - (len(shown) - 1) / 2) * width, ratios, width, label=key)
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(x, [f"{r['n']}\n{r['dist']}" for r in rows])
-    ax.set_ylabel("speed-up over cuBLAS SGEMM")
-    ax.set_title(f"Blocked class sums, wide-range handling ({name})")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    series = {k: [r["variants"][k]["ratio_to_sgemm"] for r in rows] for k in shown}
+    groups = [f"{r['n']}\n{r['dist']}" for r in rows]
+    title = f"Blocked class sums, wide-range handling ({name})"
+    grouped_bars(path, title, groups, series, "speed-up over cuBLAS SGEMM", size=(9, 4))
 
 
 def main() -> None:

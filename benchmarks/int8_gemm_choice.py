@@ -19,6 +19,7 @@ from typing import Any
 
 import mixpert
 from mixpert.benchmark import measure_calls, results_folder
+from mixpert.plot_style import grouped_bars
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.testdata import gemmul8
 
@@ -115,29 +116,13 @@ def markdown(rows: list[dict[str, Any]], device: str) -> str:
 
 
 def plot(rows: list[dict[str, Any]], device: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shapes = list(dict.fromkeys((r["batch"], r["m"], r["k"], r["n"]) for r in rows))
     labels = [f"{s[0]}x{s[1]}^3" if s[0] > 1 else f"{s[1]}^3" for s in shapes]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
     methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "sgemm"]
-    width = 0.8 / len(methods)
-    for i, method in enumerate(methods):
-        ratios = [next(r["ratio_to_sgemm"] for r in rows if r["method"] == method and
-                       (r["batch"], r["m"], r["k"], r["n"]) == s) for s in shapes]  # fmt: skip
-        ax.bar([j + (i - (len(methods) - 1) / 2) * width for j in range(len(shapes))], ratios,
-               width, label=method)  # fmt: skip
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(range(len(shapes)), labels)
-    ax.set_ylabel("x cuBLAS SGEMM")
-    ax.set_title(f"INT8 GEMM algorithm choice ({device})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ratio = {(r["method"], (r["batch"], r["m"], r["k"], r["n"])): r["ratio_to_sgemm"] for r in rows}
+    series = {m: [ratio[m, s] for s in shapes] for m in methods}
+    title = f"INT8 GEMM algorithm choice ({device})"
+    grouped_bars(path, title, labels, series, "x cuBLAS SGEMM")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import numpy as np
 import mixpert
 from mixpert.benchmark import results_folder
 from mixpert.jit import MixpertFunction
+from mixpert.plot_style import grouped_bars
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.samples import load_sample
 from mixpert.timing import best_time
@@ -109,25 +110,13 @@ def markdown(rows: list[dict[str, Any]], device: str) -> str:
 
 def plot(rows: list[dict[str, Any]], device: str, path: Path) -> None:
     """Speed-up over native float32 per function, IV with and without kept packs."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["function"] for r in rows]
-    x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for offset, key, label in ((-0.2, "iv_not_kept_ms", "IV, nothing kept"),
-                               (0.2, "iv_kept_ms", "IV, invariant packs kept")):  # fmt: skip
-        ax.bar(x + offset, [r["native_ms"] / r[key] for r in rows], 0.4, label=label)
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(x, names)
-    ax.set_ylabel("speed-up over native float32")
-    ax.set_title(f"Pack once ({device})")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    series = {
+        label: [r["native_ms"] / r[key] for r in rows]
+        for key, label in (("iv_not_kept_ms", "IV, nothing kept"),
+                           ("iv_kept_ms", "IV, invariant packs kept"))
+    }  # fmt: skip
+    grouped_bars(path, f"Pack once ({device})", [r["function"] for r in rows], series,
+                 "speed-up over native float32", size=(7, 3.5))  # fmt: skip
 
 
 def main() -> None:
