@@ -6,6 +6,7 @@
 #   bash benchmarks/device_run.sh e2e [sample names] [--size-key KEY]     (samples end to end)
 #   bash benchmarks/device_run.sh batched|skinny [--quick]                 (stacks / memory-bound shapes)
 #   bash benchmarks/device_run.sh pack-once                                (kept packs, samples)
+#   bash benchmarks/device_run.sh blocked                                  (blocks, wide-range cost)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -27,6 +28,9 @@ if [[ $what == batched || $what == skinny ]]; then
 fi
 if [[ $what == e2e ]]; then
   python "$repo/benchmarks/samples_e2e.py" "$@" --out "$out/results" 2>&1 | tee "$out/e2e.log"
+fi
+if [[ $what == blocked ]]; then
+  python "$repo/benchmarks/blocked_pipeline.py" "$@" --out "$out/results" 2>&1 | tee "$out/blocked.log"
 fi
 if [[ $what == pack-once ]]; then
   python "$repo/benchmarks/pack_once.py" "$@" --out "$out/results" 2>&1 | tee "$out/pack-once.log"
