@@ -98,8 +98,12 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     operands the compiler proved loop-invariant keep their packs for the rest of the call."""
     stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
     keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
+    # A planned "auto" goes to the runtime as "auto": it resolves to the same level there and
+    # keeps its fallback (cuBLAS SGEMM where IV would recompute most of C exactly).
+    requested = level_for(op_index)
+    requested = requested if requested.kind == "policy" else level
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
-        return dispatch.matmul(a, b, level, keep=keep)
+        return dispatch.matmul(a, b, requested, keep=keep)
     backend, level = dispatch.route(a, b, level)
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -108,7 +112,7 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, level.name, backend)
     reuses = reuse_counts(keep)
     start = time.perf_counter()
-    result = dispatch.matmul(a, b, level, backend, keep)  # type: ignore[arg-type]
+    result = dispatch.matmul(a, b, requested, backend, keep)  # type: ignore[arg-type]
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
