@@ -246,10 +246,7 @@ def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
         return 0, 0
     a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     a_rows = _unit_inner(a)
-    a_pack, b_pack = _pack_both(a_rows, b, k_exponents(a_rows, b), level)
-    rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
-    cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
-    return int(rows.sum()), int(cols.sum())
+    return _unresolved_counts(a, b, *_pack_both(a_rows, b, k_exponents(a_rows, b), level))
 
 
 def rebalanced_k(a: Any, b: Any) -> int:
@@ -555,14 +552,6 @@ def _sums_and_combine(blocks: list[_Block], level: Level) -> None:
         _combine_int8(sums, block.a_pack, block.b_pack, block.a, block.b, level, block.c)
 
 
-# level "auto": a product whose flagged lines (bypassed, or NaN/Inf) cover more of C than this
-# runs on cuBLAS SGEMM instead, which meets the same componentwise bound. On an H100 an entry
-# recomputed exactly costs about ten times its share of an IV call (IV ran at 0.17x SGEMM at
-# n = 4096 with every line bypassed: benchmarks/results/<gpu>/bypass_cost.md), so SGEMM wins
-# past about a tenth.
-AUTO_BYPASS_SHARE = 0.1
-
-
 def int8_product(
     a: cp.ndarray,
     b: cp.ndarray,
@@ -573,15 +562,16 @@ def int8_product(
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major.
     Class sums and combine run in blocks of A's rows (``_sum_blocking``). With
-    ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than AUTO_BYPASS_SHARE of C
-    would be recomputed exactly: one host synchronisation, after the packs."""
+    ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than
+    ``bypass.AUTO_EXACT_SHARE`` of C would be recomputed exactly: one host synchronisation,
+    after the packs."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
-    if native_when_bypassed and flagged_share(a_pack, b_pack) > AUTO_BYPASS_SHARE:
+    if native_when_bypassed and _mostly_exact(a, b, a_pack, b_pack):
         return _native_gemm(a, b, CUDA_R_32F)
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
@@ -595,13 +585,27 @@ def int8_product(
     return c
 
 
-def flagged_share(a_pack: PackedOperand, b_pack: PackedOperand) -> float:
-    """Share of C's entries in flagged rows or columns (NaN/Inf, or unresolved: recomputed
-    exactly by ``bypass_lines``); brings two numbers to the host."""
+def _mostly_exact(a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
+                  ) -> bool:  # fmt: skip
+    """Whether the unresolved lines of this product cover more than AUTO_EXACT_SHARE of C.
+    The flags (NaN/Inf or unresolved) are counted first, with one host synchronisation; only
+    where they alone pass the share are NaN/Inf lines told apart (one pass over A and B)."""
     m, n = a_pack.lines, b_pack.lines
-    counts = cp.stack([cp.count_nonzero(a_pack.nonfinite), cp.count_nonzero(b_pack.nonfinite)])
-    rows, cols = (int(x) for x in counts.get())
-    return (rows * n + cols * m - rows * cols) / (m * n)
+    flags = cp.stack([cp.count_nonzero(a_pack.nonfinite), cp.count_nonzero(b_pack.nonfinite)])
+    if bypass.exact_share(*(int(x) for x in flags.get()), m, n) <= bypass.AUTO_EXACT_SHARE:
+        return False
+    return bypass.exact_share(*_unresolved_counts(a, b, a_pack, b_pack), m, n) > (
+        bypass.AUTO_EXACT_SHARE
+    )
+
+
+def _unresolved_counts(
+    a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
+) -> tuple[int, int]:
+    """(rows, columns) the packs flag that hold no NaN/Inf: the unresolved ones."""
+    rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
+    cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
+    return int(rows.sum()), int(cols.sum())
 
 
 def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:

@@ -28,8 +28,8 @@ from typing import Any, NoReturn
 import numpy as np
 from llvmlite import binding
 
-from mixpert.runtime import batched, device, dispatch
-from mixpert.runtime.levels import NATIVE_LEVEL, Level
+from mixpert.runtime import batched, bypass, device, dispatch
+from mixpert.runtime.levels import NATIVE_LEVEL, Level, get_level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
 from .kept_packs import reuse_counts, reused
@@ -78,14 +78,15 @@ def level_to_run(op_index: int, a: Any, b: Any) -> Level | None:
 
     The caller runs its own product where the plan says native float32, or says "auto" and
     "auto" means native float32 on the CPU; except while calls are recorded, when every
-    product goes through the runtime to be timed. "auto" is resolved here (by the runtime's
-    rule) so that records and errors name the level that ran.
+    product goes through the runtime to be timed. Otherwise "auto" stays "auto": the runtime
+    resolves it by the same rule and keeps its fallbacks (records name the level it resolves
+    to); the plan is read once per call.
     """
     level = level_for(op_index)
     native = level.name == NATIVE_LEVEL
     if level.kind == "policy":
-        backend, level = dispatch.route(a, b, level)
-        native = level.name == NATIVE_LEVEL and backend == "cpu"
+        backend, resolved = dispatch.route(a, b, level)
+        native = resolved.name == NATIVE_LEVEL and backend == "cpu"
     if native and not recording():
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: %s x %s runs natively", op_id_of(op_index), a.shape, b.shape)
@@ -98,10 +99,7 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     operands the compiler proved loop-invariant keep their packs for the rest of the call."""
     stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
     keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
-    # A planned "auto" goes to the runtime as "auto": it resolves to the same level there and
-    # keeps its fallback (cuBLAS SGEMM where IV would recompute most of C exactly).
-    requested = level_for(op_index)
-    requested = requested if requested.kind == "policy" else level
+    requested = level  # "auto" resolves in the runtime, keeping its fallbacks
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
         return dispatch.matmul(a, b, requested, keep=keep)
     backend, level = dispatch.route(a, b, level)
@@ -121,9 +119,24 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
         moved, exact = (0, (0, 0)) if stack else (
             dispatch.rebalanced_k(a, b, level), dispatch.unresolved_lines(a, b, level)
         )  # fmt: skip
+        if _ran_native_instead(requested, backend, level, exact, m, n):
+            level, moved, exact = get_level(NATIVE_LEVEL), 0, (0, 0)
         kept = reused(keep, reuses)
         record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved, exact, kept))
     return result
+
+
+def _ran_native_instead(
+    requested: Level, backend: str, level: Level, exact: tuple[int, int], m: int, n: int
+) -> bool:
+    """Whether "auto" took cuBLAS SGEMM over the INT8 level it resolved to, because the lines
+    it would recompute exactly cover too much of C (``cuda.int8_product``, the same rule)."""
+    return (
+        requested.kind == "policy"
+        and backend == "cuda"
+        and level.kind == "int8"
+        and bypass.exact_share(*exact, m, n) > bypass.AUTO_EXACT_SHARE
+    )
 
 
 def emulable(a: Any, b: Any) -> bool:
