@@ -96,33 +96,34 @@ def level_to_run(op_index: int, a: Any, b: Any) -> Level | None:
 
 def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind. The
-    operands the compiler proved loop-invariant keep their packs for the rest of the call."""
+    operands the compiler proved loop-invariant keep their packs for the rest of the call.
+    "auto" goes to the runtime as "auto", which resolves it and keeps its fallbacks; records
+    name the level it resolves to (``ran``)."""
     stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
     keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
-    requested = level  # "auto" resolves in the runtime, keeping its fallbacks
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
-        return dispatch.matmul(a, b, requested, keep=keep)
-    backend, level = dispatch.route(a, b, level)
+        return dispatch.matmul(a, b, level, keep=keep)
+    backend, ran = dispatch.route(a, b, level)
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if stack:
         m *= a.shape[0]  # one record for the stack, with its total flops
-    log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, level.name, backend)
+    log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, ran.name, backend)
     reuses = reuse_counts(keep)
     start = time.perf_counter()
-    result = dispatch.matmul(a, b, requested, backend, keep)  # type: ignore[arg-type]
+    result = dispatch.matmul(a, b, level, backend, keep)  # type: ignore[arg-type]
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
     seconds = time.perf_counter() - start
     if recording():
         moved, exact = (0, (0, 0)) if stack else (
-            dispatch.rebalanced_k(a, b, level), dispatch.unresolved_lines(a, b, level)
+            dispatch.rebalanced_k(a, b, ran), dispatch.unresolved_lines(a, b, ran)
         )  # fmt: skip
-        if _ran_native_instead(requested, backend, level, exact, m, n):
-            level, moved, exact = get_level(NATIVE_LEVEL), 0, (0, 0)
+        if _ran_native_instead(level, backend, ran, exact, m, n):
+            ran, moved, exact = get_level(NATIVE_LEVEL), 0, (0, 0)
         kept = reused(keep, reuses)
-        record(CallRecord(op_index, m, k, n, level.name, seconds, backend, moved, exact, kept))
+        record(CallRecord(op_index, m, k, n, ran.name, seconds, backend, moved, exact, kept))
     return result
 
 
