@@ -308,22 +308,9 @@ __device__ __forceinline__ int fraction_bits(int slices)
     return ${FIRST_SLICE_BITS} + ${LATER_SLICE_BITS} * (slices - 1);
 }
 
-// packer.slice_rows for one rebalanced value: its digits, written slot_stride bytes apart.
-// |X| < 127 * 2^24 for up to 4 slices, so 32-bit integers hold it; __double2int_rn rounds half
-// to even like rint.
-__device__ __forceinline__ void write_digits(double v, int shift, int slices, int reversed,
-                                             signed char* dst, long long slot_stride)
-{
-    int rest = __double2int_rn(v * pow2(shift));
-    for (int i = slices - 1; i > 0; --i) {
-        const int low = ((rest + ${DIGIT_HALF}) & ${DIGIT_MASK}) - ${DIGIT_HALF};
-        dst[(reversed ? slices - 1 - i : i) * slot_stride] = (signed char)low;
-        rest = (rest - low) >> ${LATER_SLICE_BITS};
-    }
-    dst[(reversed ? slices - 1 : 0) * slot_stride] = (signed char)rest;
-}
-
-// The same for four consecutive values, stored as one 4-byte word per slot (dst 4-aligned).
+// packer.slice_rows for four consecutive rebalanced values: their digits, one 4-byte word per
+// slot, slots slot_stride bytes apart (dst 4-aligned). |X| < 127 * 2^24 for up to 4 slices, so
+// 32-bit integers hold it; __double2int_rn rounds half to even like rint.
 __device__ __forceinline__ void write_digits4(const double v[4], int shift, int slices,
                                               int reversed, signed char* dst, long long slot_stride)
 {
@@ -408,7 +395,7 @@ __device__ __forceinline__ void strip_max(
     *top = fmax(*top, exact_double(__uint_as_float(bits)));
 }
 
-// write_digits for 16 consecutive values: one 16-byte word per slot (dst 16-byte aligned).
+// write_digits4 for 16 consecutive values: one 16-byte word per slot (dst 16-byte aligned).
 __device__ __forceinline__ void write_digits16(const double (&v)[16], int shift, int slices,
                                                int reversed, signed char* dst,
                                                long long slot_stride)
