@@ -11,10 +11,12 @@ run). ``INT8_RATE`` = 1.4e15 ops/s is one INT8 GEMM's throughput on the H100: le
 ~160 TFLOPS at n = 16384 in ``benchmarks/results/NVIDIA-H100-80GB-HBM3/gemm.json`` and its
 relative cost is 9, so 9 x 160e12 ~ 1.4e15. The tuner only compares times, so the constant only
 scales the predicted seconds. On a GPU the walk's plan is then checked against measured times:
-an op that ran slower at its tuned level than at native float32 (small, skinny and batched
-shapes, where the model's shape-free costs are wrong) goes native where the error allows
-(``_native_where_faster``), and the tuned plan's speed is measured (wall time of the function
-against all ops at native float32).
+an op that ran slower at its tuned level than at "auto" (small, skinny and batched shapes, where
+the model's shape-free costs are wrong) goes to "auto" where the error allows
+(``_auto_where_faster``): the runtime's own float32-grade choice for the op's shape, which
+knows the paths the model does not (cuBLAS, fp32-ordered's small-stack, tall and split-k
+kernels, level IV). The tuned plan's speed is then measured (wall time of the function against
+all ops at native float32).
 
 The search: start with every op at the most accurate candidate level (if that misses ``tol``,
 return it with ``met_tol=False`` and a warning: a tol tighter than float32 can reach selects the
@@ -46,7 +48,7 @@ from .execution import record_calls
 from .metrics import copies, float64_copies, is_float_array, output_error
 from .plan import OpReport, Plan, function_identity, op_sources, op_table_hash, signature_of
 from .runtime import device
-from .runtime.levels import LADDER, NATIVE_LEVEL, Level, get_level
+from .runtime.levels import AUTO, LADDER, NATIVE_LEVEL, Level, get_level
 from .timing import best_time, synchronizer_for
 
 INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
@@ -58,6 +60,7 @@ INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
 DEFAULT_MARGIN = 0.25
 VALIDATION_RETRIES = 3  # halvings of the margin when validation inputs miss tol
 BASELINE_LEVEL = NATIVE_LEVEL  # speedups are over every op at native float32
+MEASURED_FALLBACK = AUTO.name  # on a GPU, where an op's tuned level measures slower
 
 
 class Tunable(Protocol):
@@ -268,27 +271,27 @@ def greedy(
                         break
     except BudgetExhausted:
         pass
-    levels, current_error = _native_where_faster(prof, levels_of(rung), current_error, accept)
+    levels, current_error = _auto_where_faster(prof, levels_of(rung), current_error, accept)
     idle = dict.fromkeys(set(ops) - set(tunable), BASELINE_LEVEL)  # native, as they ran
     return Result({**levels, **idle}, current_error, True, prof.runs, prof.flops, contribution)
 
 
-def _native_where_faster(
+def _auto_where_faster(
     prof: Profiler, levels: dict[str, str], error: float, accept: float
 ) -> tuple[dict[str, str], float]:
     """On a GPU, the measured check of the cost model: an op whose tuned level ran slower than
-    native float32 on the tuning inputs (small, skinny or batched shapes, where packing costs
-    more than the INT8 tensor cores save) goes native where the error allows. The model
-    alone cannot see this: its costs do not depend on shape. On the CPU emulation is the oracle
-    and is never faster, so the model's plan stands."""
+    "auto" on the tuning inputs (small, skinny or batched shapes, where packing costs more
+    than the INT8 tensor cores save) goes to "auto" where the error allows. The model alone
+    cannot see this: its costs do not depend on shape. On the CPU emulation is the oracle and
+    is never faster, so the model's plan stands."""
     if not any(device.is_cupy_array(a) for a in prof.args) or not levels:
         return levels, error
     prof.budget = None  # the walk's cap; this check costs at most 4 + len(levels) runs
-    native = dict.fromkeys(levels, BASELINE_LEVEL)
-    tuned_s, native_s = prof.op_seconds(levels), prof.op_seconds(native)
-    slower = [op for op in levels if tuned_s.get(op, 0.0) > native_s.get(op, float("inf"))]
-    for op in sorted(slower, key=lambda op: native_s[op] - tuned_s[op]):  # largest loss first
-        trial = {**levels, op: BASELINE_LEVEL}
+    fallback = dict.fromkeys(levels, MEASURED_FALLBACK)
+    tuned_s, fallback_s = prof.op_seconds(levels), prof.op_seconds(fallback)
+    slower = [op for op in levels if tuned_s.get(op, 0.0) > fallback_s.get(op, float("inf"))]
+    for op in sorted(slower, key=lambda op: fallback_s[op] - tuned_s[op]):  # largest loss first
+        trial = {**levels, op: MEASURED_FALLBACK}
         trial_error = prof.error(trial)
         if trial_error <= accept:
             levels, error = trial, trial_error

@@ -759,8 +759,9 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     with m, n > 0: a matrix product with few output tiles and a long k split over its
     segments (``ordered_split_product``); a tall one (m >= ROWS_MIN_M) through
     ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
-    (n <= ROWS_MAX_N); else a 16 R x 16 R output tile per block (R: ``tile_size`` by default),
-    each block walking the whole k."""
+    (n <= ROWS_MAX_N); a stack of pairs that fit one tile, with k <= STACK_MAX_K, through
+    ``ordered_stack_product``; else a 16 R x 16 R output tile per block (R: ``tile_size`` by
+    default), each block walking the whole k."""
     stack = a.ndim == 3
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -772,6 +773,8 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
         return ordered_thin_product(a, b)
     if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
         return ordered_rows_product(a, b)
+    if stack and max(m, n) <= 16 * r and k <= STACK_MAX_K:
+        return ordered_stack_product(a, b, r)
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
     count = a3.shape[0]
@@ -784,6 +787,35 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]
+
+
+STACK_MAX_K = 64  # small stacks: the whole k in one stage
+
+
+def ordered_stack_product(a: cp.ndarray, b: cp.ndarray, r: int) -> cp.ndarray:
+    """Level fp32-ordered for a stack of small pairs (m, n <= 16 R, k <= STACK_MAX_K; the
+    ``ordered_stack`` kernels, staging the smallest of 16, 32 and 64 k-steps that covers k):
+    as many blocks as fit on the GPU at once, each walking pairs with the next pair's
+    operands in flight while it computes this one's tile."""
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    count, m, k = a.shape
+    n = b.shape[2]
+    step = 16 if k <= 16 else 32 if k <= 32 else 64
+    kernel = _ordered_kernel_named(f"ordered_stack_{r}_{step}")
+    c = cp.empty((count, m, n), dtype=cp.float32)
+    kernel(
+        (min(count, _resident_blocks(kernel, 256)),), (16, 16),
+        (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), c),
+    )  # fmt: skip
+    return c
+
+
+@functools.cache
+def _resident_blocks(kernel: Any, threads: int) -> int:
+    """How many blocks of ``kernel`` the current GPU runs at once."""
+    function = kernel.kernel  # (RawKernel: the Function of the current device)
+    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, 0)
+    return max(1, per_sm) * _multiprocessors(cp.cuda.Device().id)
 
 
 def tile_size(m: int, n: int) -> int:
@@ -848,13 +880,15 @@ ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (th
 
 def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
-    row of A and group of 4, 8 or 16 columns of B (the fewest that cover n)."""
+    row of A and group of 4, 8 or 16 columns of B (the fewest that cover n); A's tiles in
+    16-byte loads where k is a multiple of 4 (the rows then stay aligned)."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
     group = 4 if n <= 4 else 8 if n <= 8 else 16
+    vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
     c = cp.empty((m, n), dtype=cp.float32)
-    _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}")(
+    _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}{vec}")(
         (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip

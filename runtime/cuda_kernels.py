@@ -790,54 +790,153 @@ __device__ __forceinline__ void ordered_step(const float* a_tile, const float* b
         for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
 }
 
+// One stage of k-steps [q0, q0 + STEP) of the A and B tiles (rows r0.., columns c0..), from
+// global memory into registers: thread t takes elements t, t + 256, ... (coalesced loads),
+// zeros past q_end and the matrices' edges.
+template <int R, int STEP>
+__device__ __forceinline__ void ordered_fetch(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
+    int c0, int q0, int q_end, float (&a_next)[STEP * R / 16], float (&b_next)[STEP * R / 16])
+{
+    constexpr int T = 16 * R;
+    const int t = threadIdx.y * 16 + threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < STEP * R / 16; ++l) {
+        const int i = t + 256 * l;
+        const int a_line = i / STEP, a_q = q0 + i % STEP;
+        a_next[l] = (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+        const int b_q = q0 + i / T, b_line = i % T;
+        b_next[l] = (b_q < q_end && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
+    }
+}
+
+// A stage fetched by ordered_fetch, from registers into the shared tiles ([q][row], [q][col]).
+template <int R, int STEP>
+__device__ __forceinline__ void ordered_stage(
+    float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4], const float (&a_next)[STEP * R / 16],
+    const float (&b_next)[STEP * R / 16])
+{
+    constexpr int T = 16 * R;
+    const int t = threadIdx.y * 16 + threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < STEP * R / 16; ++l) {
+        const int i = t + 256 * l;
+        a_tile[i % STEP][i / STEP] = a_next[l];
+        b_tile[i / T][i % T] = b_next[l];
+    }
+}
+
+// The FMAs of one staged stage, k-steps [q0, q0 + depth): chunk sums go into total, in order,
+// where a chunk ends (at multiples of the chunk, and at q_end).
+template <int R>
+__device__ __forceinline__ void ordered_steps(
+    const float (*a_tile)[16 * R + 4], const float (*b_tile)[16 * R + 4], int q0, int depth,
+    int q_end, float (&acc)[R][R], double (&total)[R][R])
+{
+    constexpr int T = 16 * R, PAD = 4;
+    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end at steps of 16");
+    for (int s = 0; s < depth; s += 16) {
+        if (depth - s >= 16) {  // a whole step of 16, unrolled
+#pragma unroll
+            for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], s + q, acc);
+        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
+            for (int q = s; q < depth; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+        }
+        if ((q0 + s + 16) % ${ORDERED_CHUNK} == 0 || q0 + s + 16 >= q_end) {  // chunk ends
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                    acc[i][j] = 0.0f;
+                }
+        }
+    }
+}
+
 // The chunk sums of k-steps [q_begin, q_end) of one 16 R x 16 R output tile (rows r0.., columns
 // c0..), added in order into total (R x R neighbouring entries per thread of 16 x 16). k runs
 // in stages of STEP (a multiple of 16) through shared memory (coalesced global loads, vector
-// shared loads); q_begin is a multiple of the chunk.
+// shared loads); the next stage's loads are in flight while this one's FMAs run. q_begin is a
+// multiple of the chunk.
 template <int R, int STEP>
 __device__ __forceinline__ void ordered_span(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
     int c0, int q_begin, int q_end, float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4],
     double (&total)[R][R])
 {
-    constexpr int T = 16 * R, PAD = 4;
-    static_assert(${ORDERED_CHUNK} % 16 == 0 && STEP % 16 == 0, "chunks end at steps of 16");
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
+    static_assert(STEP % 16 == 0, "stages are whole steps of 16");
     float acc[R][R];
 #pragma unroll
     for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int j = 0; j < R; ++j) acc[i][j] = 0.0f;
+    float a_next[STEP * R / 16], b_next[STEP * R / 16];
+    ordered_fetch<R, STEP>(a, b, m, n, k, r0, c0, q_begin, q_end, a_next, b_next);
     for (int q0 = q_begin; q0 < q_end; q0 += STEP) {
-        for (int i = t; i < STEP * T; i += 256) {
-            const int a_line = i / STEP, a_q = q0 + i % STEP;
-            a_tile[i % STEP][a_line] =
-                (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
-            const int b_q = q0 + i / T, b_line = i % T;
-            b_tile[i / T][b_line] =
-                (b_q < q_end && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
-        }
+        ordered_stage<R, STEP>(a_tile, b_tile, a_next, b_next);
         __syncthreads();
-        const int depth = min(STEP, q_end - q0);
-        for (int s = 0; s < depth; s += 16) {
-            if (depth - s >= 16) {  // a whole step of 16, unrolled
+        if (q0 + STEP < q_end)
+            ordered_fetch<R, STEP>(a, b, m, n, k, r0, c0, q0 + STEP, q_end, a_next, b_next);
+        ordered_steps<R>(a_tile, b_tile, q0, min(STEP, q_end - q0), q_end, acc, total);
+        __syncthreads();
+    }
+}
+
+// Row r0 + R ty + i, columns c0 + R tx.. of the tile's totals, rounded once, into C.
+template <int R>
+__device__ __forceinline__ void ordered_store(float* __restrict__ c, int m, int n, int r0, int c0,
+                                              const double (&total)[R][R])
+{
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
 #pragma unroll
-                for (int q = 0; q < 16; ++q)
-                    ordered_step<R, T + PAD>(a_tile[0], b_tile[0], s + q, acc);
-            } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
-                for (int q = s; q < depth; ++q)
-                    ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
-            }
-            if ((q0 + s + 16) % ${ORDERED_CHUNK} == 0 || q0 + s + 16 >= q_end) {  // chunk ends
+    for (int i = 0; i < R; ++i) {
+        const int r = r0 + R * ty + i;
+        if (whole && r < m) {
+            float out[R];
 #pragma unroll
-                for (int i = 0; i < R; ++i)
-#pragma unroll
-                    for (int j = 0; j < R; ++j) {
-                        total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
-                        acc[i][j] = 0.0f;
-                    }
-            }
+            for (int j = 0; j < R; ++j) out[j] = canonical(total[i][j]);
+            store_run<R>(c + (long long)r * n + c0 + R * tx, out);
+            continue;
         }
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int col = c0 + R * tx + j;
+            if (r < m && col < n) c[(long long)r * n + col] = canonical(total[i][j]);
+        }
+    }
+}
+
+// Small stacks (m, n <= 16 R, k <= STEP): a block walks pairs blockIdx.x, + gridDim.x, ...,
+// one tile each, with the next pair's operands in flight while it works on this one's.
+template <int R, int STEP>
+__device__ __forceinline__ void ordered_stack_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int count,
+    float* __restrict__ c)
+{
+    constexpr int T = 16 * R, PAD = 4;
+    __shared__ __align__(16) float a_tile[STEP][T + PAD];  // [q][row]
+    __shared__ __align__(16) float b_tile[STEP][T + PAD];  // [q][col]
+    float a_next[STEP * R / 16], b_next[STEP * R / 16];
+    long long z = blockIdx.x;
+    if (z < count)
+        ordered_fetch<R, STEP>(a + z * m * k, b + z * k * n, m, n, k, 0, 0, 0, k, a_next, b_next);
+    for (; z < count; z += gridDim.x) {
+        ordered_stage<R, STEP>(a_tile, b_tile, a_next, b_next);
+        __syncthreads();
+        const long long z_next = z + gridDim.x;
+        if (z_next < count)
+            ordered_fetch<R, STEP>(a + z_next * m * k, b + z_next * k * n, m, n, k, 0, 0, 0, k,
+                                   a_next, b_next);
+        float acc[R][R];
+        double total[R][R];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int j = 0; j < R; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
+        ordered_steps<R>(a_tile, b_tile, 0, k, k, acc, total);
+        ordered_store<R>(c + z * m * n, m, n, 0, 0, total);
         __syncthreads();
     }
 }
@@ -845,20 +944,19 @@ __device__ __forceinline__ void ordered_span(
 // One 16 R x 16 R output tile per block of 16 x 16 threads; pair z = blockIdx.z + batch0 of
 // two C-contiguous stacks. SEGMENTS: k may exceed a segment, so each segment's total is
 // summed apart and added in order (without, the one segment's total is the total).
-template <int R, bool SEGMENTS>
+template <int R, int STEP, bool SEGMENTS>
 __device__ __forceinline__ void ordered_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int batch0,
     float* __restrict__ c)
 {
     constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
     static_assert(${ORDERED_SEGMENT} % ${ORDERED_CHUNK} == 0, "segments are whole chunks");
-    __shared__ __align__(16) float a_tile[16][T + PAD];  // [q][row], steps of 16
-    __shared__ __align__(16) float b_tile[16][T + PAD];  // [q][col]
+    __shared__ __align__(16) float a_tile[STEP][T + PAD];  // [q][row]
+    __shared__ __align__(16) float b_tile[STEP][T + PAD];  // [q][col]
     const long long z = blockIdx.z + (long long)batch0;
     a += z * m * k;
     b += z * k * n;
     c += z * m * n;
-    const int tx = threadIdx.x, ty = threadIdx.y;
     const int c0 = blockIdx.x * T;
     for (int r0 = blockIdx.y * T; r0 < m; r0 += gridDim.y * T) {  // grid y: at most 65535
         double total[R][R];
@@ -873,7 +971,7 @@ __device__ __forceinline__ void ordered_impl(
                 for (int i = 0; i < R; ++i)
 #pragma unroll
                     for (int j = 0; j < R; ++j) segment[i][j] = 0.0;
-                ordered_span<R, 16>(a, b, m, n, k, r0, c0, s0,
+                ordered_span<R, STEP>(a, b, m, n, k, r0, c0, s0,
                                     min(k, s0 + ${ORDERED_SEGMENT}), a_tile, b_tile, segment);
 #pragma unroll
                 for (int i = 0; i < R; ++i)
@@ -881,25 +979,9 @@ __device__ __forceinline__ void ordered_impl(
                     for (int j = 0; j < R; ++j) total[i][j] = total[i][j] + segment[i][j];
             }
         } else {
-            ordered_span<R, 16>(a, b, m, n, k, r0, c0, 0, k, a_tile, b_tile, total);
+            ordered_span<R, STEP>(a, b, m, n, k, r0, c0, 0, k, a_tile, b_tile, total);
         }
-        const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int r = r0 + R * ty + i;
-            if (whole && r < m) {
-                float out[R];
-#pragma unroll
-                for (int j = 0; j < R; ++j) out[j] = canonical(total[i][j]);
-                store_run<R>(c + (long long)r * n + c0 + R * tx, out);
-                continue;
-            }
-#pragma unroll
-            for (int j = 0; j < R; ++j) {
-                const int col = c0 + R * tx + j;
-                if (r < m && col < n) c[(long long)r * n + col] = canonical(total[i][j]);
-            }
-        }
+        ordered_store<R>(c, m, n, r0, c0, total);
     }
 }
 
@@ -911,7 +993,7 @@ __device__ __forceinline__ void ordered_segments_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int segment0,
     double* __restrict__ segments)
 {
-    constexpr int T = 16 * R, PAD = 4, STEP = 64;
+    constexpr int T = 16 * R, PAD = 4, STEP = 32;
     __shared__ __align__(16) float a_tile[STEP][T + PAD];
     __shared__ __align__(16) float b_tile[STEP][T + PAD];
     const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
@@ -961,31 +1043,42 @@ extern "C" __global__ void ordered_segment_totals(
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_product_{r}{suffix}(
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_product_{r}{suffix}(
     const float* a, const float* b, int m, int n, int k, int batch0, float* c)
 {{
-    ordered_impl<{r}, {segments}>(a, b, m, n, k, batch0, c);
+    ordered_impl<{r}, 32, {segments}>(a, b, m, n, k, batch0, c);
 }}
 """
-    for r in (1, 2, 4)
+    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
     for suffix, segments in (("", "false"), ("_segments", "true"))
 ) + "".join(
     f"""
-extern "C" __global__ void ordered_segments_{r}(
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_stack_{r}_{step}(
+    const float* a, const float* b, int m, int n, int k, int count, float* c)
+{{
+    ordered_stack_impl<{r}, {step}>(a, b, m, n, k, count, c);
+}}
+"""
+    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
+    for step in (16, 32, 64)
+) + "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_segments_{r}(
     const float* a, const float* b, int m, int n, int k, int segment0, double* segments)
 {{
     ordered_segments_impl<{r}>(a, b, m, n, k, segment0, segments);
 }}
 """
-    for r in (1, 2, 4)
+    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
 )
 # Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of
 # B): one thread per (row of A, group of G columns) runs the row's G dot products as G FMA
-# chains in k order. A warp reads a tile of 32 rows x one chunk of k coalesced (each row's
-# steps across the lanes) into shared memory, where each lane then reads its own row; a slab of
-# B's rows sits in shared memory and every thread reads the same address (broadcast). Blocks of
-# one row block run their column groups one after another (grid x = group), so A comes from L2
-# for all groups but the first.
+# chains in k order. A warp reads a tile of 32 rows x one chunk of k coalesced into registers
+# (16-byte loads where k is a multiple of 4 and A is aligned: 8 lanes a row) while it works
+# on the previous tile, which it has put in shared memory for each lane to read its own row;
+# a slab of B's rows sits in shared memory and every thread reads the same address
+# (broadcast). Blocks of one row block run their column groups one after another (grid x =
+# group), so A comes from DRAM once for n <= G and from L2 for the other groups.
 ORDERED_ROWS_SOURCE = r"""
 template <int G>
 __device__ __forceinline__ void rows_step(float x, const float* b_row, float (&acc)[G])
@@ -1010,13 +1103,52 @@ __device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
     }
 }
 
-template <int G, bool SEGMENTS>
+// The warp's tile of rows row0.. row0 + 31 and k-steps q0.. q0 + 31 into registers, zeros past
+// m and k. VEC: lane l takes 4 steps of rows 4 i + l / 8 (k % 4 == 0, A 16-byte aligned); else
+// lane l takes step q0 + l of every row.
+template <bool VEC>
+__device__ __forceinline__ void rows_fetch(const float* __restrict__ a, long long m, int k,
+                                           long long row0, int q0, int lane, float (&next)[32])
+{
+    if constexpr (VEC) {
+        const int q = q0 + (lane & 7) * 4;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const long long row = row0 + 4 * i + (lane >> 3);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (row < m && q < k) v = *reinterpret_cast<const float4*>(a + row * k + q);
+            next[4 * i] = v.x; next[4 * i + 1] = v.y; next[4 * i + 2] = v.z; next[4 * i + 3] = v.w;
+        }
+    } else {
+        const int q = q0 + lane;
+#pragma unroll
+        for (int r = 0; r < 32; ++r)
+            next[r] = (row0 + r < m && q < k) ? a[(row0 + r) * k + q] : 0.0f;
+    }
+}
+
+template <bool VEC, int W>
+__device__ __forceinline__ void rows_stage(float (*a_s)[W], int lane, const float (&next)[32])
+{
+    if constexpr (VEC) {  // banks (r + 4 (l % 8) + j) % 32: conflict-free
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                a_s[4 * i + (lane >> 3)][(lane & 7) * 4 + j] = next[4 * i + j];
+    } else {
+#pragma unroll
+        for (int r = 0; r < 32; ++r) a_s[r][lane] = next[r];
+    }
+}
+
+template <int G, bool SEGMENTS, bool VEC>
 __device__ __forceinline__ void ordered_rows_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
     float* __restrict__ c)
 {
-    constexpr int KS = 256, CH = ${ORDERED_CHUNK};  // B's k-steps per slab; A's per tile
-    static_assert(CH <= 32 && KS % CH == 0, "a tile is one chunk, one step per lane");
+    constexpr int KS = 256, CH = ${ORDERED_CHUNK};  // B's k-steps per slab
+    static_assert(CH == 32, "a tile is 32 rows x one chunk");
     static_assert(${ORDERED_SEGMENT} % KS == 0, "segments end where a slab ends");
     constexpr int WARPS = ${ROWS_THREADS} / 32;
     __shared__ __align__(16) float b_s[KS][G];
@@ -1026,12 +1158,14 @@ __device__ __forceinline__ void ordered_rows_impl(
     for (long long block_row = (long long)blockIdx.y * ${ROWS_THREADS}; block_row < m;
          block_row += (long long)gridDim.y * ${ROWS_THREADS}) {  // grid y: at most 65535
         const long long row0 = block_row + warp * 32;
-        float acc[G];
+        float acc[G], next[32];
         double total[G], segment[G];  // segment: SEGMENTS only (k may exceed a segment)
 #pragma unroll
         for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; segment[j] = 0.0; }
+        rows_fetch<VEC>(a, m, k, row0, 0, lane, next);
         for (int s0 = 0; s0 < k; s0 += KS) {
             const int depth = min(KS, k - s0);
+            __syncthreads();  // the previous slab is read
             for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
                 const int q = i / G, j = i % G;
                 b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
@@ -1039,17 +1173,19 @@ __device__ __forceinline__ void ordered_rows_impl(
             __syncthreads();
             for (int t0 = 0; t0 < depth; t0 += CH) {  // one chunk: a tile of 32 rows x CH steps
                 const int steps = min(CH, depth - t0);
-                const long long q = s0 + t0 + lane;  // the warp reads each row's steps coalesced
+                __syncwarp();  // the previous tile is read
+                rows_stage<VEC, CH + 1>(a_s[warp], lane, next);
+                __syncwarp();
+                if (s0 + t0 + CH < k) rows_fetch<VEC>(a, m, k, row0, s0 + t0 + CH, lane, next);
+                const float* a_row = a_s[warp][lane];
+                if (steps == CH) {  // a whole chunk, unrolled: shared loads run ahead
 #pragma unroll 8
-                for (int r = 0; r < 32; ++r)
-                    a_s[warp][r][lane] =
-                        (lane < steps && row0 + r < m) ? a[(row0 + r) * k + q] : 0.0f;
-                __syncwarp();
-                for (int t = 0; t < steps; ++t) rows_step<G>(a_s[warp][lane][t], b_s[t0 + t], acc);
-                __syncwarp();
+                    for (int t = 0; t < CH; ++t) rows_step<G>(a_row[t], b_s[t0 + t], acc);
+                } else {
+                    for (int t = 0; t < steps; ++t) rows_step<G>(a_row[t], b_s[t0 + t], acc);
+                }
                 rows_flush<G>(acc, SEGMENTS ? segment : total);  // each tile is one chunk
             }
-            __syncthreads();
             if (SEGMENTS && ((s0 + KS) % ${ORDERED_SEGMENT} == 0 || s0 + KS >= k)) {
 #pragma unroll
                 for (int j = 0; j < G; ++j) {  // a segment ends: its total joins, in order
@@ -1068,14 +1204,16 @@ __device__ __forceinline__ void ordered_rows_impl(
 """
 ORDERED_ROWS_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_rows_{g}{suffix}(
+extern "C" __global__ void __launch_bounds__(${{ROWS_THREADS}}, {min_blocks})
+ordered_rows_{g}{suffix}{vec_suffix}(
     const float* a, const float* b, int m, int n, int k, float* c)
 {{
-    ordered_rows_impl<{g}, {segments}>(a, b, m, n, k, c);
+    ordered_rows_impl<{g}, {segments}, {vec}>(a, b, m, n, k, c);
 }}
 """
-    for g in (4, 8, 16)
+    for g, min_blocks in ((4, 4), (8, 4), (16, 4))
     for suffix, segments in (("", "false"), ("_segments", "true"))
+    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 # Thin products in level fp32-ordered's order (TSM2L's shape: many rows of A, k and n at most a
 # chunk): one thread per row of A and G columns; B sits in shared memory (read by broadcast),

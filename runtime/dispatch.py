@@ -28,8 +28,8 @@ AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
 # SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3, 1.0x at
-# 64 x 1024^3); fp32-ordered's small-matrix kernel only for pairs of at most 16 x 16 x 16
-# (1.3-2.3x at 4096 x 16^3, but 0.9-1.2x at 32^3 and 0.7-0.8x at 64^3).
+# 64 x 1024^3); fp32-ordered's small-stack kernel only for pairs of at most 16 x 16 x 16
+# (1.3-2.3x at 4096 x 16^3, but 0.9-1.0x at 32^3 and 0.5-0.8x at 64^3).
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
@@ -37,6 +37,14 @@ AUTO_SMALL = "fp32-ordered"
 # accurate; 0.7x at 64 x 131072 x 64, so only the thinnest outputs).
 AUTO_SPLIT_MAX_MN = 32
 AUTO_SPLIT_MIN_K = 131072
+# ... and for one tall product with few columns (TSM2R's case), fp32-ordered's tall kernel
+# (benchmarks/results/<gpu>/skinny.md, H100: 1.2x SGEMM at 65536 x 4096 x 16, 1.6x at n = 8;
+# 0.8x at 1048576 x 512 x 16, where each block's slabs of B weigh more against a short k, and
+# 0.5x at n = 32, where A is read once per 16 columns). The rows must fill the GPU: one
+# thread per row, 128 a block, ~4 blocks per SM.
+AUTO_TALL_MIN_M = 65536
+AUTO_TALL_MAX_N = 16
+AUTO_TALL_MIN_K = 2048
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -124,7 +132,7 @@ def check_backend(backend: Any) -> None:
 
 def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     """cuBLAS SGEMM for the small or skinny float32 CuPy products "auto" keeps native, and
-    fp32-ordered's split-k for the thin ones with a very long k.
+    fp32-ordered for the thin ones with a very long k (split-k) and the tall narrow ones.
 
     At n = 128 a whole SGEMM call takes ~35 us, so the general path's checks would cost
     10-30%; this one tests just what it needs (same type, 2-D, float32, matching k, small).
@@ -138,7 +146,7 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     k_b, n = b.shape
     if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
-    if _thin_long_k(m, k, n):
+    if _thin_long_k(m, k, n) or _tall_narrow(m, k, n):
         from . import cuda
 
         return cuda.ordered_product(a, b)
@@ -167,6 +175,8 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
     concrete = level if level.kind != "policy" else resolve_level(level, a, b, "cuda")
     if concrete.kind == "fp32":  # checked above: what matmul_stack would check again
         return cuda.sgemm_stack(a, b)
+    if concrete.kind == "ordered":  # (no workspace beyond the result)
+        return cuda.ordered_product(a, b)
     return cuda.matmul_stack(a, b, concrete)
 
 
@@ -177,8 +187,9 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; on the GPU, fp32-ordered for stacks whose pairs are at most
     AUTO_ORDERED_MAX_DIM in every dimension, and level IV where every dimension is at least
-    AUTO_MIN_DIM; fp32-ordered (split-k) for one product at most AUTO_SPLIT_MAX_MN in m and
-    n with k at least AUTO_SPLIT_MIN_K.
+    AUTO_MIN_DIM; fp32-ordered for one product at most AUTO_SPLIT_MAX_MN in m and n with k
+    at least AUTO_SPLIT_MIN_K (split-k), and for one with m at least AUTO_TALL_MIN_M, n at
+    most AUTO_TALL_MAX_N and k at least AUTO_TALL_MIN_K (the tall kernel).
     """
     requested = get_level(level)
     if requested.kind != "policy":
@@ -189,7 +200,7 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3 and max(m, k, n) <= AUTO_ORDERED_MAX_DIM:  # small pairs
         return get_level(AUTO_SMALL)
-    if a.ndim == 2 and b.ndim == 2 and _thin_long_k(m, k, n):
+    if a.ndim == 2 and b.ndim == 2 and (_thin_long_k(m, k, n) or _tall_narrow(m, k, n)):
         return get_level(AUTO_SMALL)
     if min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
@@ -198,6 +209,10 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
 
 def _thin_long_k(m: int, k: int, n: int) -> bool:
     return 0 < m <= AUTO_SPLIT_MAX_MN and 0 < n <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
+
+
+def _tall_narrow(m: int, k: int, n: int) -> bool:
+    return m >= AUTO_TALL_MIN_M and 0 < n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> str:

@@ -197,9 +197,16 @@ LevelName = Literal[
 ]
 
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand
-# (dispatch.resolve_level): level IV where the INT8 tensor cores win, fp32-ordered for stacks of
-# very small pairs on the GPU, native float32 elsewhere.
-AUTO = Level("auto", "policy", description="fastest float32-grade level for the shape and device")
+# (dispatch.resolve_level): level IV where the INT8 tensor cores win, fp32-ordered's kernels for
+# stacks of very small pairs and tall, narrow or long-k products on the GPU, native float32
+# elsewhere. Its cost in the tuner's model is native float32's (what it mostly runs): the model
+# cannot know the shape-specific paths, only measurement does (tuner._auto_where_faster).
+AUTO = Level(
+    "auto",
+    "policy",
+    relative_cost=next(lv.relative_cost for lv in LADDER if lv.name == "fp32"),
+    description="fastest float32-grade level for the shape and device",
+)
 
 # The two defaults every layer names rather than spells:
 DEFAULT_LEVEL = AUTO.name  # the initial default level (``precision``): matmul's, unplanned ops'

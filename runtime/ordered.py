@@ -1,10 +1,10 @@
 """Level fp32-ordered: float32 arithmetic in one fixed order, so every backend gives the same bits.
 
 Each output entry is computed as the GPU's kernels for this level compute it (``cuda_kernels``:
-the small-stack ``ordered_product``, the tall ``ordered_rows``, the thin ``ordered_thin`` and
-the split-k ``ordered_segments``): k runs in chunks of ``CHUNK``; inside a chunk the products are
-accumulated by IEEE float32 fused multiply-adds in k order, starting from +0 (subnormals kept,
-no flush); each chunk's float32 sum is added, in chunk order, into a float64 segment total
+the tile kernel ``ordered_product``, the small-stack ``ordered_stack``, the tall
+``ordered_rows``, the thin ``ordered_thin`` and the split-k ``ordered_segments``): k runs in
+chunks of ``CHUNK``; inside a chunk the products are accumulated by IEEE float32 fused
+multiply-adds in k order, starting from +0 (subnormals kept, no flush); each chunk's float32 sum is added, in chunk order, into a float64 segment total
 (segments of ``SEGMENT`` k-steps), and the segment totals are added, in order, into a float64
 total, which is rounded once to float32 (NaN canonical). Segments let a long k be split across
 thread blocks (split-k) with the same bits as one thread walking it; for k <= SEGMENT the total

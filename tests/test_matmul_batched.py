@@ -186,6 +186,25 @@ def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
     assert stack.name == "fp32"  # stacks: each pair's own kernel, not split-k
 
 
+def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:
+    """One product with many rows, few columns and a long enough k: fp32-ordered's tall
+    kernel on the GPU; one bound short of the rule stays native."""
+    from mixpert.runtime import dispatch
+
+    def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
+        a, b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
+        return dispatch.resolve_level("auto", a, b, backend).name
+
+    tall, narrow = dispatch.AUTO_TALL_MIN_M, dispatch.AUTO_TALL_MAX_N
+    deep = dispatch.AUTO_TALL_MIN_K
+    assert level(tall, deep, narrow) == dispatch.AUTO_SMALL
+    assert level(4 * tall, 2 * deep, 1) == dispatch.AUTO_SMALL
+    assert level(tall, deep, narrow, backend="cpu") == "fp32"
+    assert level(tall - 1, deep, narrow) == "fp32"
+    assert level(tall, deep, narrow + 1) == "fp32"
+    assert level(tall, deep - 1, narrow) == "fp32"
+
+
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 5, 6), (3, 6, 4)), ((5, 6), (6, 4))])
 def test_an_unknown_backend_is_refused_for_stacks_and_matrices(a_shape, b_shape) -> None:
     a, b = f32(*a_shape), f32(*b_shape)

@@ -136,6 +136,53 @@ def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
+@pytest.mark.parametrize(("k", "n"), [(64, 16), (2 * ordered.SEGMENT + 36, 8), (100, 3)])
+def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n, offset) -> None:
+    """The tall kernel's 16-byte tile loads (k a multiple of 4, A aligned) and its 4-byte ones
+    (A one float past an aligned start) give the same bits, rows past m and a partial block
+    included."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(k + offset)
+    m = cuda.ROWS_MIN_M + 77
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[9, 4], a[40, -1], b[-1, 0] = np.nan, np.float32(-1e-41), np.inf
+    flat = cp.empty(m * k + offset, dtype=cp.float32)
+    a_gpu = flat[offset:].reshape(m, k)  # C-contiguous either way
+    a_gpu[...] = cp.asarray(a)
+    assert (a_gpu.data.ptr % 16 == 0) == (offset == 0)
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("count", "m", "k", "n"),
+    [(3000, 16, 16, 16), (5, 1, 1, 1), (700, 32, 17, 31), (300, 33, 64, 64), (9, 64, 40, 2)],
+)
+def test_gpu_small_stack_kernel_has_the_cpu_bits(count, m, k, n) -> None:
+    """The small-stack kernel (blocks walking pairs, the next pair in flight) for every stage
+    size (k <= 16, 32, 64) and tile size, stacks longer than the blocks that run at once."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(count + m + k + n)
+    a = rng.standard_normal((count, m, k)).astype(np.float32)
+    b = rng.standard_normal((count, k, n)).astype(np.float32)
+    a[0, 0, 0], a[-1, -1, -1], b[count // 2, 0, -1] = np.float32(1e-40), np.inf, np.nan
+    a[1] = -0.0  # a pair of -0.0 rows: the chains start from +0
+    want = ordered.ordered_product(a, b)
+    r = cuda.tile_size(m, n)
+    assert max(m, n) <= 16 * r and k <= cuda.STACK_MAX_K  # the stack kernel's shapes
+    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
 def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
     """Row blocks beyond grid y's 65535 loop inside the kernels: the tall fp32-ordered kernel
     (128 rows a block) and the bypass of a NaN column at level IV (64 rows a block)."""

@@ -99,3 +99,21 @@ def test_ops_that_never_reach_the_runtime_cost_no_runs() -> None:
     levels = sorted(plan.levels.values())
     assert levels == sorted(["I", "fp32"])  # the GEMM lowered; the matvec stays native
     assert plan.profiling_runs <= len(CANDIDATES)  # runs for one tunable op only
+
+
+@pytest.mark.gpu
+def test_gpu_tuner_moves_an_op_slower_than_auto_to_auto() -> None:
+    """A stack of 16 x 16 pairs: the walk's emulated level (packing dominates) measures far
+    slower than "auto" (fp32-ordered's small-stack kernel), so the plan says "auto"."""
+    from mixpert.runtime import device
+
+    cp = device.cupy_module()
+
+    def scores(q, k):
+        return q @ k
+
+    rng = np.random.default_rng(3)
+    q, k = (cp.asarray(rng.standard_normal((4096, 16, 16)).astype(np.float32)) for _ in range(2))
+    plan = mixpert.tune(scores, (q, k), tol=1e-5)
+    assert set(plan.levels.values()) == {"auto"}
+    assert plan.error <= 1e-5
