@@ -900,14 +900,18 @@ THIN_MAX_N = 32  # thin: k within one chunk, n within one thread's column group
 
 def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp32-ordered for one tall product with k <= CHUNK and n <= THIN_MAX_N (TSM2L's
-    shape; the ``ordered_thin`` kernels): one thread per row of A, B in shared memory."""
+    shape; the ``ordered_thin`` kernels): one thread per row of A, B in shared memory, as many
+    blocks as run at once, each reading its next block of rows while it works on this one
+    (16-byte loads where k is a multiple of 4 and A is aligned)."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
     group = 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
+    vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
+    kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")
     c = cp.empty((m, n), dtype=cp.float32)
-    _ordered_kernel_named(f"ordered_thin_{group}")(
-        (min(-(-m // THIN_THREADS), 1 << 20),), (THIN_THREADS,),
+    kernel(
+        (min(-(-m // THIN_THREADS), _resident_blocks(kernel, THIN_THREADS)),), (THIN_THREADS,),
         (a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c

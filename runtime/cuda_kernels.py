@@ -1216,11 +1216,65 @@ ordered_rows_{g}{suffix}{vec_suffix}(
     for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 # Thin products in level fp32-ordered's order (TSM2L's shape: many rows of A, k and n at most a
-# chunk): one thread per row of A and G columns; B sits in shared memory (read by broadcast),
-# the block's rows of A are staged through shared memory with coalesced loads, and each thread
-# runs its G FMA chains over the row's k steps: one chunk, so the total is that chain's sum.
+# chunk): one thread per row of A and G columns; B sits in shared memory (read by broadcast).
+# A block of rows is contiguous in A, so the block reads it as one run (16-byte loads where k
+# is a multiple of 4 and A aligned) into registers while it works on the previous block of
+# rows, which it has staged through shared memory; each thread runs its G FMA chains over its
+# row's k steps (one chunk: the total is that chain's sum), and the outputs go back through
+# shared memory for coalesced (16-byte where n is a multiple of 4) stores.
 ORDERED_THIN_SOURCE = r"""
-template <int G>
+// Rows row0.. of A (rows * k floats from a + row0 k) into registers: VEC, float4 l of thread t
+// is element 4 (t + ROWS l); else float l is element t + ROWS l. Zeros past the rows.
+template <bool VEC>
+__device__ __forceinline__ void thin_fetch(const float* __restrict__ a, long long row0, int rows,
+                                           int k, float (&next)[${ORDERED_CHUNK}])
+{
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
+    const float* run = a + row0 * k;
+    const int size = rows * k, t = threadIdx.x;
+    if constexpr (VEC) {
+#pragma unroll
+        for (int l = 0; l < CH / 4; ++l) {
+            const int e = 4 * (t + ROWS * l);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (e < size) v = *reinterpret_cast<const float4*>(run + e);
+            next[4 * l] = v.x; next[4 * l + 1] = v.y; next[4 * l + 2] = v.z; next[4 * l + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int l = 0; l < CH; ++l) {
+            const int e = t + ROWS * l;
+            next[l] = e < size ? run[e] : 0.0f;
+        }
+    }
+}
+
+template <bool VEC>
+__device__ __forceinline__ void thin_stage(float (*a_s)[${ORDERED_CHUNK} + 1], int rows, int k,
+                                           const float (&next)[${ORDERED_CHUNK}])
+{
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
+    const int size = rows * k, t = threadIdx.x;
+    if constexpr (VEC) {  // k % 4 == 0: a float4 never straddles two rows
+#pragma unroll
+        for (int l = 0; l < CH / 4; ++l) {
+            const int e = 4 * (t + ROWS * l);
+            if (e < size) {
+                const int r = e / k, q = e % k;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) a_s[r][q + j] = next[4 * l + j];
+            }
+        }
+    } else {
+#pragma unroll
+        for (int l = 0; l < CH; ++l) {
+            const int e = t + ROWS * l;
+            if (e < size) a_s[e / k][e % k] = next[l];
+        }
+    }
+}
+
+template <int G, bool VEC>
 __device__ __forceinline__ void ordered_thin_impl(
     const float* __restrict__ a, const float* __restrict__ b, long long m, int n, int k,
     float* __restrict__ c)
@@ -1233,13 +1287,17 @@ __device__ __forceinline__ void ordered_thin_impl(
         const int q = i / G, j = i % G;
         b_s[q][j] = (q < k && j < n) ? b[q * n + j] : 0.0f;
     }
-    for (long long row0 = (long long)blockIdx.x * ROWS; row0 < m;
-         row0 += (long long)gridDim.x * ROWS) {
+    const long long stride = (long long)gridDim.x * ROWS;
+    long long row0 = (long long)blockIdx.x * ROWS;
+    float next[CH];
+    if (row0 < m) thin_fetch<VEC>(a, row0, (int)min((long long)ROWS, m - row0), k, next);
+    for (; row0 < m; row0 += stride) {
         const int rows = (int)min((long long)ROWS, m - row0);
         __syncthreads();  // b_s written; a_s free again
-        for (int i = threadIdx.x; i < rows * k; i += blockDim.x)  // the rows are contiguous
-            a_s[i / k][i % k] = a[row0 * k + i];
+        thin_stage<VEC>(a_s, rows, k, next);
         __syncthreads();
+        if (row0 + stride < m)
+            thin_fetch<VEC>(a, row0 + stride, (int)min((long long)ROWS, m - row0 - stride), k, next);
         float acc[G];
 #pragma unroll
         for (int j = 0; j < G; ++j) acc[j] = 0.0f;
@@ -1253,20 +1311,29 @@ __device__ __forceinline__ void ordered_thin_impl(
 #pragma unroll
         for (int j = 0; j < G; ++j) a_s[threadIdx.x][j] = canonical(0.0 + widen_ieee(acc[j]));
         __syncthreads();
-        for (int i = threadIdx.x; i < rows * n; i += blockDim.x)  // the rows are contiguous
-            c[row0 * n + i] = a_s[i / n][i % n];
+        float* out = c + row0 * n;
+        if (n % 4 == 0) {  // C is fresh (aligned) and row0 n a multiple of 4
+            for (int e = 4 * threadIdx.x; e < rows * n; e += 4 * ROWS) {
+                const int r = e / n, j = e % n;
+                *reinterpret_cast<float4*>(out + e) =
+                    make_float4(a_s[r][j], a_s[r][j + 1], a_s[r][j + 2], a_s[r][j + 3]);
+            }
+        } else {
+            for (int e = threadIdx.x; e < rows * n; e += ROWS) out[e] = a_s[e / n][e % n];
+        }
     }
 }
 """
 ORDERED_THIN_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_thin_{g}(
+extern "C" __global__ void ordered_thin_{g}{vec_suffix}(
     const float* a, const float* b, long long m, int n, int k, float* c)
 {{
-    ordered_thin_impl<{g}>(a, b, m, n, k, c);
+    ordered_thin_impl<{g}, {vec}>(a, b, m, n, k, c);
 }}
 """
     for g in (4, 8, 16, 32)
+    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE + ORDERED_THIN_SOURCE
 

@@ -45,6 +45,11 @@ AUTO_SPLIT_MIN_K = 131072
 AUTO_TALL_MIN_M = 65536
 AUTO_TALL_MAX_N = 16
 AUTO_TALL_MIN_K = 2048
+# ... and for one product with very many rows and k and n within a chunk (TSM2L's case), its thin
+# kernel (H100: 1.30x at 1048576 x 16 x 16, 2.1x at 4194304 x 8 x 8, 1.06x at 1048576 x 7 x 5;
+# 0.98x at 1048576 x 32 x 32, where each row's k n FMAs weigh more than its bytes).
+AUTO_THIN_MIN_M = 1 << 20
+AUTO_THIN_MAX_KN = 256
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -132,7 +137,7 @@ def check_backend(backend: Any) -> None:
 
 def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     """cuBLAS SGEMM for the small or skinny float32 CuPy products "auto" keeps native, and
-    fp32-ordered for the thin ones with a very long k (split-k) and the tall narrow ones.
+    fp32-ordered where one of its kernels wins (``_ordered_kernel_wins``).
 
     At n = 128 a whole SGEMM call takes ~35 us, so the general path's checks would cost
     10-30%; this one tests just what it needs (same type, 2-D, float32, matching k, small).
@@ -146,7 +151,7 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     k_b, n = b.shape
     if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
-    if _thin_long_k(m, k, n) or _tall_narrow(m, k, n):
+    if _ordered_kernel_wins(m, k, n):
         from . import cuda
 
         return cuda.ordered_product(a, b)
@@ -187,9 +192,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; on the GPU, fp32-ordered for stacks whose pairs are at most
     AUTO_ORDERED_MAX_DIM in every dimension, and level IV where every dimension is at least
-    AUTO_MIN_DIM; fp32-ordered for one product at most AUTO_SPLIT_MAX_MN in m and n with k
-    at least AUTO_SPLIT_MIN_K (split-k), and for one with m at least AUTO_TALL_MIN_M, n at
-    most AUTO_TALL_MAX_N and k at least AUTO_TALL_MIN_K (the tall kernel).
+    AUTO_MIN_DIM; fp32-ordered for one product of the shapes where one of its kernels wins
+    (``_ordered_kernel_wins``).
     """
     requested = get_level(level)
     if requested.kind != "policy":
@@ -200,19 +204,24 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3 and max(m, k, n) <= AUTO_ORDERED_MAX_DIM:  # small pairs
         return get_level(AUTO_SMALL)
-    if a.ndim == 2 and b.ndim == 2 and (_thin_long_k(m, k, n) or _tall_narrow(m, k, n)):
+    if a.ndim == 2 and b.ndim == 2 and _ordered_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
     if min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
     return get_level(NATIVE_LEVEL)
 
 
-def _thin_long_k(m: int, k: int, n: int) -> bool:
-    return 0 < m <= AUTO_SPLIT_MAX_MN and 0 < n <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
-
-
-def _tall_narrow(m: int, k: int, n: int) -> bool:
-    return m >= AUTO_TALL_MIN_M and 0 < n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
+def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
+    """Whether one product of this shape runs faster on one of fp32-ordered's kernels than on
+    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN, k at least AUTO_SPLIT_MIN_K),
+    tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
+    or thin (m at least AUTO_THIN_MIN_M, k within a chunk, k n at most AUTO_THIN_MAX_KN)."""
+    if m <= 0 or k <= 0 or n <= 0:
+        return False
+    split_k = m <= AUTO_SPLIT_MAX_MN and n <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
+    tall = m >= AUTO_TALL_MIN_M and n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
+    thin = m >= AUTO_THIN_MIN_M and k <= ordered.CHUNK and k * n <= AUTO_THIN_MAX_KN
+    return split_k or tall or thin
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> str:

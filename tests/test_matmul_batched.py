@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mixpert
-from mixpert.runtime import device
+from mixpert.runtime import device, ordered
 from mixpert.testdata import gemmul8
 
 RNG = np.random.default_rng(21)
@@ -203,6 +203,21 @@ def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:
     assert level(tall - 1, deep, narrow) == "fp32"
     assert level(tall, deep, narrow + 1) == "fp32"
     assert level(tall, deep - 1, narrow) == "fp32"
+
+
+def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_kernel() -> None:
+    from mixpert.runtime import dispatch
+
+    def level(m: int, k: int, n: int) -> str:
+        a, b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
+        return dispatch.resolve_level("auto", a, b, "cuda").name
+
+    rows = dispatch.AUTO_THIN_MIN_M
+    assert level(rows, 16, 16) == level(4 * rows, 8, 8) == dispatch.AUTO_SMALL
+    assert level(rows, ordered.CHUNK, dispatch.AUTO_THIN_MAX_KN // ordered.CHUNK) == "fp32-ordered"
+    assert level(rows - 1, 16, 16) == "fp32"
+    assert level(rows, 16, 17) == "fp32"  # k n past the rule: the FMAs outweigh the bytes
+    assert level(rows, ordered.CHUNK + 1, 1) == "fp32"  # k past one chunk
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 5, 6), (3, 6, 4)), ((5, 6), (6, 4))])

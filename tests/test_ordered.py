@@ -236,18 +236,23 @@ def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("k", "n"), [(1, 1), (16, 16), (7, 5), (32, 32), (20, 9)])
-def test_gpu_thin_products_have_the_cpu_bits(k, n) -> None:
-    """The thin kernel (k within one chunk, n <= 32: TSM2L's shape) keeps the level's order."""
+@pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (16, 16), (7, 5), (32, 32), (20, 9), (4, 12)])
+def test_gpu_thin_products_have_the_cpu_bits(k, n, offset) -> None:
+    """The thin kernel (k within one chunk, n <= 32: TSM2L's shape) keeps the level's order,
+    with 16-byte and 4-byte loads of A, and with more row blocks than blocks that run at once."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
     rng = np.random.default_rng(k * 100 + n)
-    m = cuda.ROWS_MIN_M * 3 + 37  # several blocks and a partial last one
+    m = cuda.ROWS_MIN_M * 3 + 37 if k != 4 else 3_000_037  # several blocks, a partial last one
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[3, 0], a[5, -1], b[0, -1] = np.inf, np.float32(1e-40), np.nan
     a[7] = -0.0  # a row of -0.0: the chains start from +0
+    flat = cp.empty(m * k + offset, dtype=cp.float32)
+    a_gpu = flat[offset:].reshape(m, k)
+    a_gpu[...] = cp.asarray(a)
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
