@@ -64,6 +64,8 @@ MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and .z: longer stacks launch in
 _FLOAT32 = np.dtype(np.float32)
 _ONE_F32 = np.array(1.0, dtype=np.float32)
 _ZERO_F32 = np.array(0.0, dtype=np.float32)
+# Their host addresses for cuBLAS's alpha and beta (``.ctypes`` builds an object each call).
+_ONE_F32_PTR, _ZERO_F32_PTR = _ONE_F32.ctypes.data, _ZERO_F32.ctypes.data
 
 
 @functools.cache
@@ -709,25 +711,33 @@ def sgemm_stack(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return _native_gemm(a, b, CUDA_R_32F)
 
 
+def contiguous_sgemm_stack(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """``sgemm_stack`` for two C-contiguous float32 stacks (the caller has checked)."""
+    return _contiguous_gemm(a, b, CUDA_R_32F)
+
+
 def _native_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
     """One float32 cuBLAS GEMM at ``compute``: cublasGemmEx for two matrices,
     cublasGemmStridedBatchedEx for two stacks (s, m, k) and (s, k, n)."""
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    return _contiguous_gemm(_c_contiguous(a), _c_contiguous(b), compute)
+
+
+def _contiguous_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
     m, k = a.shape[-2:]
     n = b.shape[-1]
     c = cp.empty((*a.shape[:-2], m, n), dtype=cp.float32)
     handle = cp.cuda.device.get_cublas_handle()
-    ops = (handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, _ONE_F32.ctypes.data)
+    ops = (handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, _ONE_F32_PTR)
     tail = (compute, cublas.CUBLAS_GEMM_DEFAULT)
     if a.ndim == 3:
         cublas.gemmStridedBatchedEx(
             *ops, b.data.ptr, CUDA_R_32F, n, k * n, a.data.ptr, CUDA_R_32F, k, m * k,
-            _ZERO_F32.ctypes.data, c.data.ptr, CUDA_R_32F, n, m * n, a.shape[0], *tail,
+            _ZERO_F32_PTR, c.data.ptr, CUDA_R_32F, n, m * n, a.shape[0], *tail,
         )  # fmt: skip
         return c
     cublas.gemmEx(
         *ops, b.data.ptr, CUDA_R_32F, n, a.data.ptr, CUDA_R_32F, k,
-        _ZERO_F32.ctypes.data, c.data.ptr, CUDA_R_32F, n, *tail,
+        _ZERO_F32_PTR, c.data.ptr, CUDA_R_32F, n, *tail,
     )  # fmt: skip
     return c
 
@@ -789,33 +799,37 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     return c if stack else c[0]
 
 
-STACK_MAX_K = 64  # small stacks: the whole k in one stage
+# Small stacks: the whole k in one stage. (At k = 64 the tile kernel is faster: 41 against
+# 52 us at 1024 x 64^3 on an H100, the stack kernel's 64-step stages spilling registers.)
+STACK_MAX_K = 32
 
 
 def ordered_stack_product(a: cp.ndarray, b: cp.ndarray, r: int) -> cp.ndarray:
     """Level fp32-ordered for a stack of small pairs (m, n <= 16 R, k <= STACK_MAX_K; the
-    ``ordered_stack`` kernels, staging the smallest of 16, 32 and 64 k-steps that covers k):
-    as many blocks as fit on the GPU at once, each walking pairs with the next pair's
-    operands in flight while it computes this one's tile."""
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    ``ordered_stack`` kernels, staging 16 or 32 k-steps): as many blocks as fit on the GPU at
+    once, each walking pairs with the next pair's operands in flight while it computes this
+    one's tile."""
     count, m, k = a.shape
     n = b.shape[2]
-    step = 16 if k <= 16 else 32 if k <= 32 else 64
-    kernel = _ordered_kernel_named(f"ordered_stack_{r}_{step}")
+    if max(m, n) > 16 * r or not 0 < k <= STACK_MAX_K:
+        raise ValueError(
+            f"the small-stack kernel takes pairs with m, n <= {16 * r} (R = {r}) and "
+            f"0 < k <= {STACK_MAX_K}; got {m} x {k} x {n}"
+        )
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    kernel = _ordered_kernel_named(f"ordered_stack_{r}_{16 if k <= 16 else 32}")
     c = cp.empty((count, m, n), dtype=cp.float32)
-    kernel(
-        (min(count, _resident_blocks(kernel, 256)),), (16, 16),
-        (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), c),
-    )  # fmt: skip
+    grid = min(count, _resident_blocks(kernel, 256, cp.cuda.Device().id))
+    kernel((grid,), (16, 16), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c))
     return c
 
 
 @functools.cache
-def _resident_blocks(kernel: Any, threads: int) -> int:
-    """How many blocks of ``kernel`` the current GPU runs at once."""
+def _resident_blocks(kernel: Any, threads: int, device: int) -> int:
+    """How many blocks of ``kernel`` GPU ``device`` (the current one) runs at once."""
     function = kernel.kernel  # (RawKernel: the Function of the current device)
     per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, 0)
-    return max(1, per_sm) * _multiprocessors(cp.cuda.Device().id)
+    return max(1, per_sm) * _multiprocessors(device)
 
 
 def tile_size(m: int, n: int) -> int:
@@ -881,7 +895,7 @@ ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (th
 def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
     row of A and group of 4, 8 or 16 columns of B (the fewest that cover n); A's tiles in
-    16-byte loads where k is a multiple of 4 (the rows then stay aligned)."""
+    16-byte copies where k is a multiple of 4 (the rows then stay aligned)."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
@@ -910,8 +924,9 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
     kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")
     c = cp.empty((m, n), dtype=cp.float32)
+    resident = _resident_blocks(kernel, THIN_THREADS, cp.cuda.Device().id)
     kernel(
-        (min(-(-m // THIN_THREADS), _resident_blocks(kernel, THIN_THREADS)),), (THIN_THREADS,),
+        (min(-(-m // THIN_THREADS), resident),), (THIN_THREADS,),
         (a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c

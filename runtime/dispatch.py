@@ -6,6 +6,8 @@ module decides which one runs and, for the "auto" policy, which level.
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
@@ -38,13 +40,14 @@ AUTO_SMALL = "fp32-ordered"
 AUTO_SPLIT_MAX_MN = 32
 AUTO_SPLIT_MIN_K = 131072
 # ... and for one tall product with few columns (TSM2R's case), fp32-ordered's tall kernel
-# (benchmarks/results/<gpu>/skinny.md, H100: 1.2x SGEMM at 65536 x 4096 x 16, 1.6x at n = 8;
-# 0.8x at 1048576 x 512 x 16, where each block's slabs of B weigh more against a short k, and
-# 0.5x at n = 32, where A is read once per 16 columns). The rows must fill the GPU: one
-# thread per row, 128 a block, ~4 blocks per SM.
+# (H100, skinny.md and a probe in the same session: 1.3x SGEMM at 65536 x 4096 x 16 and at
+# 262144 x 1024 x 16, 1.5x at 65536 x 4096 x 8 and 65536 x 2048 x 16; 0.98x at
+# 1048576 x 512 x 16, where each block's slabs of B weigh more against a short k, and 0.5-0.7x
+# at n = 32, where A is read once per 16 columns). The rows must fill the GPU: one thread per
+# row, 128 a block, ~4 blocks per SM.
 AUTO_TALL_MIN_M = 65536
 AUTO_TALL_MAX_N = 16
-AUTO_TALL_MIN_K = 2048
+AUTO_TALL_MIN_K = 1024
 # ... and for one product with very many rows and k and n within a chunk (TSM2L's case), its thin
 # kernel (H100: 1.30x at 1048576 x 16 x 16, 2.1x at 4194304 x 8 x 8, 1.06x at 1048576 x 7 x 5;
 # 0.98x at 1048576 x 32 x 32, where each row's k n FMAs weigh more than its bytes).
@@ -152,9 +155,7 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
     if _ordered_kernel_wins(m, k, n):
-        from . import cuda
-
-        return cuda.ordered_product(a, b)
+        return _cuda().ordered_product(a, b)
     return cp.matmul(a, b)
 
 
@@ -171,18 +172,26 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
         return None
     if not (a.flags.c_contiguous and b.flags.c_contiguous) or 0 in a.shape or 0 in b.shape:
         return None
-    from . import cuda
-
     if a.ndim > 3:  # (each CuPy call costs microseconds: a 3-D stack skips the reshapes)
         m, k = a.shape[-2:]
         c = _gpu_stack_fast_path(a.reshape(-1, m, k), b.reshape(-1, k, b.shape[-1]), level)
         return c.reshape(*a.shape[:-1], b.shape[-1])
+    cuda = _cuda()
     concrete = level if level.kind != "policy" else resolve_level(level, a, b, "cuda")
     if concrete.kind == "fp32":  # checked above: what matmul_stack would check again
-        return cuda.sgemm_stack(a, b)
+        return cuda.contiguous_sgemm_stack(a, b)
     if concrete.kind == "ordered":  # (no workspace beyond the result)
         return cuda.ordered_product(a, b)
     return cuda.matmul_stack(a, b, concrete)
+
+
+@functools.cache
+def _cuda() -> ModuleType:
+    """The CUDA backend (imported on first use: it needs CuPy). Cached: an import statement
+    costs about a microsecond a call, a tenth of a small stack's kernel."""
+    from . import cuda
+
+    return cuda
 
 
 def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:

@@ -186,14 +186,18 @@ def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
     assert stack.name == "fp32"  # stacks: each pair's own kernel, not split-k
 
 
+def shaped(*shape: int) -> np.ndarray:
+    """A float32 array of ``shape`` that takes no memory (routing reads only shapes)."""
+    return np.broadcast_to(np.float32(0), shape)
+
+
 def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:
     """One product with many rows, few columns and a long enough k: fp32-ordered's tall
     kernel on the GPU; one bound short of the rule stays native."""
     from mixpert.runtime import dispatch
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
-        a, b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
-        return dispatch.resolve_level("auto", a, b, backend).name
+        return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
     tall, narrow = dispatch.AUTO_TALL_MIN_M, dispatch.AUTO_TALL_MAX_N
     deep = dispatch.AUTO_TALL_MIN_K
@@ -209,8 +213,7 @@ def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_
     from mixpert.runtime import dispatch
 
     def level(m: int, k: int, n: int) -> str:
-        a, b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
-        return dispatch.resolve_level("auto", a, b, "cuda").name
+        return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), "cuda").name
 
     rows = dispatch.AUTO_THIN_MIN_M
     assert level(rows, 16, 16) == level(4 * rows, 8, 8) == dispatch.AUTO_SMALL

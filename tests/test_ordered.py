@@ -162,11 +162,11 @@ def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("count", "m", "k", "n"),
-    [(3000, 16, 16, 16), (5, 1, 1, 1), (700, 32, 17, 31), (300, 33, 64, 64), (9, 64, 40, 2)],
+    [(5000, 16, 16, 16), (5, 1, 1, 1), (5000, 32, 17, 31), (3000, 33, 32, 64), (9, 64, 30, 2)],
 )
 def test_gpu_small_stack_kernel_has_the_cpu_bits(count, m, k, n) -> None:
-    """The small-stack kernel (blocks walking pairs, the next pair in flight) for every stage
-    size (k <= 16, 32, 64) and tile size, stacks longer than the blocks that run at once."""
+    """The small-stack kernel (blocks walking pairs, the next pair in flight) for both stage
+    sizes (k <= 16, 32) and every tile size, stacks longer than the blocks that run at once."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -180,6 +180,17 @@ def test_gpu_small_stack_kernel_has_the_cpu_bits(count, m, k, n) -> None:
     assert max(m, n) <= 16 * r and k <= cuda.STACK_MAX_K  # the stack kernel's shapes
     got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "k", "n"), [(16, 33, 16), (17, 16, 16), (16, 8, 17)])
+def test_gpu_small_stack_kernel_refuses_pairs_past_its_tile(m, k, n) -> None:
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    a, b = cp.ones((2, m, k), dtype=cp.float32), cp.ones((2, k, n), dtype=cp.float32)
+    with pytest.raises(ValueError, match=r"small-stack kernel takes pairs with m, n <= 16"):
+        cuda.ordered_stack_product(a, b, 1)
 
 
 @pytest.mark.gpu
