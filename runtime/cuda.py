@@ -869,15 +869,19 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarra
     """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): one block per
     16 R x 16 R output tile and segment of k writes the segment's float64 total
     (``ordered_segments``), then each entry's totals are added in segment order and rounded
-    once: the bits of one thread walking the whole k."""
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    once: the bits of one thread walking the whole k. A transposed A (X.T of a C-ordered X,
+    as in X.T @ X) is read in place: a copy of a 16 x 2^21 transpose took 0.76 ms on an H100,
+    three times the product."""
+    transposed = a.flags.f_contiguous and not a.flags.c_contiguous
+    a, b = (a if transposed else _c_contiguous(a)), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
     tile = 16 * r
     count = -(-k // ordered.SEGMENT)
     segments = cp.empty((count, m, n), dtype=cp.float64)
+    kernel = _ordered_kernel_named(f"ordered_segments_{r}{'_at' if transposed else ''}")
     for first in _batch_chunks(count):  # grid z: at most 65535 segments a launch
-        _ordered_kernel_named(f"ordered_segments_{r}")(
+        kernel(
             (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
             (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(first), segments),
         )  # fmt: skip

@@ -792,8 +792,9 @@ __device__ __forceinline__ void ordered_step(const float* a_tile, const float* b
 
 // One stage of k-steps [q0, q0 + STEP) of the A and B tiles (rows r0.., columns c0..), from
 // global memory into registers: thread t takes elements t, t + 256, ... (coalesced loads),
-// zeros past q_end and the matrices' edges.
-template <int R, int STEP>
+// zeros past q_end and the matrices' edges. A_T: A is stored transposed (column-major: entry
+// (row, q) at a[q m + row], e.g. X.T of a C-ordered X), read along its rows instead.
+template <int R, int STEP, bool A_T = false>
 __device__ __forceinline__ void ordered_fetch(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
     int c0, int q0, int q_end, float (&a_next)[STEP * R / 16], float (&b_next)[STEP * R / 16])
@@ -803,15 +804,22 @@ __device__ __forceinline__ void ordered_fetch(
 #pragma unroll
     for (int l = 0; l < STEP * R / 16; ++l) {
         const int i = t + 256 * l;
-        const int a_line = i / STEP, a_q = q0 + i % STEP;
-        a_next[l] = (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+        if constexpr (A_T) {
+            const int a_line = i % T, a_q = q0 + i / T;
+            a_next[l] =
+                (a_q < q_end && r0 + a_line < m) ? a[(long long)a_q * m + r0 + a_line] : 0.0f;
+        } else {
+            const int a_line = i / STEP, a_q = q0 + i % STEP;
+            a_next[l] =
+                (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+        }
         const int b_q = q0 + i / T, b_line = i % T;
         b_next[l] = (b_q < q_end && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
     }
 }
 
 // A stage fetched by ordered_fetch, from registers into the shared tiles ([q][row], [q][col]).
-template <int R, int STEP>
+template <int R, int STEP, bool A_T = false>
 __device__ __forceinline__ void ordered_stage(
     float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4], const float (&a_next)[STEP * R / 16],
     const float (&b_next)[STEP * R / 16])
@@ -821,7 +829,10 @@ __device__ __forceinline__ void ordered_stage(
 #pragma unroll
     for (int l = 0; l < STEP * R / 16; ++l) {
         const int i = t + 256 * l;
-        a_tile[i % STEP][i / STEP] = a_next[l];
+        if constexpr (A_T)
+            a_tile[i / T][i % T] = a_next[l];
+        else
+            a_tile[i % STEP][i / STEP] = a_next[l];
         b_tile[i / T][i % T] = b_next[l];
     }
 }
@@ -859,7 +870,7 @@ __device__ __forceinline__ void ordered_steps(
 // in stages of STEP (a multiple of 16) through shared memory (coalesced global loads, vector
 // shared loads); the next stage's loads are in flight while this one's FMAs run. q_begin is a
 // multiple of the chunk.
-template <int R, int STEP>
+template <int R, int STEP, bool A_T = false>
 __device__ __forceinline__ void ordered_span(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
     int c0, int q_begin, int q_end, float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4],
@@ -872,12 +883,12 @@ __device__ __forceinline__ void ordered_span(
 #pragma unroll
         for (int j = 0; j < R; ++j) acc[i][j] = 0.0f;
     float a_next[STEP * R / 16], b_next[STEP * R / 16];
-    ordered_fetch<R, STEP>(a, b, m, n, k, r0, c0, q_begin, q_end, a_next, b_next);
+    ordered_fetch<R, STEP, A_T>(a, b, m, n, k, r0, c0, q_begin, q_end, a_next, b_next);
     for (int q0 = q_begin; q0 < q_end; q0 += STEP) {
-        ordered_stage<R, STEP>(a_tile, b_tile, a_next, b_next);
+        ordered_stage<R, STEP, A_T>(a_tile, b_tile, a_next, b_next);
         __syncthreads();
         if (q0 + STEP < q_end)
-            ordered_fetch<R, STEP>(a, b, m, n, k, r0, c0, q0 + STEP, q_end, a_next, b_next);
+            ordered_fetch<R, STEP, A_T>(a, b, m, n, k, r0, c0, q0 + STEP, q_end, a_next, b_next);
         ordered_steps<R>(a_tile, b_tile, q0, min(STEP, q_end - q0), q_end, acc, total);
         __syncthreads();
     }
@@ -987,8 +998,8 @@ __device__ __forceinline__ void ordered_impl(
 
 // Split-k, step 1: segment z = blockIdx.z + segment0 of one output tile per block (as
 // ordered_impl, in larger stages: a block walks one segment), its float64 total to
-// segments[z][row][col].
-template <int R>
+// segments[z][row][col]. A_T: A is stored transposed (ordered_fetch).
+template <int R, bool A_T>
 __device__ __forceinline__ void ordered_segments_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int segment0,
     double* __restrict__ segments)
@@ -1004,8 +1015,8 @@ __device__ __forceinline__ void ordered_segments_impl(
     for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int j = 0; j < R; ++j) total[i][j] = 0.0;
-    ordered_span<R, STEP>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile,
-                          b_tile, total);
+    ordered_span<R, STEP, A_T>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile,
+                               b_tile, total);
     segments += z * m * n;
 #pragma unroll
     for (int i = 0; i < R; ++i)
@@ -1065,13 +1076,14 @@ extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_stack_{r
 )
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_segments_{r}(
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_segments_{r}{suffix}(
     const float* a, const float* b, int m, int n, int k, int segment0, double* segments)
 {{
-    ordered_segments_impl<{r}>(a, b, m, n, k, segment0, segments);
+    ordered_segments_impl<{r}, {a_t}>(a, b, m, n, k, segment0, segments);
 }}
 """
     for r, min_blocks in ((1, 4), (2, 4), (4, 2))
+    for suffix, a_t in (("", "false"), ("_at", "true"))
 )
 # Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of
 # B): one thread per (row of A, group of G columns) runs the row's G dot products as G FMA

@@ -166,29 +166,27 @@ def test_auto_routes_stacks_by_their_shape() -> None:
     assert level(64, large, small, large) == "fp32"  # thin k: the packs cost more than they save
 
 
+def shaped(*shape: int) -> np.ndarray:
+    """A float32 array of ``shape`` that takes no memory (routing reads only shapes)."""
+    return np.broadcast_to(np.float32(0), shape)
+
+
 def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
     """One product with tiny m and n and a very long k: fp32-ordered's split-k on the GPU."""
     from mixpert.runtime import dispatch
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
-        a, b = np.empty((m, k), np.float32), np.empty((k, n), np.float32)
-        return dispatch.resolve_level("auto", a, b, backend).name
+        return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
     thin, long_k = dispatch.AUTO_SPLIT_MAX_MN, dispatch.AUTO_SPLIT_MIN_K
-    assert level(thin, long_k, thin) == dispatch.AUTO_SMALL
+    least = dispatch.AUTO_SPLIT_MIN_MN
+    assert level(thin, long_k, thin) == level(least, long_k, 1) == dispatch.AUTO_SMALL
     assert level(thin, long_k, thin, backend="cpu") == "fp32"
     assert level(thin + 1, long_k, thin) == "fp32"
     assert level(thin, long_k - 1, thin) == "fp32"
-    stack = dispatch.resolve_level(
-        "auto", np.empty((2, thin, long_k), np.float32), np.empty((2, long_k, thin), np.float32),
-        "cuda",
-    )  # fmt: skip
+    assert level(least - 1, long_k, least - 1) == "fp32"  # 16 x 16 tiles: SGEMM wins
+    stack = dispatch.resolve_level("auto", shaped(2, thin, long_k), shaped(2, long_k, thin), "cuda")
     assert stack.name == "fp32"  # stacks: each pair's own kernel, not split-k
-
-
-def shaped(*shape: int) -> np.ndarray:
-    """A float32 array of ``shape`` that takes no memory (routing reads only shapes)."""
-    return np.broadcast_to(np.float32(0), shape)
 
 
 def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:

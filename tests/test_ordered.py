@@ -136,6 +136,27 @@ def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("m", "n"), [(16, 16), (3, 20), (40, 33)])  # R = 1, 2, 4
+def test_gpu_split_k_reads_a_transposed_a_in_place_with_the_cpu_bits(m, n) -> None:
+    """X.T @ Y with X C-ordered (A column-major): the split-k kernel reads A along its rows, with
+    the bits of the C-ordered product, segments and partial stages included."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(m * n)
+    k = 9 * ordered.SEGMENT + 77
+    x = rng.standard_normal((k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    x[5, 1], x[-1, -1], b[7, 0] = np.float32(3e-41), np.inf, np.nan
+    a_gpu = cp.asarray(x).T
+    assert a_gpu.flags.f_contiguous and not a_gpu.flags.c_contiguous
+    assert cuda._splits_k(m, n, k, cuda.tile_size(m, n))
+    want = ordered.ordered_product(np.ascontiguousarray(x.T), b)
+    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
 @pytest.mark.parametrize(("k", "n"), [(64, 16), (2 * ordered.SEGMENT + 36, 8), (100, 3)])
 def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n, offset) -> None:
