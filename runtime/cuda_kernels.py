@@ -1093,7 +1093,7 @@ extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_segments
 # rows sits in shared memory and every thread reads the same address (broadcast). Blocks of one
 # row block run their column groups one after another (grid x = group), so A comes from DRAM
 # once for n <= G and from L2 for the other groups. (Two threads per row, halving each one's
-# registers, measured slower: 0.91x against 1.32x at 65536 x 4096 x 16.)
+# registers, measured slower in a probe: 0.91x against 1.32x SGEMM at 65536 x 4096 x 16.)
 ORDERED_ROWS_SOURCE = r"""
 template <int G>
 __device__ __forceinline__ void rows_step(float x, const float* b_row, float (&acc)[G])
@@ -1122,6 +1122,43 @@ __device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
 // (cp.async: no registers held) into tile[row][q], zeros past m and k. VEC: lane l copies 16
 // bytes (4 steps) of rows 4 i + l / 8 (k % 4 == 0, A 16-byte aligned); else lane l copies
 // step q0 + l of every row.
+// Asynchronous copies into shared memory (cp.async, sm_80 and later; on older GPUs plain loads
+// and stores, so the module still builds there). A copy of 0 source bytes writes zeros.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void* dst, const float* src, bool inside)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"(to), "l"(src), "r"(inside ? 16 : 0) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                     :: "r"(to), "l"(src), "r"(inside ? 4 : 0) : "memory");
+#else
+    if constexpr (BYTES == 16)
+        *reinterpret_cast<float4*>(dst) =
+            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    else
+        *reinterpret_cast<float*>(dst) = inside ? *src : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void copies_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int PENDING>  // wait until at most PENDING committed groups are still in flight
+__device__ __forceinline__ void copies_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+#endif
+}
+
 template <bool VEC, int W>
 __device__ __forceinline__ void rows_copy(const float* __restrict__ a, long long m, int k,
                                           long long row0, int q0, int lane, float (*tile)[W])
@@ -1132,23 +1169,17 @@ __device__ __forceinline__ void rows_copy(const float* __restrict__ a, long long
         for (int i = 0; i < 8; ++i) {
             const int r = 4 * i + (lane >> 3);
             const bool inside = row0 + r < m && q0 + q < k;
-            const float* src = inside ? a + (row0 + r) * k + q0 + q : a;
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(&tile[r][q]);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                         :: "r"(dst), "l"(src), "r"(inside ? 16 : 0));
+            copy_async<16>(&tile[r][q], inside ? a + (row0 + r) * k + q0 + q : a, inside);
         }
     } else {
         const bool step_inside = q0 + lane < k;
 #pragma unroll 8
         for (int r = 0; r < 32; ++r) {
             const bool inside = row0 + r < m && step_inside;
-            const float* src = inside ? a + (row0 + r) * k + q0 + lane : a;
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(&tile[r][lane]);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                         :: "r"(dst), "l"(src), "r"(inside ? 4 : 0));
+            copy_async<4>(&tile[r][lane], inside ? a + (row0 + r) * k + q0 + lane : a, inside);
         }
     }
-    asm volatile("cp.async.commit_group;");
+    copies_commit();
 }
 
 template <int G, bool SEGMENTS, bool VEC>
@@ -1192,8 +1223,8 @@ __device__ __forceinline__ void ordered_rows_impl(
                     rows_copy<VEC, W>(a, m, k, row0, s0 + t0 + CH, lane,
                                       a_s[warp][(chunk + 1) & 1]);
                 else
-                    asm volatile("cp.async.commit_group;");  // (an empty group: same waits)
-                asm volatile("cp.async.wait_group 1;");  // this chunk's tile has landed
+                    copies_commit();  // (an empty group: the same waits)
+                copies_wait<1>();  // this chunk's tile has landed
                 __syncwarp();  // ... for every lane's copies
                 const float* a_row = a_s[warp][chunk & 1][lane];
                 const float* b_chunk = b_s[t0];
@@ -1219,7 +1250,7 @@ __device__ __forceinline__ void ordered_rows_impl(
                 }
             }
         }
-        asm volatile("cp.async.wait_group 0;");
+        copies_wait<0>();
         if (row0 + lane < m) {
 #pragma unroll
             for (int j = 0; j < G; ++j)

@@ -51,9 +51,11 @@ AUTO_TALL_MIN_M = 65536
 AUTO_TALL_MAX_N = 16
 AUTO_TALL_MIN_K = 1024
 # ... and for one product with very many rows and k and n within a chunk (TSM2L's case), its thin
-# kernel (H100: 1.30x at 1048576 x 16 x 16, 2.1x at 4194304 x 8 x 8, 1.06x at 1048576 x 7 x 5;
-# 0.98x at 1048576 x 32 x 32, where each row's k n FMAs weigh more than its bytes).
+# kernel (H100: 1.32x at 1048576 x 16 x 16 in skinny.md; in a probe, 2.1x at 4194304 x 8 x 8,
+# 1.06x at 1048576 x 7 x 5, 0.98x at 1048576 x 32 x 32, where each row's k n FMAs weigh more
+# than its bytes).
 AUTO_THIN_MIN_M = 1 << 20
+AUTO_THIN_MAX_N = 16  # (wider outputs leave the thin kernel for slower ones: 0.1x at k = 4, n = 64)
 AUTO_THIN_MAX_KN = 256
 _FLOAT32 = np.dtype(np.float32)
 
@@ -227,12 +229,14 @@ def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN, one of them at least
     AUTO_SPLIT_MIN_MN, k at least AUTO_SPLIT_MIN_K),
     tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
-    or thin (m at least AUTO_THIN_MIN_M, k within a chunk, k n at most AUTO_THIN_MAX_KN)."""
+    or thin (m at least AUTO_THIN_MIN_M, k within a chunk, n at most AUTO_THIN_MAX_N, k n at
+    most AUTO_THIN_MAX_KN)."""
     if m <= 0 or k <= 0 or n <= 0:
         return False
     split_k = AUTO_SPLIT_MIN_MN <= max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
     tall = m >= AUTO_TALL_MIN_M and n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
-    thin = m >= AUTO_THIN_MIN_M and k <= ordered.CHUNK and k * n <= AUTO_THIN_MAX_KN
+    thin = m >= AUTO_THIN_MIN_M and k <= ordered.CHUNK and n <= AUTO_THIN_MAX_N
+    thin = thin and k * n <= AUTO_THIN_MAX_KN
     return split_k or tall or thin
 
 

@@ -218,6 +218,7 @@ def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_
     assert level(rows, ordered.CHUNK, dispatch.AUTO_THIN_MAX_KN // ordered.CHUNK) == "fp32-ordered"
     assert level(rows - 1, 16, 16) == "fp32"
     assert level(rows, 16, 17) == "fp32"  # k n past the rule: the FMAs outweigh the bytes
+    assert level(rows, 4, 64) == "fp32"  # n past the thin kernel's columns
     assert level(rows, ordered.CHUNK + 1, 1) == "fp32"  # k past one chunk
 
 

@@ -119,7 +119,7 @@ def test_gpu_kernel_keeps_subnormal_sums_with_the_cpu_bits() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("k", "n"), [(1, 1), (7, 5), (33, 16), (600, 17), (300, 128), (256, 40)]
-)  # k past a chunk and past a B slab (256), partial chunks; n > 16 takes column groups
+)  # k past a chunk and past a B slab (128), partial chunks; n > 16 takes column groups
 def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
     """The tall kernels (one thread per row of A and group of columns) keep the level's order."""
     from mixpert.runtime import cuda

@@ -1,5 +1,5 @@
 """The least-squares sample: its products have the memory-bound shapes it is there for, its
-float64 run recovers the generating coefficients, and its checks can fail."""
+float64 run is the least-squares solution, and its checks can fail."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ def test_products_are_the_long_k_and_thin_shapes(sample, args) -> None:
     assert any("r.T @ r" in s for s in sources)  # the residual norms
 
 
-def test_float64_run_recovers_the_generating_coefficients(sample) -> None:
-    """Y = X W + noise: the fit's coefficients are W's to within the noise's reach."""
+def test_float64_run_is_numpys_least_squares_solution(sample) -> None:
+    """The normal equations with refinement, run in float64, give NumPy's least-squares
+    coefficients and their residual norms."""
     rng = np.random.default_rng(5)
     x, y, sweeps = sample.make_inputs(np, rng, N)
     w_true = np.linalg.lstsq(x.astype(np.float64), y.astype(np.float64), rcond=None)[0]
