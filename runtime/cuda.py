@@ -879,15 +879,26 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarra
     tile = 16 * r
     count = -(-k // ordered.SEGMENT)
     segments = cp.empty((count, m, n), dtype=cp.float64)
-    kernel = _ordered_kernel_named(f"ordered_segments_{r}{'_at' if transposed else ''}")
+    at = "_at" if transposed else ""
+    if max(m, n) <= 16:  # one block per segment, its chunks in parallel (ordered_gram)
+        _ordered_kernel_named(f"ordered_gram{at}")(
+            (count,), (128,), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(0), segments)
+        )
+        return _segment_totals(segments, m, n)
+    kernel = _ordered_kernel_named(f"ordered_segments_{r}{at}")
     for first in _batch_chunks(count):  # grid z: at most 65535 segments a launch
         kernel(
             (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
             (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(first), segments),
         )  # fmt: skip
+    return _segment_totals(segments, m, n)
+
+
+def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:
+    """Each entry's segment totals added in segment order, rounded once."""
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named("ordered_segment_totals")(
-        (-(-(m * n) // 8),), (256,), (segments, np.int32(count), np.int64(m * n), c)
+        (-(-(m * n) // 8),), (256,), (segments, np.int32(len(segments)), np.int64(m * n), c)
     )
     return c
 

@@ -1027,6 +1027,78 @@ __device__ __forceinline__ void ordered_segments_impl(
         }
 }
 
+// Split-k, step 1, for outputs of at most 16 x 16 (Gram-like X^T Y of few columns), where one
+// thread per output would load two shared values per FMA: a block of 128 threads per segment
+// z = blockIdx.x + segment0 works on 8 chunks at once, one chunk per group of 16 threads, each
+// thread a 4 x 4 block of outputs (two 16-byte shared loads per 16 FMAs). The chunk sums are
+// then added into the segment's float64 totals in chunk order: the bits of one thread walking
+// the segment. A_T: A is stored transposed (ordered_fetch).
+template <bool A_T>
+__device__ __forceinline__ void ordered_gram_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
+    long long segment0, double* __restrict__ segments)
+{
+    constexpr int CH = ${ORDERED_CHUNK}, GROUPS = 8, HALF = GROUPS * CH, T = 16;
+    static_assert(${ORDERED_SEGMENT} % HALF == 0, "a segment is whole stages");
+    __shared__ __align__(16) float a_s[HALF][T + 4];  // [q][row]; rows of 80 bytes
+    __shared__ __align__(16) float b_s[HALF][T];      // [q][col]
+    __shared__ float sums[GROUPS][T][T + 1];
+    const int tid = threadIdx.x, group = tid / 16, r4 = (tid % 4) * 4, c4 = (tid % 16 / 4) * 4;
+    const long long z = blockIdx.x + segment0;
+    const long long s0 = z * ${ORDERED_SEGMENT}, s_end = min((long long)k, s0 + ${ORDERED_SEGMENT});
+    double total[2] = {0.0, 0.0};  // outputs tid and tid + 128 of the 16 x 16
+    for (long long h0 = s0; h0 < s_end; h0 += HALF) {
+        const int depth = (int)min((long long)HALF, s_end - h0);
+        for (int i = tid; i < HALF * T; i += 128) {
+            const int q = i / T, j = i % T;
+            b_s[q][j] = (q < depth && j < n) ? b[(h0 + q) * n + j] : 0.0f;
+            if constexpr (A_T) a_s[q][j] = (q < depth && j < m) ? a[(h0 + q) * m + j] : 0.0f;
+        }
+        if constexpr (!A_T) {
+            for (int i = tid; i < HALF * T; i += 128) {  // along each row of A: coalesced
+                const int j = i / HALF, q = i % HALF;
+                a_s[q][j] = (q < depth && j < m) ? a[(long long)j * k + h0 + q] : 0.0f;
+            }
+        }
+        __syncthreads();
+        const int c0 = group * CH, steps = min(CH, depth - c0);  // steps <= 0: no such chunk
+        float acc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+        for (int s = 0; s < steps; ++s) {
+            const float4 x = *reinterpret_cast<const float4*>(&a_s[c0 + s][r4]);
+            const float4 y = *reinterpret_cast<const float4*>(&b_s[c0 + s][c4]);
+            const float av[4] = {x.x, x.y, x.z, x.w}, bv[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
+        }
+        if (steps > 0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) sums[group][r4 + i][c4 + j] = acc[i][j];
+        }
+        __syncthreads();
+        const int chunks = (depth + CH - 1) / CH;
+#pragma unroll
+        for (int o = 0; o < 2; ++o) {
+            const int e = tid + 128 * o;
+            for (int c = 0; c < chunks; ++c)
+                total[o] = total[o] + widen_ieee(sums[c][e / T][e % T]);
+        }
+        __syncthreads();  // the stage and the sums are read
+    }
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+        const int e = tid + 128 * o, row = e / T, col = e % T;
+        if (row < m && col < n) segments[z * m * n + row * n + col] = total[o];
+    }
+}
+
 // Split-k, step 2: each entry's segment totals added in segment order, rounded once. A block
 // of 256 threads takes 8 entries: all its threads load 256 segments of them into shared memory
 // at a time, then 8 threads add them up, one per entry, in order.
@@ -1073,6 +1145,16 @@ extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_stack_{r
 """
     for r, min_blocks in ((1, 4), (2, 4), (4, 2))
     for step in (16, 32)
+)
+ORDERED_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(128) ordered_gram{suffix}(
+    const float* a, const float* b, int m, int n, int k, long long segment0, double* segments)
+{{
+    ordered_gram_impl<{a_t}>(a, b, m, n, k, segment0, segments);
+}}
+"""
+    for suffix, a_t in (("", "false"), ("_at", "true"))
 )
 ORDERED_SOURCE += "".join(
     f"""

@@ -35,12 +35,14 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
-# kernel on its 32 x 32 tiles (H100, skinny.md: 1.5x SGEMM at 32 x 262144 x 32, 7x more
-# accurate; 0.7x at 64 x 131072 x 64 (64 x 64 tiles), and 0.75x at 16 x 2^21 x 16, where the
-# 16 x 16 tile's threads load two shared values per FMA: so only outputs of 17 to 32 a side).
+# kernel: on 32 x 32 tiles for outputs of 17 to 32 a side (H100, skinny.md: 1.5x SGEMM at
+# 32 x 262144 x 32, 7x more accurate; 0.7x at 64 x 131072 x 64 on 64 x 64 tiles), and with a
+# segment's chunks in parallel for outputs of at most 16 a side (a probe: 2.2x at
+# 16 x 262144 x 16, but 0.95x-1.07x at 16 x 2^21 x 16, where cuBLAS's own split-k catches up).
 AUTO_SPLIT_MIN_MN = 17  # max(m, n) at least this ...
 AUTO_SPLIT_MAX_MN = 32  # ... and both at most this
 AUTO_SPLIT_MIN_K = 131072
+AUTO_GRAM_MAX_K = 262144  # outputs of at most 16 a side: k at most this
 # ... and for one tall product with few columns (TSM2R's case), fp32-ordered's tall kernel
 # (H100, skinny.md and a probe in the same session: 1.3x SGEMM at 65536 x 4096 x 16 and at
 # 262144 x 1024 x 16, 1.5x at 65536 x 4096 x 8 and 65536 x 2048 x 16; 0.98x at
@@ -226,14 +228,17 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
 
 def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether one product of this shape runs faster on one of fp32-ordered's kernels than on
-    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN, one of them at least
-    AUTO_SPLIT_MIN_MN, k at least AUTO_SPLIT_MIN_K),
+    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K;
+    k at most AUTO_GRAM_MAX_K where both are below AUTO_SPLIT_MIN_MN),
     tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
     or thin (m at least AUTO_THIN_MIN_M, k within a chunk, n at most AUTO_THIN_MAX_N, k n at
     most AUTO_THIN_MAX_KN)."""
     if m <= 0 or k <= 0 or n <= 0:
         return False
-    split_k = AUTO_SPLIT_MIN_MN <= max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
+    if max(m, n) < AUTO_SPLIT_MIN_MN:
+        split_k = AUTO_SPLIT_MIN_K <= k <= AUTO_GRAM_MAX_K
+    else:
+        split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
     tall = m >= AUTO_TALL_MIN_M and n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
     thin = m >= AUTO_THIN_MIN_M and k <= ordered.CHUNK and n <= AUTO_THIN_MAX_N
     thin = thin and k * n <= AUTO_THIN_MAX_KN

@@ -184,7 +184,9 @@ def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
     assert level(thin, long_k, thin, backend="cpu") == "fp32"
     assert level(thin + 1, long_k, thin) == "fp32"
     assert level(thin, long_k - 1, thin) == "fp32"
-    assert level(least - 1, long_k, least - 1) == "fp32"  # 16 x 16 tiles: SGEMM wins
+    gram = dispatch.AUTO_GRAM_MAX_K  # outputs of at most 16 a side: chunks in parallel ...
+    assert level(least - 1, gram, least - 1) == level(1, long_k, 3) == dispatch.AUTO_SMALL
+    assert level(least - 1, gram + 1, least - 1) == "fp32"  # ... up to where cuBLAS catches up
     stack = dispatch.resolve_level("auto", shaped(2, thin, long_k), shaped(2, long_k, thin), "cuda")
     assert stack.name == "fp32"  # stacks: each pair's own kernel, not split-k
 

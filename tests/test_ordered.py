@@ -243,6 +243,8 @@ def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
         (None, 3 * ordered.SEGMENT + 5, 8, "tall"),  # tall kernel (m set below)
         (32, 9 * ordered.SEGMENT + 77, 32, "split"),  # split-k: a block per segment
         (70, 12 * ordered.SEGMENT, 3, "split"),
+        (16, 9 * ordered.SEGMENT + 300, 16, "split"),  # outputs <= 16 x 16: chunks in parallel
+        (5, 8 * ordered.SEGMENT + 33, 7, "split"),
     ],
 )
 def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
