@@ -868,10 +868,11 @@ def _multiprocessors(device: int) -> int:
 def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarray:
     """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): one block per
     16 R x 16 R output tile and segment of k writes the segment's float64 total
-    (``ordered_segments``), then each entry's totals are added in segment order and rounded
-    once: the bits of one thread walking the whole k. A transposed A (X.T of a C-ordered X,
-    as in X.T @ X) is read in place: a copy of a 16 x 2^21 transpose took 0.76 ms on an H100,
-    three times the product."""
+    (``ordered_segments``; for outputs of at most 16 x 16, ``ordered_gram``: one block per
+    segment, its chunks summed in parallel and added in order), then each entry's totals are
+    added in segment order and rounded once: the bits of one thread walking the whole k. A
+    transposed A (X.T of a C-ordered X, as in X.T @ X) is read in place: a copy of a
+    16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
     transposed = a.flags.f_contiguous and not a.flags.c_contiguous
     a, b = (a if transposed else _c_contiguous(a)), _c_contiguous(b)
     m, k = a.shape
