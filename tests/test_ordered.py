@@ -215,6 +215,26 @@ def test_gpu_small_stack_kernel_refuses_pairs_past_its_tile(m, k, n) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("k", "n"), [(100, 16), (2 * ordered.SEGMENT + 64, 8), (37, 5)])
+def test_gpu_tall_kernel_walks_several_row_blocks_per_block(k, n, monkeypatch) -> None:
+    """With grid y capped at 2, each block of the tall kernel walks three row blocks (the last
+    partial): its per-warp tile buffers and copy groups start afresh for each, on the 16-byte
+    (k % 4 == 0) and 4-byte paths, with and without segments."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    monkeypatch.setattr(cuda, "MAX_GRID_YZ", 2)
+    rng = np.random.default_rng(k + n)
+    m = 5 * cuda.ROWS_THREADS + 77
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[-1, -1], b[0, 0] = np.float32(-2e-40), np.inf
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_rows_product(cp.asarray(a), cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
 def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
     """Row blocks beyond grid y's 65535 loop inside the kernels: the tall fp32-ordered kernel
     (128 rows a block) and the bypass of a NaN column at level IV (64 rows a block)."""
