@@ -1,0 +1,756 @@
+"""CUDA sources of level fp32-ordered (``ordered``): the tile, small-stack, split-k, Gram,
+tall and thin kernels, each computing every output entry in the level's one fixed order
+(``ordered.ordered_product`` is their CPU model). ``cuda_kernels`` builds them into its combine
+module, with the contract's constants filled in (``${NAME}``)."""
+
+from __future__ import annotations
+
+ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
+THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
+
+# Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
+# steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
+# (CuPy's -ftz=true would flush them in C float arithmetic).
+ORDERED_SOURCE = r"""
+__device__ __forceinline__ float fma_ieee(float a, float b, float c)
+{
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+    return d;
+}
+
+__device__ __forceinline__ double widen_ieee(float x)  // exact, subnormals included
+{
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
+    return d;
+}
+
+// R consecutive floats from 16-byte aligned shared memory (R = 1, 2 or 4).
+template <int R>
+__device__ __forceinline__ void load_run(const float* p, float (&v)[R])
+{
+    if constexpr (R == 4) {
+        const float4 x = *reinterpret_cast<const float4*>(p);
+        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
+    } else if constexpr (R == 2) {
+        const float2 x = *reinterpret_cast<const float2*>(p);
+        v[0] = x.x; v[1] = x.y;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+// R consecutive floats to R-aligned global memory in one store (R = 1, 2 or 4).
+template <int R>
+__device__ __forceinline__ void store_run(float* p, const float (&v)[R])
+{
+    if constexpr (R == 4) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (R == 2) {
+        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    } else {
+        p[0] = v[0];
+    }
+}
+
+// acc[i][j] = fma(a[q][R ty + i], b[q][R tx + j], acc[i][j]) from the shared tiles (row length
+// W floats).
+template <int R, int W>
+__device__ __forceinline__ void ordered_step(const float* a_tile, const float* b_tile, int q,
+                                             float (&acc)[R][R])
+{
+    float av[R], bv[R];
+    load_run<R>(a_tile + q * W + R * threadIdx.y, av);
+    load_run<R>(b_tile + q * W + R * threadIdx.x, bv);
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
+}
+
+// One stage of k-steps [q0, q0 + STEP) of the A and B tiles (rows r0.., columns c0..), from
+// global memory into registers: thread t takes elements t, t + 256, ... (coalesced loads),
+// zeros past q_end and the matrices' edges. A_T: A is stored transposed (column-major: entry
+// (row, q) at a[q m + row], e.g. X.T of a C-ordered X), read along its rows instead.
+template <int R, int STEP, bool A_T = false>
+__device__ __forceinline__ void ordered_fetch(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
+    int c0, int q0, int q_end, float (&a_next)[STEP * R / 16], float (&b_next)[STEP * R / 16])
+{
+    constexpr int T = 16 * R;
+    const int t = threadIdx.y * 16 + threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < STEP * R / 16; ++l) {
+        const int i = t + 256 * l;
+        if constexpr (A_T) {
+            const int a_line = i % T, a_q = q0 + i / T;
+            a_next[l] =
+                (a_q < q_end && r0 + a_line < m) ? a[(long long)a_q * m + r0 + a_line] : 0.0f;
+        } else {
+            const int a_line = i / STEP, a_q = q0 + i % STEP;
+            a_next[l] =
+                (a_q < q_end && r0 + a_line < m) ? a[(long long)(r0 + a_line) * k + a_q] : 0.0f;
+        }
+        const int b_q = q0 + i / T, b_line = i % T;
+        b_next[l] = (b_q < q_end && c0 + b_line < n) ? b[(long long)b_q * n + c0 + b_line] : 0.0f;
+    }
+}
+
+// A stage fetched by ordered_fetch, from registers into the shared tiles ([q][row], [q][col]).
+template <int R, int STEP, bool A_T = false>
+__device__ __forceinline__ void ordered_stage(
+    float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4], const float (&a_next)[STEP * R / 16],
+    const float (&b_next)[STEP * R / 16])
+{
+    constexpr int T = 16 * R;
+    const int t = threadIdx.y * 16 + threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < STEP * R / 16; ++l) {
+        const int i = t + 256 * l;
+        if constexpr (A_T)
+            a_tile[i / T][i % T] = a_next[l];
+        else
+            a_tile[i % STEP][i / STEP] = a_next[l];
+        b_tile[i / T][i % T] = b_next[l];
+    }
+}
+
+// The FMAs of one staged stage, k-steps [q0, q0 + depth): chunk sums go into total, in order,
+// where a chunk ends (at multiples of the chunk, and at q_end).
+template <int R>
+__device__ __forceinline__ void ordered_steps(
+    const float (*a_tile)[16 * R + 4], const float (*b_tile)[16 * R + 4], int q0, int depth,
+    int q_end, float (&acc)[R][R], double (&total)[R][R])
+{
+    constexpr int T = 16 * R, PAD = 4;
+    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end at steps of 16");
+    for (int s = 0; s < depth; s += 16) {
+        if (depth - s >= 16) {  // a whole step of 16, unrolled
+#pragma unroll
+            for (int q = 0; q < 16; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], s + q, acc);
+        } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
+            for (int q = s; q < depth; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
+        }
+        if ((q0 + s + 16) % ${ORDERED_CHUNK} == 0 || q0 + s + 16 >= q_end) {  // chunk ends
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+#pragma unroll
+                for (int j = 0; j < R; ++j) {
+                    total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                    acc[i][j] = 0.0f;
+                }
+        }
+    }
+}
+
+// The chunk sums of k-steps [q_begin, q_end) of one 16 R x 16 R output tile (rows r0.., columns
+// c0..), added in order into total (R x R neighbouring entries per thread of 16 x 16). k runs
+// in stages of STEP (a multiple of 16) through shared memory (coalesced global loads, vector
+// shared loads); the next stage's loads are in flight while this one's FMAs run. q_begin is a
+// multiple of the chunk.
+template <int R, int STEP, bool A_T = false>
+__device__ __forceinline__ void ordered_span(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int r0,
+    int c0, int q_begin, int q_end, float (*a_tile)[16 * R + 4], float (*b_tile)[16 * R + 4],
+    double (&total)[R][R])
+{
+    static_assert(STEP % 16 == 0, "stages are whole steps of 16");
+    float acc[R][R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) acc[i][j] = 0.0f;
+    float a_next[STEP * R / 16], b_next[STEP * R / 16];
+    ordered_fetch<R, STEP, A_T>(a, b, m, n, k, r0, c0, q_begin, q_end, a_next, b_next);
+    for (int q0 = q_begin; q0 < q_end; q0 += STEP) {
+        ordered_stage<R, STEP, A_T>(a_tile, b_tile, a_next, b_next);
+        __syncthreads();
+        if (q0 + STEP < q_end)
+            ordered_fetch<R, STEP, A_T>(a, b, m, n, k, r0, c0, q0 + STEP, q_end, a_next, b_next);
+        ordered_steps<R>(a_tile, b_tile, q0, min(STEP, q_end - q0), q_end, acc, total);
+        __syncthreads();
+    }
+}
+
+// Row r0 + R ty + i, columns c0 + R tx.. of the tile's totals, rounded once, into C.
+template <int R>
+__device__ __forceinline__ void ordered_store(float* __restrict__ c, int m, int n, int r0, int c0,
+                                              const double (&total)[R][R])
+{
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const bool whole = c0 + R * tx + R <= n && n % R == 0;  // R aligned floats: one store
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = r0 + R * ty + i;
+        if (whole && r < m) {
+            float out[R];
+#pragma unroll
+            for (int j = 0; j < R; ++j) out[j] = canonical(total[i][j]);
+            store_run<R>(c + (long long)r * n + c0 + R * tx, out);
+            continue;
+        }
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int col = c0 + R * tx + j;
+            if (r < m && col < n) c[(long long)r * n + col] = canonical(total[i][j]);
+        }
+    }
+}
+
+// Small stacks (m, n <= 16 R, k <= STEP): a block walks pairs blockIdx.x, + gridDim.x, ...,
+// one tile each, with the next pair's operands in flight while it works on this one's.
+template <int R, int STEP>
+__device__ __forceinline__ void ordered_stack_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
+    long long count, float* __restrict__ c)
+{
+    constexpr int T = 16 * R, PAD = 4;
+    __shared__ __align__(16) float a_tile[STEP][T + PAD];  // [q][row]
+    __shared__ __align__(16) float b_tile[STEP][T + PAD];  // [q][col]
+    float a_next[STEP * R / 16], b_next[STEP * R / 16];
+    long long z = blockIdx.x;
+    if (z < count)
+        ordered_fetch<R, STEP>(a + z * m * k, b + z * k * n, m, n, k, 0, 0, 0, k, a_next, b_next);
+    for (; z < count; z += gridDim.x) {
+        ordered_stage<R, STEP>(a_tile, b_tile, a_next, b_next);
+        __syncthreads();
+        const long long z_next = z + gridDim.x;
+        if (z_next < count)
+            ordered_fetch<R, STEP>(a + z_next * m * k, b + z_next * k * n, m, n, k, 0, 0, 0, k,
+                                   a_next, b_next);
+        float acc[R][R];
+        double total[R][R];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int j = 0; j < R; ++j) { acc[i][j] = 0.0f; total[i][j] = 0.0; }
+        ordered_steps<R>(a_tile, b_tile, 0, k, k, acc, total);
+        ordered_store<R>(c + z * m * n, m, n, 0, 0, total);
+        __syncthreads();
+    }
+}
+
+// One 16 R x 16 R output tile per block of 16 x 16 threads; pair z = blockIdx.z + batch0 of
+// two C-contiguous stacks. SEGMENTS: k may exceed a segment, so each segment's total is
+// summed apart and added in order (without, the one segment's total is the total).
+template <int R, int STEP, bool SEGMENTS>
+__device__ __forceinline__ void ordered_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int batch0,
+    float* __restrict__ c)
+{
+    constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
+    static_assert(${ORDERED_SEGMENT} % ${ORDERED_CHUNK} == 0, "segments are whole chunks");
+    __shared__ __align__(16) float a_tile[STEP][T + PAD];  // [q][row]
+    __shared__ __align__(16) float b_tile[STEP][T + PAD];  // [q][col]
+    const long long z = blockIdx.z + (long long)batch0;
+    a += z * m * k;
+    b += z * k * n;
+    c += z * m * n;
+    const int c0 = blockIdx.x * T;
+    for (int r0 = blockIdx.y * T; r0 < m; r0 += gridDim.y * T) {  // grid y: at most 65535
+        double total[R][R];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int j = 0; j < R; ++j) total[i][j] = 0.0;
+        if constexpr (SEGMENTS) {
+            for (int s0 = 0; s0 < k; s0 += ${ORDERED_SEGMENT}) {
+                double segment[R][R];
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+#pragma unroll
+                    for (int j = 0; j < R; ++j) segment[i][j] = 0.0;
+                ordered_span<R, STEP>(a, b, m, n, k, r0, c0, s0,
+                                    min(k, s0 + ${ORDERED_SEGMENT}), a_tile, b_tile, segment);
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+#pragma unroll
+                    for (int j = 0; j < R; ++j) total[i][j] = total[i][j] + segment[i][j];
+            }
+        } else {
+            ordered_span<R, STEP>(a, b, m, n, k, r0, c0, 0, k, a_tile, b_tile, total);
+        }
+        ordered_store<R>(c, m, n, r0, c0, total);
+    }
+}
+
+// Split-k, step 1: segment z = blockIdx.z + segment0 of one output tile per block (as
+// ordered_impl, in larger stages: a block walks one segment), its float64 total to
+// segments[z][row][col]. A_T: A is stored transposed (ordered_fetch).
+template <int R, bool A_T>
+__device__ __forceinline__ void ordered_segments_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int segment0,
+    double* __restrict__ segments)
+{
+    constexpr int T = 16 * R, PAD = 4, STEP = 32;
+    __shared__ __align__(16) float a_tile[STEP][T + PAD];
+    __shared__ __align__(16) float b_tile[STEP][T + PAD];
+    const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
+    const long long z = blockIdx.z + (long long)segment0;
+    const int s0 = (int)z * ${ORDERED_SEGMENT};
+    double total[R][R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) total[i][j] = 0.0;
+    ordered_span<R, STEP, A_T>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile,
+                               b_tile, total);
+    segments += z * m * n;
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int r = r0 + R * threadIdx.y + i, col = c0 + R * threadIdx.x + j;
+            if (r < m && col < n) segments[(long long)r * n + col] = total[i][j];
+        }
+}
+
+// Split-k, step 1, for outputs of at most 16 x 16 (Gram-like X^T Y of few columns), where one
+// thread per output would load two shared values per FMA: a block of 128 threads per segment
+// z = blockIdx.x + segment0 works on 8 chunks at once, one chunk per group of 16 threads, each
+// thread a 4 x 4 block of outputs (two 16-byte shared loads per 16 FMAs). The chunk sums are
+// then added into the segment's float64 totals in chunk order: the bits of one thread walking
+// the segment. A_T: A is stored transposed (ordered_fetch).
+template <bool A_T>
+__device__ __forceinline__ void ordered_gram_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
+    long long segment0, double* __restrict__ segments)
+{
+    constexpr int CH = ${ORDERED_CHUNK}, GROUPS = 8, HALF = GROUPS * CH, T = 16;
+    static_assert(${ORDERED_SEGMENT} % HALF == 0, "a segment is whole stages");
+    __shared__ __align__(16) float a_s[HALF][T + 4];  // [q][row]; rows of 80 bytes
+    __shared__ __align__(16) float b_s[HALF][T];      // [q][col]
+    __shared__ float sums[GROUPS][T][T + 1];
+    const int tid = threadIdx.x, group = tid / 16, r4 = (tid % 4) * 4, c4 = (tid % 16 / 4) * 4;
+    const long long z = blockIdx.x + segment0;
+    const long long s0 = z * ${ORDERED_SEGMENT}, s_end = min((long long)k, s0 + ${ORDERED_SEGMENT});
+    double total[2] = {0.0, 0.0};  // outputs tid and tid + 128 of the 16 x 16
+    for (long long h0 = s0; h0 < s_end; h0 += HALF) {
+        const int depth = (int)min((long long)HALF, s_end - h0);
+        for (int i = tid; i < HALF * T; i += 128) {
+            const int q = i / T, j = i % T;
+            b_s[q][j] = (q < depth && j < n) ? b[(h0 + q) * n + j] : 0.0f;
+            if constexpr (A_T) a_s[q][j] = (q < depth && j < m) ? a[(h0 + q) * m + j] : 0.0f;
+        }
+        if constexpr (!A_T) {
+            for (int i = tid; i < HALF * T; i += 128) {  // along each row of A: coalesced
+                const int j = i / HALF, q = i % HALF;
+                a_s[q][j] = (q < depth && j < m) ? a[(long long)j * k + h0 + q] : 0.0f;
+            }
+        }
+        __syncthreads();
+        const int c0 = group * CH, steps = min(CH, depth - c0);  // steps <= 0: no such chunk
+        float acc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+        for (int s = 0; s < steps; ++s) {
+            const float4 x = *reinterpret_cast<const float4*>(&a_s[c0 + s][r4]);
+            const float4 y = *reinterpret_cast<const float4*>(&b_s[c0 + s][c4]);
+            const float av[4] = {x.x, x.y, x.z, x.w}, bv[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
+        }
+        if (steps > 0) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) sums[group][r4 + i][c4 + j] = acc[i][j];
+        }
+        __syncthreads();
+        const int chunks = (depth + CH - 1) / CH;
+#pragma unroll
+        for (int o = 0; o < 2; ++o) {
+            const int e = tid + 128 * o;
+            for (int c = 0; c < chunks; ++c)
+                total[o] = total[o] + widen_ieee(sums[c][e / T][e % T]);
+        }
+        __syncthreads();  // the stage and the sums are read
+    }
+#pragma unroll
+    for (int o = 0; o < 2; ++o) {
+        const int e = tid + 128 * o, row = e / T, col = e % T;
+        if (row < m && col < n) segments[z * m * n + row * n + col] = total[o];
+    }
+}
+
+// Split-k, step 2: each entry's segment totals added in segment order, rounded once. A block
+// of 256 threads takes 8 entries: all its threads load 256 segments of them into shared memory
+// at a time, then 8 threads add them up, one per entry, in order.
+extern "C" __global__ void ordered_segment_totals(
+    const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
+{
+    constexpr int E = 8, DEPTH = 256;
+    __shared__ double part[DEPTH][E + 1];
+    const long long e0 = blockIdx.x * (long long)E;
+    const int column = threadIdx.x % E, row = threadIdx.x / E, rows = blockDim.x / E;
+    const bool mine = e0 + column < entries;
+    double total = 0.0;
+    for (int s0 = 0; s0 < count; s0 += DEPTH) {
+        const int depth = min(DEPTH, count - s0);
+        for (int s = row; s < depth; s += rows)
+            part[s][column] = mine ? segments[(s0 + s) * entries + e0 + column] : 0.0;
+        __syncthreads();
+        if (row == 0)
+            for (int s = 0; s < depth; ++s) total = total + part[s][column];
+        __syncthreads();
+    }
+    if (row == 0 && mine) c[e0 + column] = canonical(total);
+}
+"""
+# One exported entry per tile size (CuPy's RawModule looks kernels up by name).
+ORDERED_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_product_{r}{suffix}(
+    const float* a, const float* b, int m, int n, int k, int batch0, float* c)
+{{
+    ordered_impl<{r}, 32, {segments}>(a, b, m, n, k, batch0, c);
+}}
+"""
+    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
+    for suffix, segments in (("", "false"), ("_segments", "true"))
+)
+ORDERED_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_stack_{r}_{step}(
+    const float* a, const float* b, int m, int n, int k, long long count, float* c)
+{{
+    ordered_stack_impl<{r}, {step}>(a, b, m, n, k, count, c);
+}}
+"""
+    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
+    for step in (16, 32)
+)
+ORDERED_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(128) ordered_gram{suffix}(
+    const float* a, const float* b, int m, int n, int k, long long segment0, double* segments)
+{{
+    ordered_gram_impl<{a_t}>(a, b, m, n, k, segment0, segments);
+}}
+"""
+    for suffix, a_t in (("", "false"), ("_at", "true"))
+)
+ORDERED_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_segments_{r}{suffix}(
+    const float* a, const float* b, int m, int n, int k, int segment0, double* segments)
+{{
+    ordered_segments_impl<{r}, {a_t}>(a, b, m, n, k, segment0, segments);
+}}
+"""
+    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
+    for suffix, a_t in (("", "false"), ("_at", "true"))
+)
+# Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of
+# B): one thread per (row of A, group of G columns) runs the row's G dot products as G FMA
+# chains in k order. Each warp copies its next tile of 32 rows x one chunk of A into shared
+# memory asynchronously (cp.async; 16-byte copies where k is a multiple of 4 and A is aligned)
+# while it works on the current tile, whose rows its lanes read 4 steps at a time; a slab of B's
+# rows sits in shared memory and every thread reads the same address (broadcast). Blocks of one
+# row block run their column groups one after another (grid x = group), so A comes from DRAM
+# once for n <= G and from L2 for the other groups. (Two threads per row, halving each one's
+# registers, measured slower in a probe: 0.91x against 1.32x SGEMM at 65536 x 4096 x 16.)
+ORDERED_ROWS_SOURCE = r"""
+template <int G>
+__device__ __forceinline__ void rows_step(float x, const float* b_row, float (&acc)[G])
+{
+#pragma unroll
+    for (int j = 0; j < G; j += 4) {
+        const float4 y = *reinterpret_cast<const float4*>(b_row + j);
+        acc[j] = fma_ieee(x, y.x, acc[j]);
+        acc[j + 1] = fma_ieee(x, y.y, acc[j + 1]);
+        acc[j + 2] = fma_ieee(x, y.z, acc[j + 2]);
+        acc[j + 3] = fma_ieee(x, y.w, acc[j + 3]);
+    }
+}
+
+template <int G>
+__device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
+{
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        total[j] = total[j] + widen_ieee(acc[j]);
+        acc[j] = 0.0f;
+    }
+}
+
+// The warp's tile of rows row0.. row0 + 31 and k-steps q0.. q0 + 31, copied asynchronously
+// (cp.async: no registers held) into tile[row][q], zeros past m and k. VEC: lane l copies 16
+// bytes (4 steps) of rows 4 i + l / 8 (k % 4 == 0, A 16-byte aligned); else lane l copies
+// step q0 + l of every row.
+// Asynchronous copies into shared memory (cp.async, sm_80 and later; on older GPUs plain loads
+// and stores, so the module still builds there). A copy of 0 source bytes writes zeros.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void* dst, const float* src, bool inside)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"(to), "l"(src), "r"(inside ? 16 : 0) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                     :: "r"(to), "l"(src), "r"(inside ? 4 : 0) : "memory");
+#else
+    if constexpr (BYTES == 16)
+        *reinterpret_cast<float4*>(dst) =
+            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    else
+        *reinterpret_cast<float*>(dst) = inside ? *src : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void copies_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int PENDING>  // wait until at most PENDING committed groups are still in flight
+__device__ __forceinline__ void copies_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+#endif
+}
+
+template <bool VEC, int W>
+__device__ __forceinline__ void rows_copy(const float* __restrict__ a, long long m, int k,
+                                          long long row0, int q0, int lane, float (*tile)[W])
+{
+    if constexpr (VEC) {
+        const int q = (lane & 7) * 4;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = 4 * i + (lane >> 3);
+            const bool inside = row0 + r < m && q0 + q < k;
+            copy_async<16>(&tile[r][q], inside ? a + (row0 + r) * k + q0 + q : a, inside);
+        }
+    } else {
+        const bool step_inside = q0 + lane < k;
+#pragma unroll 8
+        for (int r = 0; r < 32; ++r) {
+            const bool inside = row0 + r < m && step_inside;
+            copy_async<4>(&tile[r][lane], inside ? a + (row0 + r) * k + q0 + lane : a, inside);
+        }
+    }
+    copies_commit();
+}
+
+template <int G, bool SEGMENTS, bool VEC>
+__device__ __forceinline__ void ordered_rows_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
+    float* __restrict__ c)
+{
+    constexpr int KS = 128, CH = ${ORDERED_CHUNK}, W = CH + 4;  // B's k-steps per slab
+    static_assert(CH == 32, "a tile is 32 rows x one chunk");
+    static_assert(${ORDERED_SEGMENT} % KS == 0 && KS % CH == 0, "segments end with a slab");
+    constexpr int WARPS = ${ROWS_THREADS} / 32;
+    __shared__ __align__(16) float b_s[KS][G];
+    // [warp][buffer][row][q]: two tiles per warp, the next one arriving while the warp works
+    // on this one. Rows of W = 36 floats keep 16-byte copies aligned, and each quarter warp's
+    // 16-byte reads of its own rows (stride 36 words) on distinct banks.
+    __shared__ __align__(16) float a_s[WARPS][2][32][W];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c0 = blockIdx.x * G;
+    for (long long block_row = (long long)blockIdx.y * ${ROWS_THREADS}; block_row < m;
+         block_row += (long long)gridDim.y * ${ROWS_THREADS}) {  // grid y: at most 65535
+        const long long row0 = block_row + warp * 32;
+        float acc[G];
+        double total[G], segment[G];  // segment: SEGMENTS only (k may exceed a segment)
+#pragma unroll
+        for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; segment[j] = 0.0; }
+        __syncwarp();  // the previous row block's last tile is read
+        rows_copy<VEC, W>(a, m, k, row0, 0, lane, a_s[warp][0]);
+        int chunk = 0;
+        for (int s0 = 0; s0 < k; s0 += KS) {
+            const int depth = min(KS, k - s0);
+            __syncthreads();  // the previous slab is read
+            for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
+                const int q = i / G, j = i % G;
+                b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
+            }
+            __syncthreads();
+            for (int t0 = 0; t0 < depth; t0 += CH, ++chunk) {  // a tile of 32 rows x CH steps
+                const int steps = min(CH, depth - t0);
+                __syncwarp();  // the other buffer's tile is read: it may be overwritten
+                if (s0 + t0 + CH < k)
+                    rows_copy<VEC, W>(a, m, k, row0, s0 + t0 + CH, lane,
+                                      a_s[warp][(chunk + 1) & 1]);
+                else
+                    copies_commit();  // (an empty group: the same waits)
+                copies_wait<1>();  // this chunk's tile has landed
+                __syncwarp();  // ... for every lane's copies
+                const float* a_row = a_s[warp][chunk & 1][lane];
+                const float* b_chunk = b_s[t0];
+                if (steps == CH) {  // a whole chunk: 16-byte reads of 4 steps, unrolled
+#pragma unroll 2
+                    for (int t = 0; t < CH; t += 4) {
+                        const float4 x = *reinterpret_cast<const float4*>(a_row + t);
+                        rows_step<G>(x.x, b_chunk + t * G, acc);
+                        rows_step<G>(x.y, b_chunk + (t + 1) * G, acc);
+                        rows_step<G>(x.z, b_chunk + (t + 2) * G, acc);
+                        rows_step<G>(x.w, b_chunk + (t + 3) * G, acc);
+                    }
+                } else {
+                    for (int t = 0; t < steps; ++t) rows_step<G>(a_row[t], b_chunk + t * G, acc);
+                }
+                rows_flush<G>(acc, SEGMENTS ? segment : total);  // each tile is one chunk
+            }
+            if (SEGMENTS && ((s0 + KS) % ${ORDERED_SEGMENT} == 0 || s0 + KS >= k)) {
+#pragma unroll
+                for (int j = 0; j < G; ++j) {  // a segment ends: its total joins, in order
+                    total[j] = total[j] + segment[j];
+                    segment[j] = 0.0;
+                }
+            }
+        }
+        copies_wait<0>();
+        if (row0 + lane < m) {
+#pragma unroll
+            for (int j = 0; j < G; ++j)
+                if (c0 + j < n) c[(row0 + lane) * n + c0 + j] = canonical(total[j]);
+        }
+    }
+}
+"""
+ORDERED_ROWS_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(${{ROWS_THREADS}}, {min_blocks})
+ordered_rows_{g}{suffix}{vec_suffix}(
+    const float* a, const float* b, int m, int n, int k, float* c)
+{{
+    ordered_rows_impl<{g}, {segments}, {vec}>(a, b, m, n, k, c);
+}}
+"""
+    for g, min_blocks in ((4, 4), (8, 4), (16, 4))
+    for suffix, segments in (("", "false"), ("_segments", "true"))
+    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
+)
+# Thin products in level fp32-ordered's order (TSM2L's shape: many rows of A, k and n at most a
+# chunk): one thread per row of A and G columns; B sits in shared memory (read by broadcast).
+# A block of rows is contiguous in A, so the block reads it as one run (16-byte loads where k
+# is a multiple of 4 and A aligned) into registers while it works on the previous block of
+# rows, which it has staged through shared memory; each thread runs its G FMA chains over its
+# row's k steps (one chunk: the total is that chain's sum), and the outputs go back through
+# shared memory for coalesced (16-byte where n is a multiple of 4) stores.
+ORDERED_THIN_SOURCE = r"""
+// Rows row0.. of A (rows * k floats from a + row0 k) into registers: VEC, float4 l of thread t
+// is element 4 (t + ROWS l); else float l is element t + ROWS l. Zeros past the rows.
+template <bool VEC>
+__device__ __forceinline__ void thin_fetch(const float* __restrict__ a, long long row0, int rows,
+                                           int k, float (&next)[${ORDERED_CHUNK}])
+{
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
+    const float* run = a + row0 * k;
+    const int size = rows * k, t = threadIdx.x;
+    if constexpr (VEC) {
+#pragma unroll
+        for (int l = 0; l < CH / 4; ++l) {
+            const int e = 4 * (t + ROWS * l);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (e < size) v = *reinterpret_cast<const float4*>(run + e);
+            next[4 * l] = v.x; next[4 * l + 1] = v.y; next[4 * l + 2] = v.z; next[4 * l + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int l = 0; l < CH; ++l) {
+            const int e = t + ROWS * l;
+            next[l] = e < size ? run[e] : 0.0f;
+        }
+    }
+}
+
+template <bool VEC>
+__device__ __forceinline__ void thin_stage(float (*a_s)[${ORDERED_CHUNK} + 1], int rows, int k,
+                                           const float (&next)[${ORDERED_CHUNK}])
+{
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
+    const int size = rows * k, t = threadIdx.x;
+    if constexpr (VEC) {  // k % 4 == 0: a float4 never straddles two rows
+#pragma unroll
+        for (int l = 0; l < CH / 4; ++l) {
+            const int e = 4 * (t + ROWS * l);
+            if (e < size) {
+                const int r = e / k, q = e % k;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) a_s[r][q + j] = next[4 * l + j];
+            }
+        }
+    } else {
+#pragma unroll
+        for (int l = 0; l < CH; ++l) {
+            const int e = t + ROWS * l;
+            if (e < size) a_s[e / k][e % k] = next[l];
+        }
+    }
+}
+
+template <int G, bool VEC>
+__device__ __forceinline__ void ordered_thin_impl(
+    const float* __restrict__ a, const float* __restrict__ b, long long m, int n, int k,
+    float* __restrict__ c)
+{
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
+    __shared__ __align__(16) float b_s[CH][G];
+    static_assert(G <= CH, "the output rows fit where the rows of A were");
+    __shared__ float a_s[ROWS][CH + 1];  // padded: each thread reads its own row
+    for (int i = threadIdx.x; i < CH * G; i += blockDim.x) {
+        const int q = i / G, j = i % G;
+        b_s[q][j] = (q < k && j < n) ? b[q * n + j] : 0.0f;
+    }
+    const long long stride = (long long)gridDim.x * ROWS;
+    long long row0 = (long long)blockIdx.x * ROWS;
+    float next[CH];
+    if (row0 < m) thin_fetch<VEC>(a, row0, (int)min((long long)ROWS, m - row0), k, next);
+    for (; row0 < m; row0 += stride) {
+        const int rows = (int)min((long long)ROWS, m - row0);
+        __syncthreads();  // b_s written; a_s free again
+        thin_stage<VEC>(a_s, rows, k, next);
+        __syncthreads();
+        const long long next_row0 = row0 + stride;
+        if (next_row0 < m)
+            thin_fetch<VEC>(a, next_row0, (int)min((long long)ROWS, m - next_row0), k, next);
+        float acc[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j) acc[j] = 0.0f;
+        if (threadIdx.x < rows)
+            for (int q = 0; q < k; ++q) {
+                const float x = a_s[threadIdx.x][q];
+#pragma unroll
+                for (int j = 0; j < G; ++j) acc[j] = fma_ieee(x, b_s[q][j], acc[j]);
+            }
+        __syncthreads();  // a_s read: it now stages the outputs, for coalesced stores
+#pragma unroll
+        for (int j = 0; j < G; ++j) a_s[threadIdx.x][j] = canonical(0.0 + widen_ieee(acc[j]));
+        __syncthreads();
+        float* out = c + row0 * n;
+        if (n % 4 == 0) {  // C is fresh (aligned) and row0 n a multiple of 4
+            for (int e = 4 * threadIdx.x; e < rows * n; e += 4 * ROWS) {
+                const int r = e / n, j = e % n;
+                *reinterpret_cast<float4*>(out + e) =
+                    make_float4(a_s[r][j], a_s[r][j + 1], a_s[r][j + 2], a_s[r][j + 3]);
+            }
+        } else {
+            for (int e = threadIdx.x; e < rows * n; e += ROWS) out[e] = a_s[e / n][e % n];
+        }
+    }
+}
+"""
+ORDERED_THIN_SOURCE += "".join(
+    f"""
+extern "C" __global__ void ordered_thin_{g}{vec_suffix}(
+    const float* a, const float* b, long long m, int n, int k, float* c)
+{{
+    ordered_thin_impl<{g}, {vec}>(a, b, m, n, k, c);
+}}
+"""
+    for g in (4, 8, 16, 32)
+    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
+)
