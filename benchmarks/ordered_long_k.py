@@ -1,8 +1,11 @@
 """Probe: level fp32-ordered's kernels on long-k and skinny shapes, against cuBLAS SGEMM, in one
 run: the default choice, and each kernel forced (split-k over segments, the tile kernel walking
-all of k, the tall kernel). Prints a table; used to set ``cuda._splits_k``'s crossover.
+all of k, the tall and thin kernels). Prints a table; used to set ``cuda._splits_k``'s crossover
+and the "auto" rules of ``dispatch._ordered_kernel_wins`` (the rows after the first ten are the
+shapes its comments cite). A trailing "t" (16x2097152x16t) gives A as X.T of a C-ordered X, as
+in X.T @ Y, which split-k reads in place.
 
-    python benchmarks/ordered_long_k.py [MxKxN ...]
+    python benchmarks/ordered_long_k.py [MxKxN[t] ...]
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ SHAPES = (
     (1048576, 16, 16),
     (1048576, 32, 32),
     (4194304, 8, 8),
+    (16, 262144, 16),  # split-k with outputs of at most 16 x 16 (ordered_gram)
+    (16, 2097152, 16, "t"),
+    (65536, 4096, 8),  # tall
+    (65536, 2048, 16),
+    (262144, 1024, 16),
+    (1048576, 512, 16),
+    (1048576, 7, 5),  # thin, 4-byte loads
 )
 
 
@@ -33,15 +43,23 @@ def main() -> None:
     exit_without_gpu("the long-k probe")
     import cupy as cp
 
-    wanted = [tuple(int(x) for x in s.split("x")) for s in sys.argv[1:]]  # e.g. 32x262144x32
+    wanted = [parse(s) for s in sys.argv[1:]]  # e.g. 32x262144x32
     print("m x k x n: x SGEMM (error ratio to SGEMM's) per kernel")
-    for seed, (m, k, n) in enumerate(wanted or SHAPES):
-        print(measure(cp, m, k, n, seed), flush=True)
+    for seed, (m, k, n, *t) in enumerate(wanted or SHAPES):
+        print(measure(cp, m, k, n, seed, transposed=bool(t)), flush=True)
 
 
-def measure(cp: Any, m: int, k: int, n: int, seed: int) -> str:
+def parse(shape: str) -> tuple:
+    """'16x2097152x16t' -> (16, 2097152, 16, "t")."""
+    m, k, n = shape.rstrip("t").split("x")
+    return (int(m), int(k), int(n), *(("t",) if shape.endswith("t") else ()))
+
+
+def measure(cp: Any, m: int, k: int, n: int, seed: int, transposed: bool = False) -> str:
     rng = cp.random.default_rng(seed)
     a, b = gemmul8(cp, rng, (m, k)), gemmul8(cp, rng, (k, n))
+    if transposed:  # the same values, stored as the transpose of a C-ordered (k, m) matrix
+        a = cp.ascontiguousarray(a.T).T
     ref = a.astype(cp.float64) @ b.astype(cp.float64)
     r = cuda.tile_size(m, n)
     runs = {
@@ -65,7 +83,8 @@ def measure(cp: Any, m: int, k: int, n: int, seed: int) -> str:
         for name, t in seconds.items()
     )
     splits = cuda._splits_k(m, n, k, r)
-    return (f"{m} x {k} x {n} (segments {-(-k // ordered.SEGMENT)}, split {splits}): "
+    layout = ", A transposed" if transposed else ""
+    return (f"{m} x {k} x {n}{layout} (segments {-(-k // ordered.SEGMENT)}, split {splits}): "
             f"sgemm {seconds['sgemm'] * 1e3:.3f} ms; {cells}")  # fmt: skip
 
 
