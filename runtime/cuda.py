@@ -916,13 +916,20 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     m, k = a.shape
     n = b.shape[1]
     group = 4 if n <= 4 else 8 if n <= 8 else 16
-    vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
+    vec = _vector_suffix(a)
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}{vec}")(
         (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c
+
+
+def _vector_suffix(a: cp.ndarray) -> str:
+    """The suffix of the kernel variant reading A's rows in 16-byte pieces ("_vec"), where a
+    C-contiguous A allows it: k a multiple of 4 and A 16-byte aligned (every row then starts
+    aligned); else none."""
+    return "_vec" if a.shape[1] % 4 == 0 and a.data.ptr % 16 == 0 else ""
 
 
 THIN_MAX_N = 32  # thin: k within one chunk, n within one thread's column group
@@ -937,7 +944,7 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     m, k = a.shape
     n = b.shape[1]
     group = 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
-    vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
+    vec = _vector_suffix(a)
     kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")
     c = cp.empty((m, n), dtype=cp.float32)
     resident = _resident_blocks(kernel, THIN_THREADS, cp.cuda.Device().id)

@@ -90,9 +90,7 @@ def matmul(
             return routed
     chosen, concrete = route(a, b, level, backend)
     if chosen == "cuda":
-        from . import cuda
-
-        return cuda.matmul(a, b, concrete, keep, native_when_bypassed=level.kind == "policy")
+        return _cuda().matmul(a, b, concrete, keep, native_when_bypassed=level.kind == "policy")
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
     return cpu.matmul(np.asarray(a), np.asarray(b), concrete, keep)
@@ -107,9 +105,7 @@ def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:
     def product(x: Any, y: Any) -> Any:
         chosen, concrete = route(x, y, level, backend)
         if chosen == "cuda":
-            from . import cuda
-
-            return cuda.matmul_stack(x, y, concrete)
+            return _cuda().matmul_stack(x, y, concrete)
         if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
             if concrete.kind == "int8":
                 return cpu.int8_product_stack(x, y, concrete)
@@ -264,9 +260,7 @@ def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:
     if not get_level(level).emulated or device.is_dask_array(a) or device.is_dask_array(b):
         return 0  # Dask: lazy, counted by no one
     if device.is_cupy_array(a) or device.is_cupy_array(b):
-        from . import cuda
-
-        return cuda.rebalanced_k(a, b)
+        return _cuda().rebalanced_k(a, b)
     a32 = np.asarray(a).astype(np.float32, copy=False)
     return int(np.count_nonzero(equilibrate.k_exponents(a32, np.asarray(b).astype(np.float32))))
 
@@ -278,7 +272,5 @@ def unresolved_lines(a: Any, b: Any, level: str | Level) -> tuple[int, int]:
     if device.is_dask_array(a) or device.is_dask_array(b):
         return 0, 0
     if device.is_cupy_array(a) or device.is_cupy_array(b):
-        from . import cuda
-
-        return cuda.unresolved_lines(a, b, get_level(level))
+        return _cuda().unresolved_lines(a, b, get_level(level))
     return cpu.unresolved_lines(np.asarray(a), np.asarray(b), get_level(level))
