@@ -324,6 +324,67 @@ def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) 
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
+def packer_edge_lines(rng: np.random.Generator, floor: float, k: int = 256) -> np.ndarray:
+    """Lines that take every branch of the pack kernels' integer paths (cuda_kernels'
+    packer_integer): subnormal entries beside normal ones, scales too small for a float32
+    2^shift, the top of the range, exact half-way roundings, NaN and Inf, and (lines 5-7, scale
+    2^1) 8, 9 and 0 entries just below the bypass floor 2^(e - deep - 1) = ``floor``, 20 on it."""
+    tiny = np.finfo(np.float32).smallest_subnormal
+    lines = rng.standard_normal((12, k)).astype(np.float32)
+    lines[0, ::7] = tiny * rng.integers(1, 2**23, size=len(lines[0, ::7]))  # subnormals
+    lines[1] *= np.float32(2.0**-110)  # 2^shift beyond float32's range: the exact path
+    lines[2] = tiny * rng.integers(-(2**22), 2**22, size=k)  # a subnormal scale
+    lines[3] = np.finfo(np.float32).max * rng.uniform(-1, 1, size=k).astype(np.float32)
+    lines[4] = np.float32(2.0**-23) * (2 * rng.integers(-(2**20), 2**20, size=k) + 1)  # ties
+    lines[4, 0] = 1.0  # scale 2^1: x 2^22 is half-way at three slices
+    below = np.nextafter(np.float32(floor), np.float32(0))
+    for row, deep in ((5, 8), (6, 9), (7, 0)):
+        lines[row] = rng.uniform(0.5, 1, size=k) * rng.choice([-1, 1], size=k)
+        lines[row, 0] = 1.0
+        lines[row, 1 : 1 + deep] = below * rng.choice([-1, 1], deep)
+        lines[row, 20:40] = floor  # on the floor: not deep
+    lines[8, 3], lines[9, 5], lines[9, 6] = np.nan, np.inf, -np.inf
+    lines[10] = 0
+    lines[11, ::2] = np.float32(2.0**-126)  # the smallest normal beside N(0, 1) entries
+    return lines
+
+
+@pytest.mark.parametrize("slices", [1, 2, 3, 4])
+@pytest.mark.parametrize("moved", [False, True])
+def test_the_pack_kernels_give_the_cpu_packer_bytes(slices: int, moved: bool) -> None:
+    """Row and column packs, digit for digit, exponents and flags, against packer.slice_rows
+    and bypass.unresolved, with and without k-indices that move (and one dead)."""
+    from mixpert.runtime import bypass, equilibrate, packer
+
+    rng = np.random.default_rng(slices)
+    k = 256
+    deep = bypass.deep_binades(packer.fraction_bits(slices), k)
+    lines = packer_edge_lines(rng, 2.0**-deep, k)
+    f = np.zeros(k, np.int32)
+    if moved:
+        f[rng.choice(k, 40, replace=False)] = rng.integers(-6, 7, size=40)
+        f[9] = equilibrate.DEAD
+    kexp = cp.asarray(np.append(f, np.int32(moved)))
+    for side, rebalanced in (
+        (cuda.A_SIDE, equilibrate.rebalance_a(lines, f)),
+        (cuda.B_SIDE, equilibrate.rebalance_b(lines.T, f).T),
+    ):
+        exps = packer.scale_exponents(rebalanced, axis=1)
+        digits = packer.slice_rows(rebalanced, exps, slices).transpose(1, 0, 2)
+        wide = bypass.unresolved(rebalanced, exps, packer.fraction_bits(slices), k)
+        flags = ~np.isfinite(lines).all(axis=1) | wide
+        packs = [cuda.pack_int8(cp.asarray(lines), kexp, side, slices, False, True)]
+        if side == cuda.B_SIDE:  # B's columns, read in place from a row-major B
+            b = cp.asarray(np.ascontiguousarray(lines.T))
+            packs.append(cuda.pack_int8_columns(b, kexp, slices, False, True))
+        for pack in packs:
+            np.testing.assert_array_equal(cp.asnumpy(pack.exponents), exps)
+            np.testing.assert_array_equal(cp.asnumpy(pack.data)[:, :, :k], digits)
+            np.testing.assert_array_equal(cp.asnumpy(pack.nonfinite) != 0, flags)
+        if not moved and slices > 1:  # 9 deep entries of 256 pass k / 32, 8 do not
+            assert list(wide[5:8]) == [False, True, False]
+
+
 def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     """An outlier column flags most lines at IV (each recomputed in float64): "auto" runs
     cuBLAS SGEMM there, within the same componentwise bound; on N(0,1) data, and where the
