@@ -560,13 +560,14 @@ def int8_product(
     level: Level,
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
     native_when_bypassed: bool = False,
+    on_native: Callable[[], None] | None = None,
 ) -> cp.ndarray:
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major.
     Class sums and combine run in blocks of A's rows (``_sum_blocking``). With
     ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than
     ``bypass.AUTO_EXACT_SHARE`` of C would be recomputed exactly: one host synchronisation,
-    after the packs."""
+    after the packs (``on_native`` is called when SGEMM runs)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
@@ -574,6 +575,8 @@ def int8_product(
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
     if native_when_bypassed and _mostly_exact(a, b, a_pack, b_pack):
+        if on_native is not None:
+            on_native()
         return _native_gemm(a, b, CUDA_R_32F)
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
@@ -987,6 +990,7 @@ def matmul(
     level: Level,
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
     native_when_bypassed: bool = False,
+    on_native: Callable[[], None] | None = None,
 ) -> Any:
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
 
@@ -1008,7 +1012,7 @@ def matmul(
     if empty:
         c = cp.zeros((m, n), dtype=cp.float32)
     elif level.kind == "int8":
-        c = int8_product(a, b, level, keep, native_when_bypassed)
+        c = int8_product(a, b, level, keep, native_when_bypassed, on_native)
     else:
         c = product(a, b, level)
     return cp.asnumpy(c) if host else c

@@ -7,6 +7,7 @@ module decides which one runs and, for the "auto" policy, which level.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
 
@@ -68,10 +69,13 @@ def matmul(
     level: str | Level | None = None,
     backend: Backend = "auto",
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
+    on_native: Callable[[], None] | None = None,
 ) -> Any:
     """a @ b at ``level`` (None: the default level, ``precision``; see ``mixpert.matmul`` for
     the contract): 2-D matrices here, vectors and stacks through ``batched``. ``keep``: the
-    2-D product's operands whose packs are kept for later products (``pack_reuse``)."""
+    2-D product's operands whose packs are kept for later products (``pack_reuse``).
+    ``on_native`` is called when "auto" resolved to an INT8 level on the GPU but ran cuBLAS
+    SGEMM instead (``cuda.int8_product``'s fallback), so records name what ran."""
     level = get_level(get_default_level() if level is None else level)  # names fail first
     if device.is_dask_array(a) or device.is_dask_array(b):  # per chunk, on the chunk's backend
         chunk_backend = "auto" if backend == DASK else backend
@@ -90,7 +94,8 @@ def matmul(
             return routed
     chosen, concrete = route(a, b, level, backend)
     if chosen == "cuda":
-        return _cuda().matmul(a, b, concrete, keep, native_when_bypassed=level.kind == "policy")
+        auto = level.kind == "policy"
+        return _cuda().matmul(a, b, concrete, keep, native_when_bypassed=auto, on_native=on_native)
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
     return cpu.matmul(np.asarray(a), np.asarray(b), concrete, keep)

@@ -412,3 +412,10 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     a64, b64 = cp.asnumpy(a_dev).astype(np.float64), b.astype(np.float64)
     bound = 2 * n * 2.0**-24 * (np.abs(a64) @ np.abs(b64))
     assert (np.abs(cp.asnumpy(got) - a64 @ b64) <= bound).all()
+    # a recorded call names what ran: fp32 where the runtime fell back, IV where it did not
+    from mixpert.execution import hook, record_calls
+
+    with record_calls() as calls:
+        for x in (a_dev, cp.asarray(a)):
+            hook.run_product(0, x, b_dev, get_level("auto"))
+    assert [(c.level, c.exact_lines) for c in calls] == [("fp32", (0, 0)), ("IV", (0, 0))]

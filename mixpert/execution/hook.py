@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 import numpy as np
 from llvmlite import binding
 
-from mixpert.runtime import batched, bypass, device, dispatch
+from mixpert.runtime import batched, device, dispatch
 from mixpert.runtime.levels import NATIVE_LEVEL, Level, get_level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
@@ -110,8 +110,16 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
         m *= a.shape[0]  # one record for the stack, with its total flops
     log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, ran.name, backend)
     reuses = reuse_counts(keep)
+    fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM over the INT8 level it resolved to
     start = time.perf_counter()
-    result = dispatch.matmul(a, b, level, backend, keep)  # type: ignore[arg-type]
+    result = dispatch.matmul(
+        a,
+        b,
+        level,
+        backend,  # type: ignore[arg-type]
+        keep,
+        on_native=lambda: fell_back.append(True),
+    )
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
@@ -120,24 +128,11 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
         moved, exact = (0, (0, 0)) if stack else (
             dispatch.rebalanced_k(a, b, ran), dispatch.unresolved_lines(a, b, ran)
         )  # fmt: skip
-        if _ran_native_instead(level, backend, ran, exact, m, n):
+        if fell_back:
             ran, moved, exact = get_level(NATIVE_LEVEL), 0, (0, 0)
         kept = reused(keep, reuses)
         record(CallRecord(op_index, m, k, n, ran.name, seconds, backend, moved, exact, kept))
     return result
-
-
-def _ran_native_instead(
-    requested: Level, backend: str, level: Level, exact: tuple[int, int], m: int, n: int
-) -> bool:
-    """Whether "auto" took cuBLAS SGEMM over the INT8 level it resolved to, because the lines
-    it would recompute exactly cover too much of C (``cuda.int8_product``, the same rule)."""
-    return (
-        requested.kind == "policy"
-        and backend == "cuda"
-        and level.kind == "int8"
-        and bypass.exact_share(*exact, m, n) > bypass.AUTO_EXACT_SHARE
-    )
 
 
 def emulable(a: Any, b: Any) -> bool:
