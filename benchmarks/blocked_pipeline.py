@@ -160,7 +160,7 @@ def main() -> None:
             cp.get_default_memory_pool().free_all_blocks()
     table = markdown(rows, name)
     print(table)
-    out = args.out or results_folder(name)
+    out = args.out or results_folder(name, Path(__file__).parent / "results")
     out.mkdir(parents=True, exist_ok=True)
     (out / "blocked-pipeline.json").write_text(json.dumps(rows, indent=1))
     (out / "blocked-pipeline.md").write_text(table)

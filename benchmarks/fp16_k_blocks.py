@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192, 16384])
     args = parser.parse_args()
-    out = args.out or results_folder(device.device_name())
+    out = args.out or results_folder(device.device_name(), Path(__file__).parent / "results")
     rows = []
     for n in args.sizes:
         for dist in ("phi0.5", "normal"):

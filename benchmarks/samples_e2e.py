@@ -185,7 +185,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.backend == "cuda":
         exit_without_gpu("benchmarks/samples_e2e.py (or --backend cpu)")
-    out = args.out or results_folder(device_name())
+    out = args.out or results_folder(device_name(), Path(__file__).parent / "results")
     if not args.report:
         measure(args.names or [p.stem for p in sample_paths()], out, args.size_key, args.backend)
     report(out)
