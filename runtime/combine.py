@@ -26,6 +26,7 @@ block of ``int32_k_block`` k-steps therefore never overflows, whichever pairs sh
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import numpy as np
@@ -44,11 +45,13 @@ def group_bound(level: Level, group: int) -> int:
     return sum(digit_bound(i) * digit_bound(j) for i, j in level.pairs if i + j == group)
 
 
+@functools.cache  # (the CUDA backend asks per GEMM: the sums cost microseconds)
 def int32_k_block(level: Level) -> int:
     """Most k-steps one INT32 accumulator of any weight class of ``level`` can take."""
     return INT32_LIMIT // max(group_bound(level, g) for g in level.groups)
 
 
+@functools.cache
 def float64_k_block(level: Level) -> int:
     """Most k-steps whose class sums stay exactly representable in float64."""
     return (FLOAT64_EXACT_LIMIT - 1) // max(group_bound(level, g) for g in level.groups)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
+import cupyx
 import numpy as np
 from cupy.cuda import cublas
 
@@ -400,11 +401,17 @@ def class_spans(level: Level, g: int) -> tuple[int, int, int]:
 
 
 def int8_class_sums(
-    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, buffer: cp.ndarray | None = None
-) -> cp.ndarray:
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    level: Level,
+    buffer: cp.ndarray | None = None,
+    proceed: Callable[[], bool] | None = None,
+) -> cp.ndarray | None:
     """Exact class sums S_g, (groups, s, m, n) for a stack of s pairs (1 for two matrices):
     int32 when k fits one block, else float64; on the front of the flat ``buffer`` if given
-    (of that type and at least that size)."""
+    (of that type and at least that size). ``proceed`` is asked once the first GEMM is queued
+    (the GPU busy with it while the host waits on something): False stops there, with None."""
+    go_on = proceed or (lambda: True)
     s, m, n = a_pack.batch, a_pack.lines, b_pack.lines
     shape = (len(level.groups), s, m, n)
     block = int32_k_block(level)
@@ -414,6 +421,8 @@ def int8_class_sums(
         for g in level.groups:
             a_slot, b_slot, count = class_spans(level, g)
             gemm_tn(a_pack, a_slot, b_pack, b_slot, count * k_pad, sums[g])
+            if g == 0 and not go_on():
+                return None
         return sums
     # Long k: per pair and per k-block into INT32 (each within the bound), then exactly into
     # float64 (|S_g| < 2^53 by combine.float64_k_block).
@@ -427,6 +436,8 @@ def int8_class_sums(
             for index, (i, j) in enumerate(p for p in level.pairs if p[0] + p[1] == g):
                 b_slot = level.b_slices - 1 - j
                 gemm_tn(a_pack, i, b_pack, b_slot, depth, scratch, start, accumulate=index > 0)
+            if start == 0 and g == 0 and not go_on():
+                return None
             sums[g] += scratch
     return sums
 
@@ -542,16 +553,23 @@ def _sum_blocking(level: Level, m: int, k: int, n: int, count: int = 1) -> tuple
     return workspace.sum_blocking(level, m, k, n, count, long_k, GEMM_ROW_BLOCK)
 
 
-def _sums_and_combine(blocks: list[_Block], level: Level) -> None:
-    """Each block's class sums, then its combine, in one buffer the blocks share. (Combining a
-    block on a side stream beside the next block's GEMMs measured within noise on an H100,
-    -1.9% to +0.7% at n = 8192 and 16384: the GEMMs leave no SM idle for it.)"""
+def _sums_and_combine(
+    blocks: list[_Block], level: Level, proceed: Callable[[], bool] | None = None
+) -> bool:
+    """Each block's class sums, then its combine, in one buffer the blocks share; False when
+    ``proceed`` (``int8_class_sums``', first block) stopped it. (Combining a block on a side
+    stream beside the next block's GEMMs measured within noise on an H100, -1.9% to +0.7% at
+    n = 8192 and 16384: the GEMMs leave no SM idle for it.)"""
     buffer = None
-    for block in blocks:
-        sums = int8_class_sums(block.a_pack, block.b_pack, level, buffer)
+    for index, block in enumerate(blocks):
+        ask = proceed if index == 0 else None
+        sums = int8_class_sums(block.a_pack, block.b_pack, level, buffer, ask)
+        if sums is None:
+            return False
         if buffer is None:  # the first block is the largest
             buffer = sums.reshape(-1)
         _combine_int8(sums, block.a_pack, block.b_pack, block.a, block.b, level, block.c)
+    return True
 
 
 def int8_product(
@@ -566,18 +584,18 @@ def int8_product(
     a kept operand is not read at all while its pack holds, nor copied when not row-major.
     Class sums and combine run in blocks of A's rows (``_sum_blocking``). With
     ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than
-    ``bypass.AUTO_EXACT_SHARE`` of C would be recomputed exactly: one host synchronisation,
-    after the packs (``on_native`` is called when SGEMM runs)."""
+    ``bypass.AUTO_EXACT_SHARE`` of C would be recomputed exactly (``on_native`` is called when
+    it runs). The host learns the packs' flag counts through an asynchronous copy and waits
+    for that copy alone, with the first class's GEMM already queued: waiting for the whole
+    stream left the GPU idle while the host launched the rest (0.3-0.47 ms a call on an H100
+    at n = 3072-8192)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
-    if native_when_bypassed and _mostly_exact(a, b, a_pack, b_pack):
-        if on_native is not None:
-            on_native()
-        return _native_gemm(a, b, CUDA_R_32F)
+    flag_counts = _flag_counts(a_pack, b_pack) if native_when_bypassed else None
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     rows = _sum_blocking(level, m, k, n)[0]
@@ -586,18 +604,45 @@ def int8_product(
         for first in range(0, m, rows)
         for last in [min(m, first + rows)]
     ]
-    _sums_and_combine(blocks, level)
-    return c
+
+    def proceed() -> bool:  # asked with the first GEMM queued
+        return flag_counts is None or not _mostly_exact(a, b, a_pack, b_pack, flag_counts())
+
+    if _sums_and_combine(blocks, level, proceed):
+        return c
+    if on_native is not None:
+        on_native()
+    return _native_gemm(a, b, CUDA_R_32F)
 
 
-def _mostly_exact(a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
-                  ) -> bool:  # fmt: skip
+def _flag_counts(a_pack: PackedOperand, b_pack: PackedOperand) -> Callable[[], tuple[int, int]]:
+    """The lines each pack flags (NaN/Inf or unresolved), copied to pinned host memory behind
+    the packs without waiting; the function returned waits for that copy alone."""
+    counts = cp.stack([cp.count_nonzero(a_pack.nonfinite), cp.count_nonzero(b_pack.nonfinite)])
+    host = cupyx.empty_pinned(counts.shape, counts.dtype)
+    cp.asnumpy(counts, out=host, blocking=False)
+    copied = cp.cuda.Event(disable_timing=True)
+    copied.record()
+
+    def wait() -> tuple[int, int]:
+        copied.synchronize()
+        return int(host[0]), int(host[1])  # (counts stays alive in this closure until then)
+
+    return wait
+
+
+def _mostly_exact(
+    a: cp.ndarray,
+    b: cp.ndarray,
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    flag_counts: tuple[int, int],
+) -> bool:
     """Whether the unresolved lines of this product cover more than AUTO_EXACT_SHARE of C.
-    The flags (NaN/Inf or unresolved) are counted first, with one host synchronisation; only
-    where they alone pass the share are NaN/Inf lines told apart (one pass over A and B)."""
+    The packs' flag counts (NaN/Inf or unresolved lines) come first; only where they alone pass
+    the share are NaN/Inf lines told apart (one pass over A and B, synchronising)."""
     m, n = a_pack.lines, b_pack.lines
-    flags = cp.stack([cp.count_nonzero(a_pack.nonfinite), cp.count_nonzero(b_pack.nonfinite)])
-    if bypass.exact_share(*(int(x) for x in flags.get()), m, n) <= bypass.AUTO_EXACT_SHARE:
+    if bypass.exact_share(*flag_counts, m, n) <= bypass.AUTO_EXACT_SHARE:
         return False
     return bypass.exact_share(*_unresolved_counts(a, b, a_pack, b_pack), m, n) > (
         bypass.AUTO_EXACT_SHARE

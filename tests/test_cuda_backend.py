@@ -385,6 +385,25 @@ def test_the_pack_kernels_give_the_cpu_packer_bytes(slices: int, moved: bool) ->
             assert list(wide[5:8]) == [False, True, False]
 
 
+@pytest.mark.parametrize("k", [300, 50_000])  # int32 class sums, and float64 over k blocks
+def test_the_auto_fallback_decides_after_the_first_gemm(k: int) -> None:
+    """``int8_product``'s "auto" check waits for the packs' flag counts with the first GEMM
+    queued: where the flagged lines cover little of C the result is level IV's bits, where they
+    cover most it is SGEMM's (and ``on_native`` is told), on both class-sum paths."""
+    rng = np.random.default_rng(k)
+    a = cp.asarray(rng.standard_normal((48, k)).astype(np.float32))
+    b = cp.asarray(rng.standard_normal((k, 40)).astype(np.float32))
+    iv, told = get_level("IV"), []
+    got = cuda.int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
+    assert not told and cp.array_equal(got, cuda.int8_product(a, b, iv))
+    a = cp.asarray(gemmul8(np, rng, (48, k), 2.5))  # phi = 2.5: most lines unresolved at IV
+    b = cp.asarray(gemmul8(np, rng, (k, 40), 2.5))
+    rows, cols = dispatch.unresolved_lines(a, b, "IV")
+    assert rows * 40 + cols * 48 - rows * cols > 0.5 * 48 * 40
+    got = cuda.int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
+    assert told == [1] and cp.array_equal(got, cuda._native_gemm(a, b, cuda.CUDA_R_32F))
+
+
 def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     """An outlier column flags most lines at IV (each recomputed in float64): "auto" runs
     cuBLAS SGEMM there, within the same componentwise bound; on N(0,1) data, and where the
