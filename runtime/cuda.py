@@ -56,6 +56,11 @@ K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA ke
 # level near SGEMM's error and still faster; level IV is both more accurate and faster there.
 FP16_K_BLOCK = 1024
 GEMM_ROW_BLOCK = 4096
+# "auto"'s fallback check waits for the packs' flag counts once the GEMMs of this many weight
+# classes are queued: classes 0 and 1 are 3 of level IV's 8 products, enough GPU work to cover
+# the host's launches of the rest at n >= 4096 on an H100; when the check does fall back to
+# SGEMM, they are wasted (about a tenth of SGEMM's time).
+CLASSES_BEFORE_ASKING = 2
 PACK_THREADS = 256
 COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
@@ -104,12 +109,16 @@ def _chunk(first: int, count: int) -> int:
 
 class PackedOperand:
     """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags;
-    a stack's matrices one after another (``batch`` of them, ``count // batch`` lines each)."""
+    a stack's matrices one after another (``batch`` of them, ``count // batch`` lines each).
+    ``flagged`` (one int32 on the device): how many lines the INT8 pack kernels flagged, NaN/Inf
+    or unresolved, for the whole pack (not a ``part``), so "auto" reads one number per operand.
+    """
 
     def __init__(self, count: int, slots: int, k_pad: int, dtype: Any, batch: int = 1) -> None:
         self.data = cp.empty((count, slots, k_pad), dtype=dtype)
         self.exponents = cp.empty(count, dtype=cp.int32)
-        self.nonfinite = cp.empty(count, dtype=cp.int32)
+        flags = cp.zeros(count + 1, dtype=cp.int32)  # one allocation, one memset
+        self.nonfinite, self.flagged = flags[:count], flags[count:]
         self.k_pad = k_pad
         self.slots = slots
         self.batch = batch
@@ -144,7 +153,9 @@ def _line_threads(k: int) -> int:
     return min(PACK_THREADS, 32 * max(1, -(-k // 512)))
 
 
-def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: Any) -> None:
+def _launch_pack(
+    kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: Any, tail: tuple[Any, ...] = ()
+) -> None:
     count, k = lines.shape
     if count == 0:
         return
@@ -162,6 +173,7 @@ def _launch_pack(kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: 
             packed.data,
             packed.exponents,
             packed.nonfinite,
+            *tail,
         ),
     )
 
@@ -283,6 +295,7 @@ def pack_int8(
     _launch_pack(
         "pack_int8", lines, packed, kexp, np.int32(max(1, count // batch)), np.int32(side),
         np.int32(slices), np.int32(reversed_slots), _deep(slices, k, bypass_wide),
+        tail=(packed.flagged,),
     )  # fmt: skip
     return packed
 
@@ -302,7 +315,6 @@ def pack_int8_columns(
         return packed
     tops = cp.zeros(count * n, dtype=cp.uint64)
     deep_counts = cp.zeros(count * n, dtype=cp.int32)
-    packed.nonfinite.fill(0)
     item = x3.itemsize
     row_stride, batch_stride = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
     tiles = -(-n // 32)
@@ -325,7 +337,9 @@ def pack_int8_columns(
         )  # fmt: skip
     lines = count * n
     module.get_function("finish_columns")(
-        (-(-lines // 256),), (256,), (deep_counts, np.int64(lines), np.int32(k), packed.nonfinite)
+        (-(-lines // 256),),
+        (256,),
+        (deep_counts, np.int64(lines), np.int32(k), packed.nonfinite, packed.flagged),
     )
     return packed
 
@@ -409,8 +423,9 @@ def int8_class_sums(
 ) -> cp.ndarray | None:
     """Exact class sums S_g, (groups, s, m, n) for a stack of s pairs (1 for two matrices):
     int32 when k fits one block, else float64; on the front of the flat ``buffer`` if given
-    (of that type and at least that size). ``proceed`` is asked once the first GEMM is queued
-    (the GPU busy with it while the host waits on something): False stops there, with None."""
+    (of that type and at least that size). ``proceed`` is asked once the GEMMs of the first
+    CLASSES_BEFORE_ASKING weight classes are queued (the GPU busy with them while the host
+    waits on something): False stops there, with None."""
     go_on = proceed or (lambda: True)
     s, m, n = a_pack.batch, a_pack.lines, b_pack.lines
     shape = (len(level.groups), s, m, n)
@@ -421,7 +436,7 @@ def int8_class_sums(
         for g in level.groups:
             a_slot, b_slot, count = class_spans(level, g)
             gemm_tn(a_pack, a_slot, b_pack, b_slot, count * k_pad, sums[g])
-            if g == 0 and not go_on():
+            if g == CLASSES_BEFORE_ASKING - 1 and not go_on():
                 return None
         return sums
     # Long k: per pair and per k-block into INT32 (each within the bound), then exactly into
@@ -436,7 +451,7 @@ def int8_class_sums(
             for index, (i, j) in enumerate(p for p in level.pairs if p[0] + p[1] == g):
                 b_slot = level.b_slices - 1 - j
                 gemm_tn(a_pack, i, b_pack, b_slot, depth, scratch, start, accumulate=index > 0)
-            if start == 0 and g == 0 and not go_on():
+            if start == 0 and g == CLASSES_BEFORE_ASKING - 1 and not go_on():
                 return None
             sums[g] += scratch
     return sums
@@ -586,9 +601,9 @@ def int8_product(
     ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than
     ``bypass.AUTO_EXACT_SHARE`` of C would be recomputed exactly (``on_native`` is called when
     it runs). The host learns the packs' flag counts through an asynchronous copy and waits
-    for that copy alone, with the first class's GEMM already queued: waiting for the whole
-    stream left the GPU idle while the host launched the rest (0.3-0.47 ms a call on an H100
-    at n = 3072-8192)."""
+    for that copy alone, with the first CLASSES_BEFORE_ASKING classes' GEMMs already queued:
+    waiting for the whole stream left the GPU idle while the host launched the rest (0.3-0.47
+    ms a call on an H100 at n = 3072-8192)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
     a_top = kept_a.tops(lambda: column_tops(a_rows()))
@@ -616,17 +631,18 @@ def int8_product(
 
 
 def _flag_counts(a_pack: PackedOperand, b_pack: PackedOperand) -> Callable[[], tuple[int, int]]:
-    """The lines each pack flags (NaN/Inf or unresolved), copied to pinned host memory behind
-    the packs without waiting; the function returned waits for that copy alone."""
-    counts = cp.stack([cp.count_nonzero(a_pack.nonfinite), cp.count_nonzero(b_pack.nonfinite)])
-    host = cupyx.empty_pinned(counts.shape, counts.dtype)
-    cp.asnumpy(counts, out=host, blocking=False)
+    """The lines each pack flags (NaN/Inf or unresolved, the pack kernels' counts), copied to
+    pinned host memory behind the packs without waiting; the function returned waits for that
+    copy alone. (Counting them with CuPy took 0.14 ms of host time a call.)"""
+    host = cupyx.empty_pinned(2, np.int32)
+    cp.asnumpy(a_pack.flagged, out=host[:1], blocking=False)
+    cp.asnumpy(b_pack.flagged, out=host[1:], blocking=False)
     copied = cp.cuda.Event(disable_timing=True)
     copied.record()
 
     def wait() -> tuple[int, int]:
         copied.synchronize()
-        return int(host[0]), int(host[1])  # (counts stays alive in this closure until then)
+        return int(host[0]), int(host[1])
 
     return wait
 
@@ -1079,8 +1095,10 @@ def workspace_bytes(level: Level, m: int, k: int, n: int, count: int = 1) -> int
 
 
 def free_bytes() -> int:
-    """Device memory a product can take: free on the device, plus what CuPy's pool holds."""
-    return cp.cuda.Device().mem_info[0] + cp.get_default_memory_pool().free_bytes()
+    """Device memory a product can take: free on the device, plus what CuPy's pool holds.
+    (``cp.cuda.Device().mem_info`` took 0.1 ms of host time a call on an H100 machine; the
+    runtime call itself 0.06.)"""
+    return cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
 
 
 def matmul_stack(a: Any, b: Any, level: Level) -> Any:

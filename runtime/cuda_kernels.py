@@ -423,12 +423,14 @@ __device__ __forceinline__ void write_digits4(const int (&rest)[4], int slices, 
             slot_word(biased, i, slices);
 }
 
-// One line per block: A's rows (sign -1) or B's columns read as rows of B^T (sign +1). Stacks:
-// lines_per_batch consecutive lines share one pair's k-exponents (k + 1 entries each).
+// One line per block: A's rows (sign -1) or B's columns read as rows of B^T (sign +1); flagged
+// lines (NaN/Inf or unresolved) counted into *flagged. Stacks: lines_per_batch consecutive
+// lines share one pair's k-exponents (k + 1 entries each).
 extern "C" __global__ void pack_int8(
     const float* __restrict__ x, long long line_stride, int k, int k_pad,
     const int* __restrict__ kexp, int lines_per_batch, int sign, int slices, int reversed,
-    int deep, signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+    int deep, signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite,
+    int* __restrict__ flagged)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
@@ -452,7 +454,12 @@ extern "C" __global__ void pack_int8(
         write_digits4(rest, slices, reversed, dst + c, k_pad);
     }
     count = block_sum(count);
-    if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad | unresolved(count, k); }
+    if (threadIdx.x == 0) {
+        const int flag = bad | unresolved(count, k);
+        exps[line] = e;
+        nonfinite[line] = flag;
+        if (flag) atomicAdd(flagged, 1);
+    }
 }
 
 // pack_int8 for the columns of a row-major (k, n) B without a transposed copy (row q of B is
@@ -608,12 +615,17 @@ extern "C" __global__ void pack_int8_column_chunks(
     }
 }
 
-// Step 3: a column's flag: NaN/Inf (from step 1) or unresolved (bypass).
+// Step 3: a column's flag: NaN/Inf (from step 1) or unresolved (bypass); flagged columns
+// counted into *flagged.
 extern "C" __global__ void finish_columns(
-    const int* __restrict__ deep_counts, long long lines, int k, int* __restrict__ nonfinite)
+    const int* __restrict__ deep_counts, long long lines, int k, int* __restrict__ nonfinite,
+    int* __restrict__ flagged)
 {
     const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i < lines) nonfinite[i] |= unresolved(deep_counts[i], k);
+    if (i >= lines) return;
+    const int flag = nonfinite[i] | unresolved(deep_counts[i], k);
+    nonfinite[i] = flag;
+    if (flag) atomicAdd(flagged, 1);
 }
 
 // fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT) of the

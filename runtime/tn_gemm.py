@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cupy as cp
 import numpy as np
@@ -54,8 +54,17 @@ class Types:
     one: np.ndarray
     zero: np.ndarray
 
+    @functools.cached_property
+    def one_ptr(self) -> int:
+        """alpha's host address (``.ctypes`` builds an object a call: microseconds a GEMM)."""
+        return self.one.ctypes.data
+
+    @functools.cached_property
+    def zero_ptr(self) -> int:
+        return self.zero.ctypes.data
+
     def beta(self, accumulate: bool) -> int:
-        return (self.one if accumulate else self.zero).ctypes.data
+        return self.one_ptr if accumulate else self.zero_ptr
 
 
 INT8 = Types(CUDA_R_8I, CUDA_R_32I, cublas.CUBLAS_COMPUTE_32I, np.array(1, np.int32),
@@ -78,8 +87,7 @@ class _Heuristic(ctypes.Structure):
     ]
 
 
-@dataclass(frozen=True)
-class Gemm:
+class Gemm(NamedTuple):  # (a tuple: built and hashed per GEMM, cheaply)
     """C (n x m, ld n) = op(A)^T B over ``depth``, column-major as cuBLAS sees it: A is
     (depth x n, ld lda), B (depth x m, ld ldb); ``batch`` > 1: strided over the three."""
 
@@ -115,7 +123,8 @@ def gemm(
         gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate, types)
         return
     alignments = (_alignment(a_ptr), _alignment(b_ptr), _alignment(c_ptr))
-    key = (cp.cuda.Device().id, shape, alignments)
+    device = cp.cuda.runtime.getDevice()
+    key = (device, shape, alignments)
     if key not in _chosen:
         if accumulate or os.environ.get("MIXPERT_INT8_GEMM") == "cublas" or _lt() is None:
             gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)  # timing would clobber C's sums
@@ -125,7 +134,7 @@ def gemm(
     if plan is None:
         gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)
     else:
-        _lt_matmul(plan, a_ptr, b_ptr, c_ptr, accumulate)
+        _lt_matmul(plan, a_ptr, b_ptr, c_ptr, accumulate, device)
 
 
 def chosen_algorithms() -> dict[Gemm, str]:
@@ -150,14 +159,14 @@ def gemm_ex(
     op_t, op_n = cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N
     if s.batch > 1:
         cublas.gemmStridedBatchedEx(
-            handle, op_t, op_n, s.n, s.m, s.depth, t.one.ctypes.data,
+            handle, op_t, op_n, s.n, s.m, s.depth, t.one_ptr,
             a_ptr, t.input, s.lda, s.stride_a, b_ptr, t.input, s.ldb, s.stride_b,
             t.beta(accumulate), c_ptr, t.output, s.n, s.stride_c, s.batch, t.compute,
             cublas.CUBLAS_GEMM_DEFAULT,
         )  # fmt: skip
     else:
         cublas.gemmEx(
-            handle, op_t, op_n, s.n, s.m, s.depth, t.one.ctypes.data,
+            handle, op_t, op_n, s.n, s.m, s.depth, t.one_ptr,
             a_ptr, t.input, s.lda, b_ptr, t.input, s.ldb,
             t.beta(accumulate), c_ptr, t.output, s.n, t.compute, cublas.CUBLAS_GEMM_DEFAULT,
         )  # fmt: skip
@@ -171,9 +180,10 @@ def _fastest(
     best_plan: _LtPlan | None = None
     best = _time(lambda: gemm_ex(shape, a_ptr, b_ptr, c_ptr, False))
     desc, layouts, plans = _candidates(shape, alignments)
+    device = cp.cuda.runtime.getDevice()
     for plan in plans:
         try:
-            seconds = _time(lambda plan=plan: _lt_matmul(plan, a_ptr, b_ptr, c_ptr, False))
+            seconds = _time(lambda plan=plan: _lt_matmul(plan, a_ptr, b_ptr, c_ptr, False, device))
         except RuntimeError:  # a candidate the library offers but cannot run here
             continue
         if seconds < best:
@@ -253,11 +263,13 @@ def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) 
     return layout
 
 
-def _lt_matmul(plan: _LtPlan, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool) -> None:
+def _lt_matmul(
+    plan: _LtPlan, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool, device: int
+) -> None:
     workspace = cp.empty(max(plan.workspace, 1), dtype=cp.uint8)  # from CuPy's pool
     a, b, c = plan.layouts
     _check(_lt().cublasLtMatmul(
-        _handle(), plan.desc, INT8.one.ctypes.data, a_ptr, a, b_ptr, b,
+        _handle_for(device), plan.desc, INT8.one_ptr, a_ptr, a, b_ptr, b,
         INT8.beta(accumulate), c_ptr, c, c_ptr, c,
         ctypes.byref(plan.algo), workspace.data.ptr, plan.workspace,
         cp.cuda.get_current_stream().ptr,

@@ -38,7 +38,8 @@ def test_int8_gemm_is_exact_on_the_chosen_algorithm(m: int, n: int, depth: int, 
     assert candidates  # cuBLASLt offers some: each must give the exact sums
     for plan in candidates:
         out.fill(-7)
-        tn_gemm._lt_matmul(plan, b_dev.data.ptr, a_dev.data.ptr, out.data.ptr, False)
+        device = cp.cuda.runtime.getDevice()
+        tn_gemm._lt_matmul(plan, b_dev.data.ptr, a_dev.data.ptr, out.data.ptr, False, device)
         np.testing.assert_array_equal(cp.asnumpy(out), exact(a, b))
 
 
