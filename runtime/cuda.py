@@ -427,6 +427,7 @@ def int8_class_sums(
     CLASSES_BEFORE_ASKING weight classes are queued (the GPU busy with them while the host
     waits on something): False stops there, with None."""
     go_on = proceed or (lambda: True)
+    ask_after = min(CLASSES_BEFORE_ASKING, len(level.groups)) - 1  # the class to ask after
     s, m, n = a_pack.batch, a_pack.lines, b_pack.lines
     shape = (len(level.groups), s, m, n)
     block = int32_k_block(level)
@@ -436,7 +437,7 @@ def int8_class_sums(
         for g in level.groups:
             a_slot, b_slot, count = class_spans(level, g)
             gemm_tn(a_pack, a_slot, b_pack, b_slot, count * k_pad, sums[g])
-            if g == CLASSES_BEFORE_ASKING - 1 and not go_on():
+            if g == ask_after and not go_on():
                 return None
         return sums
     # Long k: per pair and per k-block into INT32 (each within the bound), then exactly into
@@ -451,7 +452,7 @@ def int8_class_sums(
             for index, (i, j) in enumerate(p for p in level.pairs if p[0] + p[1] == g):
                 b_slot = level.b_slices - 1 - j
                 gemm_tn(a_pack, i, b_pack, b_slot, depth, scratch, start, accumulate=index > 0)
-            if start == 0 and g == CLASSES_BEFORE_ASKING - 1 and not go_on():
+            if start == 0 and g == ask_after and not go_on():
                 return None
             sums[g] += scratch
     return sums
