@@ -621,11 +621,15 @@ def int8_product(
         for last in [min(m, first + rows)]
     ]
 
-    def proceed() -> bool:  # asked with the first GEMM queued
+    def proceed() -> bool:  # asked with the first classes' GEMMs queued
         return flag_counts is None or not _mostly_exact(a, b, a_pack, b_pack, flag_counts())
 
-    if _sums_and_combine(blocks, level, proceed):
-        return c
+    try:
+        if _sums_and_combine(blocks, level, proceed):
+            return c
+    finally:
+        if flag_counts is not None:  # (its copy lands before the pinned buffer can be reused)
+            flag_counts()
     if on_native is not None:
         on_native()
     return _native_gemm(a, b, CUDA_R_32F)

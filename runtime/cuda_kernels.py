@@ -296,7 +296,7 @@ __device__ __forceinline__ int significand(unsigned int u)
 __device__ __forceinline__ int scaled_integer(float x, int f, int sign, int shift)
 {
     const unsigned int u = __float_as_uint(x);
-    if (!finite_bits(x) || f == ${DEAD}) return 0;
+    if (!finite_bits(x) || f == ${DEAD} || (u & 0x7fffffffu) == 0u) return 0;
     const int sig = significand(u), up = scaled_up(u, f, sign, shift);
     int q;
     if (up >= 0) {
@@ -344,8 +344,8 @@ __device__ __forceinline__ LineScale line_scale(int e, int slices, int deep, boo
     s.limit = deep == ${NO_BYPASS} ? DEEP_NEVER : fraction_bits(slices) - deep - 1;
     s.quick = !moves && s.shift >= -126 && s.shift <= 127;
     s.scale = __uint_as_float((unsigned int)(s.shift + 127) << 23);
-    const int floor = e - deep - 1;  // float32 bits of 2^floor, clamped to [0, inf]
-    s.floor_bits = deep == ${NO_BYPASS} || floor < -149 ? 0u
+    const int floor = deep == ${NO_BYPASS} ? -150 : e - deep - 1;  // bits of 2^floor, clamped
+    s.floor_bits = floor < -149 ? 0u
                    : floor >= 128                      ? 0x7f800000u
                    : floor >= -126                     ? (unsigned int)(floor + 127) << 23
                                                        : 1u << (floor + 149);

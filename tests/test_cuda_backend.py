@@ -386,10 +386,11 @@ def test_the_pack_kernels_give_the_cpu_packer_bytes(slices: int, moved: bool) ->
 
 
 @pytest.mark.parametrize("k", [300, 50_000])  # int32 class sums, and float64 over k blocks
-def test_the_auto_fallback_decides_after_the_first_gemm(k: int) -> None:
-    """``int8_product``'s "auto" check waits for the packs' flag counts with the first GEMM
-    queued: where the flagged lines cover little of C the result is level IV's bits, where they
-    cover most it is SGEMM's (and ``on_native`` is told), on both class-sum paths."""
+def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
+    """``int8_product``'s "auto" check waits for the packs' flag counts with the first weight
+    classes' GEMMs queued (on the long-k path, their first k block): where the flagged lines
+    cover little of C the result is level IV's bits, where they cover most it is SGEMM's (and
+    ``on_native`` is told), on both class-sum paths."""
     rng = np.random.default_rng(k)
     a = cp.asarray(rng.standard_normal((48, k)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((k, 40)).astype(np.float32))

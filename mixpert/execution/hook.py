@@ -125,11 +125,11 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
         sync()
     seconds = time.perf_counter() - start
     if recording():
-        moved, exact = (0, (0, 0)) if stack else (
+        if fell_back:
+            ran = get_level(NATIVE_LEVEL)
+        moved, exact = (0, (0, 0)) if stack or fell_back else (
             dispatch.rebalanced_k(a, b, ran), dispatch.unresolved_lines(a, b, ran)
         )  # fmt: skip
-        if fell_back:
-            ran, moved, exact = get_level(NATIVE_LEVEL), 0, (0, 0)
         kept = reused(keep, reuses)
         record(CallRecord(op_index, m, k, n, ran.name, seconds, backend, moved, exact, kept))
     return result
