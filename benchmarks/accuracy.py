@@ -125,6 +125,47 @@ def measure(
         )  # fmt: skip
 
 
+CPU_FLOAT32 = "float32 (CPU BLAS)"
+Product = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def worst_errors(
+    products: dict[str, Product], n: int, seeds: int, salt: int
+) -> dict[tuple[str, str], float]:
+    """(name, dataset) -> the worst Eq. 10 error of each named n x n x n product over ``seeds``
+    draws of every dataset (``salt`` picks the draws), beside this CPU's float32 BLAS
+    (CPU_FLOAT32); prints each dataset's errors as they come (the probe scripts' shared loop)."""
+    worst: dict[tuple[str, str], float] = {}
+    for dataset, make in DATASETS.items():
+        for seed in range(seeds):
+            rng = np.random.default_rng([seed, n, salt])
+            a, b = make(rng, (n, n)), make(rng, (n, n))
+            reference = float64_product(a, b)
+            for name, product in {**products, CPU_FLOAT32: np.matmul}.items():
+                error = relative_error(product(a, b), reference)
+                worst[(name, dataset)] = max(worst.get((name, dataset), 0.0), error)
+        row = {name: f"{e:.2e}" for (name, d), e in worst.items() if d == dataset}
+        print(dataset, row, flush=True)
+    return worst
+
+
+def worst_table(
+    worst: dict[tuple[str, str], float],
+    label: str,
+    products: dict[str, int],
+    mark_above: float | None = None,
+) -> list[str]:
+    """Markdown rows of ``worst_errors``: one per name in ``products`` (name -> INT8 products)
+    and CPU_FLOAT32, a column per dataset; cells above ``mark_above`` get a *."""
+    lines = [f"| {label} | products | " + " | ".join(DATASETS) + " |",
+             "|---|---|" + "---|" * len(DATASETS)]  # fmt: skip
+    for name in [*products, CPU_FLOAT32]:
+        errors = [worst[(name, d)] for d in DATASETS]
+        cells = [f"{e:.2e}" + ("*" if mark_above and e > mark_above else "") for e in errors]
+        lines.append(f"| {name} | {products.get(name, '-')} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def lookup(results: list[dict]) -> dict[tuple[int, str, str], float]:
     return {(r["n"], r["dataset"], r["level"]): r["error"] for r in results}
 

@@ -21,17 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 import mixpert
-from mixpert.metrics import float64_product, relative_error
 from mixpert.runtime import packer
-from mixpert.runtime.levels import triangle
+from mixpert.runtime.levels import LEVELS, triangle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import CUBLAS_SGEMM_ERROR, DATASETS  # noqa: E402  (the accuracy table's inputs)
+from accuracy import CUBLAS_SGEMM_ERROR, Product, worst_errors, worst_table  # noqa: E402
 
 # (name, slices of A, slices of B, largest i + j kept): products = pairs kept.
 CONFIGS = (("2x2 i+j<=1", 2, 2, 1), ("I", 2, 2, 2), ("T6", 3, 3, 2), ("IV-like", 3, 3, 3))
@@ -65,42 +65,29 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     n = args.n
-    columns = [f"{name} / {block}" for name, *_ in CONFIGS for block in BLOCKS]
-    columns += ["IV (level)", "float32 (CPU BLAS)"]
-    worst: dict[tuple[str, str], float] = {}
-    for dataset, make in DATASETS.items():
-        for seed in range(args.seeds):
-            rng = np.random.default_rng([seed, n, 11])
-            a, b = make(rng, (n, n)), make(rng, (n, n))
-            reference = float64_product(a, b)
-            errors = {"float32 (CPU BLAS)": relative_error(a @ b, reference)}
-            iv = mixpert.matmul(a, b, level="IV", backend="cpu")
-            errors["IV (level)"] = relative_error(iv, reference)
-            for name, sa, sb, max_sum in CONFIGS:
-                for block in BLOCKS:
-                    c = block_scaled_product(a, b, sa, sb, max_sum, block)
-                    errors[f"{name} / {block}"] = relative_error(c, reference)
-            for column, error in errors.items():
-                worst[(column, dataset)] = max(worst.get((column, dataset), 0.0), error)
-        print(dataset, {c: f"{worst[(c, dataset)]:.2e}" for c in columns}, flush=True)
+    products: dict[str, Product] = {}
+    counts: dict[str, int] = {}  # INT8 products of each
+    for name, sa, sb, max_sum in CONFIGS:
+        for block in BLOCKS:
+            column = f"{name} / {block}"
+            products[column] = partial(
+                block_scaled_product, slices_a=sa, slices_b=sb, max_sum=max_sum, block=block
+            )
+            counts[column] = len(triangle(sa, sb, max_sum))
+    products["IV (level)"] = partial(mixpert.matmul, level="IV", backend="cpu")
+    counts["IV (level)"] = LEVELS["IV"].products
+    worst = worst_errors(products, n, args.seeds, salt=11)
     sgemm = CUBLAS_SGEMM_ERROR.get(n)
-    products = {f"{name} / {block}": len(triangle(sa, sb, ms))
-                for name, sa, sb, ms in CONFIGS for block in BLOCKS}  # fmt: skip
-    products["IV (level)"] = 8
     lines = [
         f"# INT8 slicing with a scale per block of k, n = {n} (CPU)",
         "",
-        f"Worst error over {args.seeds} seeds, ||C - C64||_F / ||C64||_F; columns are "
+        f"Worst error over {args.seeds} seeds, ||C - C64||_F / ||C64||_F; rows are "
         '"configuration / block of k". cuBLAS SGEMM at this n: '
         + (f"{sgemm:.1e}" if sgemm else "not measured (8.1e-7 at n = 2048)")
         + ". No GPU kernel computes these yet: see the script's docstring.",
         "",
-        "| scales | products | " + " | ".join(DATASETS) + " |",
-        "|---|---|" + "---|" * len(DATASETS),
+        *worst_table(worst, "scales", counts),
     ]
-    for column in columns:
-        cells = [f"{worst[(column, d)]:.2e}" for d in DATASETS]
-        lines.append(f"| {column} | {products.get(column, '-')} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

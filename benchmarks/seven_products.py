@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 import mixpert
-from mixpert.metrics import float64_product, relative_error
 from mixpert.runtime.levels import LEVELS, Level, triangle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import CUBLAS_SGEMM_ERROR, DATASETS  # noqa: E402  (the accuracy table's inputs)
+from accuracy import CUBLAS_SGEMM_ERROR, worst_errors, worst_table  # noqa: E402
 
 
 def without(level: Level, pair: tuple[int, int], name: str) -> Level:
@@ -51,22 +49,9 @@ def main() -> None:
     args = parser.parse_args()
     n = args.n
     levels = (LEVELS["IV"], *CANDIDATES, LEVELS["V"])
-    worst: dict[tuple[str, str], float] = {}
-    for dataset, make in DATASETS.items():
-        for seed in range(args.seeds):
-            rng = np.random.default_rng([seed, n, 7])
-            a, b = make(rng, (n, n)), make(rng, (n, n))
-            reference = float64_product(a, b)
-            for level in levels:
-                error = relative_error(mixpert.matmul(a, b, level=level, backend="cpu"), reference)
-                key = (level.name, dataset)
-                worst[key] = max(worst.get(key, 0.0), error)
-            key = ("float32 (CPU BLAS)", dataset)
-            worst[key] = max(worst.get(key, 0.0), relative_error(a @ b, reference))
-        print(dataset, {name: f"{e:.2e}" for (name, d), e in worst.items() if d == dataset})
+    products = {lv.name: partial(mixpert.matmul, level=lv, backend="cpu") for lv in levels}
+    worst = worst_errors(products, n, args.seeds, salt=7)
     sgemm = CUBLAS_SGEMM_ERROR.get(n)
-    names = [lv.name for lv in levels] + ["float32 (CPU BLAS)"]
-    products = {lv.name: len(lv.pairs) for lv in levels}
     lines = [
         f"# 7-product INT8 levels against float32-grade, n = {n} (CPU oracle)",
         "",
@@ -74,15 +59,8 @@ def main() -> None:
         + (f"{sgemm:.1e}" if sgemm else "not measured")
         + " (H200, random inputs). A cell is marked * where the error exceeds SGEMM's.",
         "",
-        "| level | products | " + " | ".join(DATASETS) + " |",
-        "|---|---|" + "---|" * len(DATASETS),
+        *worst_table(worst, "level", {lv.name: len(lv.pairs) for lv in levels}, sgemm),
     ]
-    for name in names:
-        cells = [
-            f"{worst[(name, d)]:.2e}" + ("*" if sgemm and worst[(name, d)] > sgemm else "")
-            for d in DATASETS
-        ]
-        lines.append(f"| {name} | {products.get(name, '-')} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
