@@ -55,11 +55,16 @@ def deep_binades(fraction_bits: int, k: int) -> int:
 
 def unresolved(lines: np.ndarray, exponents: np.ndarray, fraction_bits: int, k: int) -> np.ndarray:
     """Which rows of ``lines`` (rebalanced, float64, each of length k) are unresolved, given
-    their scale exponents: |x| < 2^(e - deep - 1) is an entry more than ``deep`` binades down."""
+    their scale exponents."""
+    return deep_counts(lines, exponents, fraction_bits, k) * DEEP_FRACTION > k
+
+
+def deep_counts(lines: np.ndarray, exponents: np.ndarray, fraction_bits: int, k: int) -> np.ndarray:
+    """Deep entries of each row of ``lines`` (float64, finite) in a product of this k, given the
+    scale exponents that cover them: |x| < 2^(e - deep - 1) is more than ``deep`` binades down."""
     depth = deep_binades(fraction_bits, k)
     threshold = np.ldexp(1.0, exponents.astype(np.int64) - depth - 1)[..., None]
-    deep = np.count_nonzero((lines != 0) & (np.abs(lines) < threshold), axis=-1)
-    return deep * DEEP_FRACTION > k
+    return np.count_nonzero((lines != 0) & (np.abs(lines) < threshold), axis=-1)
 
 
 def nonfinite_masks(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:

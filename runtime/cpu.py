@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import bypass, equilibrate, fp16split, ordered, pack_reuse, packer, workspace
+from . import blocks, bypass, equilibrate, fp16split, ordered, pack_reuse, packer, workspace
 from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 
@@ -168,7 +168,10 @@ def int8_product_stack(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray
 
 
 def unresolved_lines(a: np.ndarray, b: np.ndarray, level: Level) -> tuple[int, int]:
-    """(rows of A, columns of B) that ``int8_product`` recomputes as unresolved lines."""
+    """(rows of A, columns of B) that ``int8_product`` (or ``blocks``) recomputes as unresolved
+    lines."""
+    if level.kind == "blocks":
+        return blocks.unresolved_lines(a, b, level)
     if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
         return 0, 0
     a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
@@ -220,6 +223,7 @@ def fp64_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # Level kind -> a @ b for float32 matrices with finite entries and m, k, n > 0.
 PRODUCTS: dict[Kind, Callable[[np.ndarray, np.ndarray, Level], np.ndarray]] = {
     "int8": int8_product,
+    "blocks": blocks.blocks_product,
     "fp16": lambda a, b, level: fp16_product(a, b),
     "tf32": lambda a, b, level: tf32_product(a, b),
     "fp32": lambda a, b, level: fp32_product(a, b),

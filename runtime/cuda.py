@@ -30,7 +30,7 @@ import cupyx
 import numpy as np
 from cupy.cuda import cublas
 
-from . import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
+from . import blocks, bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
@@ -256,9 +256,12 @@ def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
 
 def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
     """``cpu.unresolved_lines`` from the pack kernels' own flags (one pack of each operand),
-    NaN/Inf lines left out; brings two numbers to the host."""
+    NaN/Inf lines left out; brings two numbers to the host (level IV-blocks: its CPU model's
+    count, on host copies of the operands)."""
     if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
         return 0, 0
+    if level.kind == "blocks":
+        return blocks.unresolved_lines(cp.asnumpy(a), cp.asnumpy(b), level)
     a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     a_rows = _unit_inner(a)
     return _unresolved_counts(a, b, *_pack_both(a_rows, b, k_exponents(a_rows, b), level))
@@ -1027,6 +1030,7 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 # Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0.
 PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
     "int8": int8_product,
+    "blocks": lambda a, b, level: _blocks_module().blocks_product(a, b, level),
     "fp16": lambda a, b, level: fp16_product(a, b),
     "tf32": lambda a, b, level: tf32_product(a, b),
     "fp32": lambda a, b, level: cp.matmul(a, b),
@@ -1041,6 +1045,14 @@ STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]
     "fp64": lambda a, b, level: fp64_product(a, b),
     "ordered": lambda a, b, level: ordered_product(a, b),
 }
+
+
+@functools.cache
+def _blocks_module() -> Any:
+    """``cuda_blocks`` (imported on first use: it builds on this module)."""
+    from . import cuda_blocks
+
+    return cuda_blocks
 
 
 def as_float32(x: cp.ndarray) -> cp.ndarray:
@@ -1086,7 +1098,10 @@ def matmul(
 
 def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> None:
     """MemoryError before allocating when ``count`` products' workspace cannot fit."""
-    if level.emulated:
+    if level.kind == "blocks":
+        needed = count * _blocks_module().workspace_bytes(m, k, n)
+        workspace.check_fits(level, count * m, k, n, needed, free_bytes(), "GPU")
+    elif level.emulated:
         needed = workspace_bytes(level, m, k, n, count)
         workspace.check_fits(level, count * m, k, n, needed, free_bytes(), "GPU")
 

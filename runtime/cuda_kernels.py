@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from string import Template
 
-from . import bypass, combine, equilibrate, fp16split, ordered, packer
+from . import blocks, bypass, combine, equilibrate, fp16split, ordered, packer
+from .blocks_kernels import (
+    BLOCKS_MIN_BLOCKS,
+    BLOCKS_ROW_PAD,
+    BLOCKS_SOURCE,
+    BLOCKS_STAGES,
+    BLOCKS_THREADS,
+    BLOCKS_TILE_ROWS,
+)
+from .levels import LEVELS
 from .ordered_kernels import (
     ORDERED_ROWS_SOURCE,
     ORDERED_SOURCE,
@@ -42,6 +51,14 @@ CONSTANTS = {
     "ROWS_THREADS": ROWS_THREADS,
     "THIN_THREADS": THIN_THREADS,
     "COLUMN_TILE_K": COLUMN_TILE_K,
+    "BLOCKS_K": blocks.BLOCK_K,
+    "BLOCKS_SLICES": LEVELS[blocks.LEVEL].a_slices,
+    "BLOCKS_MAX_SUM": max(LEVELS[blocks.LEVEL].groups),
+    "BLOCKS_ROW_PAD": BLOCKS_ROW_PAD,
+    "BLOCKS_TILE_ROWS": BLOCKS_TILE_ROWS,
+    "BLOCKS_STAGES": BLOCKS_STAGES,
+    "BLOCKS_MIN_BLOCKS": BLOCKS_MIN_BLOCKS,
+    "BLOCKS_THREADS": BLOCKS_THREADS,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
@@ -103,6 +120,43 @@ __device__ __forceinline__ float saturate(double v, int scale, double k_slack)
     if (fabs(v) >= ${OVERFLOW_THRESHOLD} && fabs(v) - k_slack * pow2(scale) < ${OVERFLOW_THRESHOLD})
         return __uint_as_float((signbit(v) ? 0x80000000u : 0u) | 0x7f7fffffu);
     return round_to_float(v);
+}
+
+// Asynchronous copies into shared memory (cp.async, sm_80 and later; on older GPUs plain loads
+// and stores, so the module still builds there). A copy of 0 source bytes writes zeros.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void* dst, const void* src, bool inside)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :: "r"(to), "l"(src), "r"(inside ? 16 : 0) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                     :: "r"(to), "l"(src), "r"(inside ? 4 : 0) : "memory");
+#else
+    if constexpr (BYTES == 16)
+        *reinterpret_cast<float4*>(dst) =
+            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    else
+        *reinterpret_cast<float*>(dst) = inside ? *reinterpret_cast<const float*>(src) : 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void copies_commit()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int PENDING>  // wait until at most PENDING committed groups are still in flight
+__device__ __forceinline__ void copies_wait()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+#endif
 }
 
 // The canonical quiet NaN every backend writes (nonfinite.py).
@@ -654,6 +708,8 @@ extern "C" __global__ void pack_fp16(
     }
 }
 """
+
+PACK_SOURCE += BLOCKS_SOURCE
 
 COMBINE_SOURCE = r"""
 // Four consecutive class sums as one 16-byte load (p 16-byte aligned), widened exactly.

@@ -262,7 +262,9 @@ def choose_backend(a: Any, b: Any, backend: Backend) -> str:
 def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:
     """How many k-indices equilibration moves or drops in this product (0 at native levels):
     what inspection reports as the wide-range lines handled."""
-    if not get_level(level).emulated or device.is_dask_array(a) or device.is_dask_array(b):
+    if get_level(level).kind not in ("int8", "fp16"):  # (the levels that equilibrate)
+        return 0
+    if device.is_dask_array(a) or device.is_dask_array(b):
         return 0  # Dask: lazy, counted by no one
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         return _cuda().rebalanced_k(a, b)

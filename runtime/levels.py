@@ -21,12 +21,13 @@ from typing import Literal, get_args
 from .ordered import CHUNK
 from .packer import fraction_bits
 
-# How a level computes: INT8 slices, the FP16 split, one native product (TF32 inputs, float32,
-# float64), float32 arithmetic in one fixed order ("ordered": ``ordered``), or "policy" (a rule
-# that picks one of the others per call: "auto"). Each backend
-# keeps a table kind -> product function.
-Kind = Literal["int8", "fp16", "tf32", "fp32", "fp64", "ordered", "policy"]
-EMULATED_KINDS: tuple[Kind, ...] = ("int8", "fp16")
+# How a level computes: INT8 slices (scaled per line, or per block of k: "blocks", ``blocks``),
+# the FP16 split, one native product (TF32 inputs, float32, float64), float32 arithmetic in one
+# fixed order ("ordered": ``ordered``), or "policy" (a rule that picks one of the others per
+# call: "auto"). Each backend keeps a table kind -> product function.
+Kind = Literal["int8", "blocks", "fp16", "tf32", "fp32", "fp64", "ordered", "policy"]
+SLICED_KINDS: tuple[Kind, ...] = ("int8", "blocks")  # INT8 slices and pairs
+EMULATED_KINDS: tuple[Kind, ...] = (*SLICED_KINDS, "fp16")
 
 
 def triangle(a_slices: int, b_slices: int, max_sum: int) -> tuple[tuple[int, int], ...]:
@@ -63,7 +64,7 @@ class Level:
     @property
     def products(self) -> int:
         """Low-precision GEMMs one call runs (1 for a native level)."""
-        if self.kind == "int8":
+        if self.kind in SLICED_KINDS:
             return len(self.pairs)
         return 3 if self.kind == "fp16" else 1
 
@@ -71,7 +72,7 @@ class Level:
     def bits(self) -> str:
         """Significand bits each operand keeps, "A x B" (INT8 levels: relative to the line's
         largest entry, which sets the scale; FP16: per entry, within 30 binades of it)."""
-        if self.kind == "int8":
+        if self.kind in SLICED_KINDS:
             return f"{fraction_bits(self.a_slices)} x {fraction_bits(self.b_slices)}"
         native = {"tf32": "11 x 11", "fp32": "24 x 24", "fp64": "24 x 24", "ordered": "24 x 24"}
         return {"fp16": "22 x 22", **native}.get(self.kind, "-")
@@ -104,7 +105,7 @@ def check_level(level: Level) -> None:
         refuse(f"kind {level.kind!r} is not one of {', '.join(get_args(Kind))}")
     if not (math.isfinite(level.relative_cost) and level.relative_cost > 0):
         refuse(f"relative_cost {level.relative_cost!r} must be a positive finite number")
-    if level.kind != "int8":
+    if level.kind not in SLICED_KINDS:
         if level.a_slices or level.b_slices or level.pairs:
             refuse(f"a {level.kind} level takes no slices or pairs")
         return
@@ -158,6 +159,22 @@ LADDER: tuple[Level, ...] = (
     _int8("T6", 3, 3, 2, 6.9, 3.3e-6, "3 x 3 slices, i + j <= 2: f32-grade on narrow-range data"),
     _int8("IV", 3, 3, 3, 9.0, 5.3e-7, "MixPert IV: (l, r) = (2, 2), 3 x 3, no pair (2, 2)", True),
     _int8("V", 4, 4, 3, 11.0, 3.0e-8, "4 x 4 slices, i + j <= 3", True),
+    # IV's slices and pairs with a scale per block of k (``blocks``): one kernel slices A in
+    # registers as it streams it, for memory-bound products (tall A, a thin B) where packing
+    # A into memory and reading it back would cost more than the product. Its cost here is a
+    # square product's, where that kernel is slower than SGEMM: the tuner reaches it through
+    # "auto", which routes the tall shapes it wins (dispatch).
+    Level(
+        "IV-blocks",
+        "blocks",
+        3,
+        3,
+        triangle(3, 3, 3),
+        relative_cost=40.0,
+        expected_error=2.3e-7,
+        description="IV's 3 x 3 slices and 8 pairs, a scale per block of 64 k-steps, in-register",
+        bypass_wide=True,
+    ),
     Level(
         "fp16",
         "fp16",
@@ -194,7 +211,19 @@ LADDER: tuple[Level, ...] = (
 
 LEVELS: dict[str, Level] = {level.name: level for level in LADDER}
 LevelName = Literal[
-    "auto", "tf32", "I", "II", "III", "T6", "IV", "V", "fp16", "fp32", "fp64", "fp32-ordered"
+    "auto",
+    "tf32",
+    "I",
+    "II",
+    "III",
+    "T6",
+    "IV",
+    "V",
+    "IV-blocks",
+    "fp16",
+    "fp32",
+    "fp64",
+    "fp32-ordered",
 ]
 
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand

@@ -483,43 +483,6 @@ __device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
 // (cp.async: no registers held) into tile[row][q], zeros past m and k. VEC: lane l copies 16
 // bytes (4 steps) of rows 4 i + l / 8 (k % 4 == 0, A 16-byte aligned); else lane l copies
 // step q0 + l of every row.
-// Asynchronous copies into shared memory (cp.async, sm_80 and later; on older GPUs plain loads
-// and stores, so the module still builds there). A copy of 0 source bytes writes zeros.
-template <int BYTES>
-__device__ __forceinline__ void copy_async(void* dst, const float* src, bool inside)
-{
-#if __CUDA_ARCH__ >= 800
-    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                     :: "r"(to), "l"(src), "r"(inside ? 16 : 0) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                     :: "r"(to), "l"(src), "r"(inside ? 4 : 0) : "memory");
-#else
-    if constexpr (BYTES == 16)
-        *reinterpret_cast<float4*>(dst) =
-            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    else
-        *reinterpret_cast<float*>(dst) = inside ? *src : 0.0f;
-#endif
-}
-
-__device__ __forceinline__ void copies_commit()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-template <int PENDING>  // wait until at most PENDING committed groups are still in flight
-__device__ __forceinline__ void copies_wait()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
-#endif
-}
-
 template <bool VEC, int W>
 __device__ __forceinline__ void rows_copy(const float* __restrict__ a, long long m, int k,
                                           long long row0, int q0, int lane, float (*tile)[W])

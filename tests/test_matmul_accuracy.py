@@ -32,7 +32,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mixpert
-from mixpert.runtime import LADDER, LEVELS, Level, ordered
+from mixpert.runtime import LADDER, LEVELS, Level, blocks, ordered
 
 CONTRACT_BITS = {1: 7, 2: 15, 3: 23, 4: 31}
 ALL_LEVELS = [lv.name for lv in LADDER]
@@ -81,8 +81,33 @@ def dropped_bound(level: Level) -> float:
     )
 
 
+def sliced_error(a64: np.ndarray, b64: np.ndarray, level: Level) -> np.ndarray:
+    """The slicing's part of an INT8 level's bound: operands rounded at their lines' scales,
+    the dropped pairs' products."""
+    k = a64.shape[1]
+    ea, eb = scales(a64, 1)[:, None], scales(b64, 0)[None, :]
+    ua = np.exp2(ea - CONTRACT_BITS[level.a_slices] - 1)  # half a unit of A's last digit
+    ub = np.exp2(eb - CONTRACT_BITS[level.b_slices] - 1)
+    row_abs, col_abs = np.abs(a64).sum(axis=1), np.abs(b64).sum(axis=0)
+    return (
+        ua * col_abs[None, :]
+        + ub * (row_abs[:, None] + k * ua)
+        + k * np.exp2(ea + eb) * (dropped_bound(level) + 2.0**-50)
+    )
+
+
 def error_bound(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """Worst-case |C - C64| for ``mixpert.matmul(a, b, level)``, elementwise (see module doc)."""
+    if level.kind == "blocks":  # the INT8 bound per block of k (its own scales), float64 sums
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        k = a.shape[1]
+        c64, ab = a64 @ b64, np.abs(a64) @ np.abs(b64)
+        emulated = (k // blocks.BLOCK_K + 2) * 2.0**-53 * ab
+        for s in range(0, k, blocks.BLOCK_K):
+            part = slice(s, s + blocks.BLOCK_K)
+            emulated += sliced_error(a64[:, part], b64[part], level)
+        oracle_slack = (k + 1) * 2.0**-52 * ab
+        return emulated + 2.0**-24 * (np.abs(c64) + emulated) + 2.0**-149 + oracle_slack
     if level.emulated:  # the emulated levels slice the rebalanced operands
         a, b = rebalanced(a, b)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
@@ -93,14 +118,7 @@ def error_bound(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     oracle_slack = (k + 1) * 2.0**-52 * ab  # the float64 oracle's own error
     gamma = (k + 1) * 2.0**-24 * 1.01  # float32 summation, any order
     if level.kind == "int8":
-        ea, eb = scales(a, 1)[:, None], scales(b, 0)[None, :]
-        ua = np.exp2(ea - CONTRACT_BITS[level.a_slices] - 1)  # half a unit of A's last digit
-        ub = np.exp2(eb - CONTRACT_BITS[level.b_slices] - 1)
-        emulated = (
-            ua * col_abs[None, :]
-            + ub * (row_abs[:, None] + k * ua)
-            + k * np.exp2(ea + eb) * (dropped_bound(level) + 2.0**-50)
-        )
+        emulated = sliced_error(a64, b64, level)
         return emulated + 2.0**-24 * (np.abs(c64) + emulated) + 2.0**-149 + oracle_slack
     if level.kind == "fp16":
         ea, eb = scales(a, 1, 1.0)[:, None], scales(b, 0, 1.0)[None, :]

@@ -165,6 +165,7 @@ def test_ladder_is_data_a_tuner_can_walk() -> None:
         "T6",
         "IV",
         "V",
+        "IV-blocks",
         "fp16",
         "fp32",
         "fp64",

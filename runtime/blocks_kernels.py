@@ -1,0 +1,496 @@
+"""CUDA source of level IV-blocks (``blocks``): B's packer and the kernel that slices A in
+registers as it streams it, computing every output entry in the level's arithmetic
+(``blocks.blocks_product`` is their CPU model). ``cuda_kernels`` builds them into its pack
+module, beside the packer helpers they share, with the contract's constants filled in."""
+
+from __future__ import annotations
+
+BLOCKS_THREADS = 128  # 4 warps, 16 rows of A each
+BLOCKS_TILE_ROWS = 64  # rows of A per block of threads
+BLOCKS_STAGES = 3  # tiles in shared memory: the one in use and two arriving
+BLOCKS_ROW_PAD = 16  # floats after each staged row of A: conflict-free 16-byte reads
+BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may take
+BLOCKS_MIN_BLOCKS = 1  # __launch_bounds__'s blocks per SM (register cap)
+
+
+def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
+    """Shared memory of one stage: A's tile, B's fragments and B's exponents for ``n_tiles``."""
+    a_tile = BLOCKS_TILE_ROWS * (block_k + BLOCKS_ROW_PAD) * 4
+    b_fragments = n_tiles * slices * (block_k // 32) * 64 * 4
+    return a_tile + b_fragments + n_tiles * 8 * 4
+
+
+# Fragments of the m16n8k32 INT8 MMA (PTX ISA, "Matrix Fragments for mma.m16n8k32"): lane
+# (g, t) = (lane / 4, lane % 4) holds A's rows g and g + 8 at k-steps 4 t .. 4 t + 3 (words a0,
+# a1) and 16 + 4 t .. (a2, a3), B's column g at k-steps 4 t .. (b0) and 16 + 4 t .. (b1), and
+# C's rows g and g + 8 at columns 2 t and 2 t + 1 (c0, c1; c2, c3); a word holds 4 INT8 entries,
+# the lowest k-step in the lowest byte.
+BLOCKS_SOURCE = r"""
+#define BK ${BLOCKS_K}
+#define BSL ${BLOCKS_SLICES}
+#define MAX_SUM ${BLOCKS_MAX_SUM}
+#define STEPS (BK / 32)  // m16n8k32 k-steps per scale block
+#define ROW_STRIDE (BK + ${BLOCKS_ROW_PAD})
+#define TILE_ROWS ${BLOCKS_TILE_ROWS}
+#define STAGES ${BLOCKS_STAGES}
+#define FRAGMENT_WORDS (BSL * STEPS * 64)  // one n-tile's B fragments for one block
+
+__device__ __forceinline__ void mma_s8(int (&d)[4], const unsigned int (&a)[4], unsigned int b0,
+                                       unsigned int b1)
+{
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap();  // the host refuses the level below compute capability 8.0
+#endif
+}
+
+// int -> double, exactly, without a conversion instruction (16 a clock per SM on sm_90, a
+// quarter of the FP64 rate): the double 1.5 2^52 + 2^31 + x, from its bits, less its offset.
+__device__ __forceinline__ double int_double(int x)
+{
+    return __hiloint2double(0x43380000, x ^ (int)0x80000000)
+         - __hiloint2double(0x43380000, (int)0x80000000);
+}
+
+// 2^e (-1022 <= e <= 1023) as a double, built from its high word.
+__device__ __forceinline__ double pow2_hi(int e)
+{
+    return __hiloint2double((e + 1023) << 20, 0);
+}
+
+__device__ __forceinline__ unsigned int quad_max(unsigned int x)
+{
+    x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ int quad_sum(int x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Largest finite magnitude (as bits) of four values into *top; NaN/Inf into *bad.
+__device__ __forceinline__ void top4(const float (&v)[4], unsigned int* top, int* bad)
+{
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int m = magnitude_bits(v[i]);
+        if (m < 0x7f800000u) *top = max(*top, m); else *bad = 1;
+    }
+}
+
+// The word of slice j of four entries' digits, for each slice, from their packer integers.
+__device__ __forceinline__ void digit_words(const float (&v)[4], const LineScale& scale,
+                                            int* deep_count, unsigned int (&words)[BSL])
+{
+    unsigned int biased[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        biased[i] = (unsigned int)packer_integer(v[i], 0, 1, scale, deep_count) + digit_bias(BSL);
+#pragma unroll
+    for (int j = 0; j < BSL; ++j) words[j] = slot_word(biased, j, BSL);
+}
+
+// B's digits per (block of BK k-steps, column), scaled per (block, column), in B-fragment
+// order: block kb, n-tile nt (8 columns), slice j and k-step h: 64 words, lane (g, t)'s two
+// (column 8 nt + g, k-steps 32 h + 4 t .. and 32 h + 16 + 4 t .. of the block) side by side.
+// One warp per (block, n-tile); exps[kb n_pad + column] (n_pad = 8 n_tiles). Per column: its
+// largest block exponent goes into col_top (plus TOP_BIAS: col_top starts at 0), its deep
+// entries are added into col_deep, and col_bad is set when the column holds a NaN or Inf, or
+// when its count crosses the unresolved threshold (the addition that crosses it sets it).
+#define TOP_BIAS 1024  // block exponents lie in [-148, 129]
+extern "C" __global__ void blocks_pack_b(
+    const float* __restrict__ b, int k, int n, int n_tiles, int deep,
+    unsigned int* __restrict__ fragments, int* __restrict__ exps, int* __restrict__ col_deep,
+    int* __restrict__ col_bad, int* __restrict__ col_top)
+{
+    const int kb = blockIdx.x, nt = blockIdx.y, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const int col = nt * 8 + g;
+    float v[STEPS][2][4];
+    unsigned int top = 0u;
+    int bad = 0;
+#pragma unroll
+    for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int q = kb * BK + 32 * h + 16 * p + 4 * t + i;
+                v[h][p][i] = (q < k && col < n) ? b[(long long)q * n + col] : 0.0f;
+            }
+            top4(v[h][p], &top, &bad);
+        }
+    const int e = scale_exponent(exact_double(__uint_as_float(quad_max(top))));
+    const LineScale scale = line_scale(e, BSL, deep, false);
+    int count = 0;
+    unsigned int* out = fragments + ((long long)kb * n_tiles + nt) * FRAGMENT_WORDS + 2 * lane;
+#pragma unroll
+    for (int h = 0; h < STEPS; ++h) {
+        unsigned int words[2][BSL];
+#pragma unroll
+        for (int p = 0; p < 2; ++p) digit_words(v[h][p], scale, &count, words[p]);
+#pragma unroll
+        for (int j = 0; j < BSL; ++j)
+            *reinterpret_cast<uint2*>(out + (j * STEPS + h) * 64) =
+                make_uint2(words[0][j], words[1][j]);
+    }
+    count = quad_sum(count);
+    bad = quad_sum(bad);
+    if (t == 0) {
+        exps[(long long)kb * n_tiles * 8 + col] = e;
+        if (col < n) atomicMax(col_top + col, e + TOP_BIAS);
+        if (col < n && bad) atomicOr(col_bad + col, 1);
+        if (col < n && count) {
+            const int before = atomicAdd(col_deep + col, count);
+            if (!unresolved(before, k) && unresolved(before + count, k)) atomicOr(col_bad + col, 1);
+        }
+    }
+}
+
+// The copies of one walk step (row tile from row0, block kb) into one stage slot: each warp its
+// 16 rows of A's tile (16-byte copies when VEC: k % 4 == 0 and A aligned; else 4-byte ones),
+// the block B's fragments and exponents for its NT n-tiles; zeros past m, k and the n-tiles.
+// Always commits a group (an empty one past the walk), so every thread's waits count the same.
+// Each thread's share is fixed at compile time: a VEC lane copies columns q .. q + 3 of rows
+// r0, r0 + RPP, ...; B's 16-byte chunks tid, tid + THREADS, ...
+template <int NT, bool VEC>
+__device__ __forceinline__ void blocks_stage(
+    const float* __restrict__ a, long long m, int k, int n_tiles, int nt0,
+    const unsigned int* __restrict__ fragments, const int* __restrict__ exps, long long row0,
+    int kb, bool inside_walk, float* a_s, unsigned int* b_s, int* e_s)
+{
+    constexpr int THREADS = ${BLOCKS_THREADS}, B_CHUNKS = NT * FRAGMENT_WORDS / 4;
+    if (inside_walk) {
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const long long first = row0 + warp * 16;
+        const long long rows_left = m - first;  // rows of the warp's 16 that exist
+        float* a_dst = a_s + warp * 16 * ROW_STRIDE;
+        const int q0 = kb * BK;
+        if constexpr (VEC) {
+            constexpr int CPR = BK / 4, RPP = 32 / CPR;  // 16-byte chunks a row; rows a pass
+            const int r0 = lane / CPR, q = 4 * (lane % CPR);
+            const bool k_inside = q0 + q < k;
+            const float* src = a + (first + r0) * k + q0 + q;
+            const long long stride = (long long)RPP * k;
+#pragma unroll
+            for (int i = 0; i < 16 / RPP; ++i, src += stride) {
+                const bool inside = k_inside && r0 + RPP * i < rows_left;
+                copy_async<16>(a_dst + (r0 + RPP * i) * ROW_STRIDE + q, inside ? src : a, inside);
+            }
+        } else {
+            constexpr int PASSES_PER_ROW = BK / 32;
+            const float* src = a + first * k + q0 + lane;
+#pragma unroll 8
+            for (int i = 0; i < 16 * PASSES_PER_ROW; ++i) {
+                const int r = i / PASSES_PER_ROW, q = lane + 32 * (i % PASSES_PER_ROW);
+                const bool inside = q0 + q < k && r < rows_left;
+                const float* at = src + (long long)r * k + (q - lane);
+                copy_async<4>(a_dst + r * ROW_STRIDE + q, inside ? at : a, inside);
+            }
+        }
+        const unsigned int* b_src = fragments + ((long long)kb * n_tiles + nt0) * FRAGMENT_WORDS;
+        const int tiles_here = n_tiles - nt0;  // n-tiles of this column group that exist
+#pragma unroll
+        for (int j = 0; j < (B_CHUNKS + THREADS - 1) / THREADS; ++j) {
+            const int c = threadIdx.x + THREADS * j;
+            if (B_CHUNKS % THREADS == 0 || c < B_CHUNKS) {
+                const bool inside = c / (FRAGMENT_WORDS / 4) < tiles_here;
+                copy_async<16>(b_s + 4 * c, inside ? b_src + 4 * c : b_src, inside);
+            }
+        }
+        if (threadIdx.x < NT * 2) {
+            const int* e_src = exps + (long long)kb * n_tiles * 8 + nt0 * 8;
+            const bool inside = (int)threadIdx.x / 2 < tiles_here;
+            copy_async<16>(e_s + 4 * threadIdx.x, inside ? e_src + 4 * threadIdx.x : e_src, inside);
+        }
+    }
+    copies_commit();
+}
+
+// The scale exponent of a block's line (packer.scale_exponents) from its largest finite
+// magnitude as bits: for a normal top 1.f 2^(E - 127), frexp's exponent is E - 126, one more
+// where top >= (127/128) 2^(E - 126), i.e. where f >= 0x7e0000 / 2^23; zero and subnormal tops
+// the double way.
+__device__ __forceinline__ int block_exponent(unsigned int top)
+{
+    if (top < 0x800000u) return scale_exponent(exact_double(__uint_as_float(top)));
+    return (int)(top >> 23) - 126 + ((top & 0x7fffffu) >= 0x7e0000u);
+}
+
+// How one block of a line becomes packer integers: x 2^shift in float32 and F2I (round half to
+// even, like rint) where 2^shift is a normal float32 and shift <= 125, so that a subnormal x,
+// which -ftz flushes, has |x 2^shift| < 1/2 and rint gives its 0 anyway; else the exact way on
+// the bits (scaled_integer, kept out of line: the blocks that need it have a tiny scale).
+// Deep entries: 0 < |x| < 2^(e - deep - 1), the bits of that bound being floor_bits (>= 1).
+struct BlockScale {
+    float scale;
+    int shift;
+    bool quick;
+    unsigned int floor_bits;
+};
+
+__device__ __forceinline__ BlockScale block_scale(int e, int deep)
+{
+    const LineScale line = line_scale(e, BSL, deep, false);
+    BlockScale s;
+    s.shift = line.shift;
+    s.quick = line.shift >= -126 && line.shift <= 125;
+    s.scale = s.quick ? line.scale : 1.0f;
+    s.floor_bits = max(line.floor_bits, 1u);
+    return s;
+}
+
+__device__ __noinline__ int exact_packer_integer(float x, int shift)
+{
+    return scaled_integer(x, 0, 1, shift);
+}
+
+// Slice j's word of four entries' digits, for each slice j; deep entries counted.
+// (QUICK: every entry the quick way, NaN and Inf already zeroed; else the exact way.)
+template <bool QUICK>
+__device__ __forceinline__ void block_words(const float4& x4, const BlockScale& s, int* deep_count,
+                                            unsigned int (&words)[BSL])
+{
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    unsigned int biased[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int m = magnitude_bits(x[i]);
+        *deep_count += m - 1u < s.floor_bits - 1u;  // 0 < m < floor_bits (NaN/Inf: never)
+        const int integer = QUICK ? __float2int_rn(x[i] * s.scale)
+                                  : exact_packer_integer(x[i], s.shift);
+        biased[i] = (unsigned int)integer + digit_bias(BSL);
+    }
+#pragma unroll
+    for (int j = 0; j < BSL; ++j) words[j] = slot_word(biased, j, BSL);
+}
+
+// One block of k for the warp's 16 rows: each row's scale over the block, A's digits in
+// fragments (from the staged tile), then per n-tile the class pairs' MMAs (int32), combined
+// exactly in float64 and added into the totals (module docstring of blocks.py).
+template <int NT>
+__device__ __forceinline__ void blocks_step(
+    const float* a_s, const unsigned int* b_s, const int* e_s, int deep, double (&total)[NT][4],
+    int (&deep_count)[2], int (&bad)[2], int (&row_top)[2])
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const float* rows = a_s + (warp * 16 + g) * ROW_STRIDE + 4 * t;
+    float4 x[STEPS][2][2];  // [k-step][k half: 4 t.., 16 + 4 t..][row g, g + 8]
+    unsigned int top[2] = {0u, 0u};
+#pragma unroll
+    for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                x[h][p][r] = *reinterpret_cast<const float4*>(
+                    rows + 8 * r * ROW_STRIDE + 32 * h + 16 * p);
+                top[r] = max(top[r], max(max(magnitude_bits(x[h][p][r].x),
+                                             magnitude_bits(x[h][p][r].y)),
+                                         max(magnitude_bits(x[h][p][r].z),
+                                             magnitude_bits(x[h][p][r].w))));
+            }
+    BlockScale scale[2];
+    int row_hi[2];  // per row: the high word of 2^(ea - place + ...) (see the terms below)
+    constexpr int PLACE = 2 * ${FIRST_SLICE_BITS} + ${LATER_SLICE_BITS} * MAX_SUM;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (top[r] >= 0x7f800000u) {  // a NaN or Inf: the row is recomputed; the finite top
+            bad[r] = 1;
+            top[r] = 0u;
+#pragma unroll
+            for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const float v[4] = {x[h][p][r].x, x[h][p][r].y, x[h][p][r].z, x[h][p][r].w};
+                    int ignored = 0;
+                    top4(v, &top[r], &ignored);
+                }
+        }
+        const int e = block_exponent(quad_max(top[r]));
+        row_top[r] = max(row_top[r], e);
+        scale[r] = block_scale(e, deep);
+        row_hi[r] = (e - PLACE + 1023) << 20;
+    }
+    unsigned int fa[STEPS][BSL][4];  // A's fragments: [k-step][slice][a0..a3]
+    if (scale[0].quick && scale[1].quick) {  // (one branch for all 32 entries)
+        if (bad[0] | bad[1]) {  // NaN/Inf read as 0 (their lines are recomputed)
+#pragma unroll
+            for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+                for (int p = 0; p < 2; ++p)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        float4& v = x[h][p][r];
+                        v.x = finite_bits(v.x) ? v.x : 0.0f;
+                        v.y = finite_bits(v.y) ? v.y : 0.0f;
+                        v.z = finite_bits(v.z) ? v.z : 0.0f;
+                        v.w = finite_bits(v.w) ? v.w : 0.0f;
+                    }
+        }
+#pragma unroll
+        for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    unsigned int words[BSL];
+                    block_words<true>(x[h][p][r], scale[r], &deep_count[r], words);
+#pragma unroll
+                    for (int j = 0; j < BSL; ++j) fa[h][j][r + 2 * p] = words[j];
+                }
+    } else {
+#pragma unroll
+        for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    unsigned int words[BSL];
+                    block_words<false>(x[h][p][r], scale[r], &deep_count[r], words);
+#pragma unroll
+                    for (int j = 0; j < BSL; ++j) fa[h][j][r + 2 * p] = words[j];
+                }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int2 eb = *reinterpret_cast<const int2*>(e_s + nt * 8 + 2 * t);
+        unsigned int fb[BSL][STEPS][2];
+#pragma unroll
+        for (int j = 0; j < BSL; ++j)
+#pragma unroll
+            for (int h = 0; h < STEPS; ++h) {
+                const uint2 w = *reinterpret_cast<const uint2*>(
+                    b_s + nt * FRAGMENT_WORDS + (j * STEPS + h) * 64 + 2 * lane);
+                fb[j][h][0] = w.x;
+                fb[j][h][1] = w.y;
+            }
+        double block[4] = {0.0, 0.0, 0.0, 0.0};  // T = sum_g S_g 2^(8 (MAX_SUM - g)), exact
+#pragma unroll
+        for (int g0 = 0; g0 <= MAX_SUM; g0 += 2) {  // classes g0, g0 + 1 in int32: S_g0 2^8 + S_g1
+            const int last = min(g0 + 1, MAX_SUM);
+            int acc[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int cls = g0; cls <= last; ++cls) {
+                if (cls != g0) {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) acc[q] <<= ${LATER_SLICE_BITS};
+                }
+#pragma unroll
+                for (int i = 0; i < BSL; ++i) {
+                    const int j = cls - i;
+                    if (j < 0 || j >= BSL) continue;
+#pragma unroll
+                    for (int h = 0; h < STEPS; ++h) mma_s8(acc, fa[h][i], fb[j][h][0], fb[j][h][1]);
+                }
+            }
+            const double up = (double)(1 << (${LATER_SLICE_BITS} * (last - g0 + 1)));
+#pragma unroll
+            for (int q = 0; q < 4; ++q) block[q] = fma(block[q], up, int_double(acc[q]));
+        }
+        const int col_hi[2] = {eb.x << 20, eb.y << 20};
+#pragma unroll
+        for (int q = 0; q < 4; ++q)  // + T 2^(ea + eb - place): T and the weight exact
+            total[nt][q] = fma(block[q], __hiloint2double(row_hi[q >> 1] + col_hi[q & 1], 0),
+                               total[nt][q]);
+    }
+}
+
+// Level IV-blocks for a tall A (m x k, row-major) and B packed by blocks_pack_b: a block of
+// threads takes tiles of TILE_ROWS rows (grid y, striding) and NT n-tiles (grid x), and walks
+// k one block at a time, the next STAGES - 1 blocks' copies in flight (cp.async), so A is read
+// from DRAM once, at its own pace, and never written back. C gets the rounded totals; row_bad
+// each row's flag (NaN/Inf, or unresolved).
+template <int NT, bool VEC>
+__device__ __forceinline__ void blocks_rows_impl(
+    const float* __restrict__ a, long long m, int k, int n, int n_tiles,
+    const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
+    const int* __restrict__ col_top, int deep, double k_slack, float* __restrict__ c,
+    int* __restrict__ row_bad)
+{
+    constexpr int A_FLOATS = TILE_ROWS * ROW_STRIDE, B_WORDS = NT * FRAGMENT_WORDS;
+    extern __shared__ __align__(16) unsigned char shared[];
+    float* a_s = reinterpret_cast<float*>(shared);
+    unsigned int* b_s = reinterpret_cast<unsigned int*>(a_s + STAGES * A_FLOATS);
+    int* e_s = reinterpret_cast<int*>(b_s + STAGES * B_WORDS);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int nt0 = blockIdx.x * NT, blocks = (k + BK - 1) / BK;
+    const long long tiles = (m + TILE_ROWS - 1) / TILE_ROWS;
+    // The walk: steps (tile, kb), kb = 0 .. blocks - 1 for tile = blockIdx.y, + gridDim.y, ...
+    // Copies run STAGES - 1 steps ahead ("ahead"), into slot step % STAGES.
+    long long tile = blockIdx.y, tile_ahead = blockIdx.y;
+    int kb = 0, kb_ahead = 0, slot = 0, slot_ahead = 0;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        blocks_stage<NT, VEC>(a, m, k, n_tiles, nt0, fragments, exps, tile_ahead * TILE_ROWS,
+                              kb_ahead, tile_ahead < tiles, a_s + slot_ahead * A_FLOATS,
+                              b_s + slot_ahead * B_WORDS, e_s + slot_ahead * NT * 8);
+        if (++kb_ahead == blocks) { kb_ahead = 0; tile_ahead += gridDim.y; }
+        ++slot_ahead;
+    }
+    double total[NT][4];
+    int deep_count[2] = {0, 0}, bad[2] = {0, 0}, row_top[2] = {-TOP_BIAS, -TOP_BIAS};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) total[nt][q] = 0.0;
+    while (tile < tiles) {
+        copies_wait<STAGES - 2>();  // this thread's copies of this step have landed
+        __syncthreads();  // ... everyone's; and the previous step's slot is free again
+        blocks_stage<NT, VEC>(a, m, k, n_tiles, nt0, fragments, exps, tile_ahead * TILE_ROWS,
+                              kb_ahead, tile_ahead < tiles, a_s + slot_ahead * A_FLOATS,
+                              b_s + slot_ahead * B_WORDS, e_s + slot_ahead * NT * 8);
+        if (++kb_ahead == blocks) { kb_ahead = 0; tile_ahead += gridDim.y; }
+        if (++slot_ahead == STAGES) slot_ahead = 0;
+        blocks_step<NT>(a_s + slot * A_FLOATS, b_s + slot * B_WORDS, e_s + slot * NT * 8, deep,
+                        total, deep_count, bad, row_top);
+        if (++slot == STAGES) slot = 0;
+        if (++kb == blocks) {  // the tile's last block: its outputs and row flags
+            const long long row = tile * TILE_ROWS + warp * 16 + g;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const long long r = row + 8 * (q >> 1);
+                    const int col = (nt0 + nt) * 8 + 2 * t + (q & 1);
+                    if (r < m && col < n) {
+                        const int top = row_top[q >> 1] + col_top[col] - TOP_BIAS;
+                        c[r * n + col] = saturate(total[nt][q], top, k_slack);
+                    }
+                    total[nt][q] = 0.0;
+                }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int count = quad_sum(deep_count[r]), flag = quad_sum(bad[r]);
+                if (t == 0 && row + 8 * r < m)
+                    row_bad[row + 8 * r] = (flag != 0) | unresolved(count, k);
+                deep_count[r] = 0;
+                bad[r] = 0;
+                row_top[r] = -TOP_BIAS;
+            }
+            kb = 0;
+            tile += gridDim.y;
+        }
+    }
+    copies_wait<0>();
+}
+"""
+BLOCKS_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__({BLOCKS_THREADS}, ${{BLOCKS_MIN_BLOCKS}})
+blocks_rows_{nt}{suffix}(
+    const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
+    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* row_bad)
+{{
+    blocks_rows_impl<{nt}, {vec}>(a, m, k, n, n_tiles, fragments, exps, col_top, deep, k_slack,
+                                  c, row_bad);
+}}
+"""
+    for nt in BLOCKS_N_TILES
+    for suffix, vec in (("", "false"), ("_vec", "true"))
+)

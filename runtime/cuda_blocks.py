@@ -1,0 +1,137 @@
+"""Level IV-blocks on the GPU (``blocks``; kernels in ``blocks_kernels``): three launches.
+
+1. ``blocks_pack_b`` slices B per (block of k, column) into MMA fragments (B is the small
+   operand of the shapes this level serves: k x n with n <= 128 or so);
+2. ``blocks_rows_<NT>`` streams A once, slicing it in registers per (row, block) and summing
+   the class products on the INT8 tensor cores (``mma.sync``) into float64 totals;
+3. ``bypass_lines`` recomputes the flagged rows and columns (NaN/Inf, unresolved) in order,
+   without a host synchronisation.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from . import blocks
+from .blocks_kernels import (
+    BLOCKS_N_TILES,
+    BLOCKS_STAGES,
+    BLOCKS_THREADS,
+    BLOCKS_TILE_ROWS,
+    stage_bytes,
+)
+from .combine import overflow_slack
+from .cuda import (
+    BYPASS_TILE,
+    MAX_GRID_YZ,
+    _c_contiguous,
+    _combine_module,
+    _deep,
+    _multiprocessors,
+    _pack_module,
+)
+from .levels import Level, triangle
+
+MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
+
+
+def check_level(level: Level) -> None:
+    """ValueError unless the kernels were built for ``level``'s slices and pairs."""
+    slices = level.a_slices
+    max_sum = max(level.groups)
+    if level.name != blocks.LEVEL or level.pairs != triangle(slices, level.b_slices, max_sum):
+        raise ValueError(f"level {level.name!r}: the GPU's blocks kernels serve {blocks.LEVEL}")
+
+
+def check_device(device: int) -> None:
+    capability = int(cp.cuda.Device(device).compute_capability)
+    if capability < MIN_COMPUTE_CAPABILITY:
+        raise NotImplementedError(
+            f"level {blocks.LEVEL} needs INT8 mma.sync (compute capability 8.0 or later); "
+            f"GPU {device} has {capability / 10:.1f}: use level IV or fp32-ordered there"
+        )
+
+
+def n_tiles_per_block(n_tiles: int) -> int:
+    """n-tiles (8 columns) one block of threads takes: the fewest of BLOCKS_N_TILES covering
+    n, at most the largest (wider products take several column groups, each reading A)."""
+    return next((nt for nt in BLOCKS_N_TILES if nt >= n_tiles), BLOCKS_N_TILES[-1])
+
+
+def workspace_bytes(m: int, k: int, n: int) -> int:
+    """Device memory of one product: B's fragments and exponents, the flags, the result."""
+    blocks_k = -(-k // blocks.BLOCK_K)
+    n_pad = 8 * -(-n // 8)
+    fragments = blocks_k * n_pad * 3 * blocks.BLOCK_K  # one byte per digit, 3 slices
+    return fragments + 4 * blocks_k * n_pad + 4 * (m + 3 * n) + 4 * m * n
+
+
+def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
+    """a @ b at level IV-blocks for float32 CuPy matrices with m, k, n > 0 (``blocks``'s
+    arithmetic, bit for bit)."""
+    check_level(level)
+    device = cp.cuda.Device().id
+    check_device(device)
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    m, k = a.shape
+    n = b.shape[1]
+    blocks_k = -(-k // blocks.BLOCK_K)
+    n_tiles = -(-n // 8)
+    deep = _deep(level.a_slices, k, level.bypass_wide)
+    words = blocks_k * n_tiles * level.b_slices * (blocks.BLOCK_K // 32) * 64
+    fragments = cp.empty(words, dtype=cp.uint32)
+    exps = cp.empty(blocks_k * n_tiles * 8, dtype=cp.int32)
+    lines = cp.zeros(3 * n + m, dtype=cp.int32)  # col_deep, col_bad, col_top, row_bad
+    col_deep, col_bad, col_top = (lines[i * n : (i + 1) * n] for i in range(3))
+    row_bad = lines[3 * n :]
+    _pack_module().get_function("blocks_pack_b")(
+        (blocks_k, n_tiles), (32,),
+        (b, np.int32(k), np.int32(n), np.int32(n_tiles), deep, fragments, exps,
+         col_deep, col_bad, col_top),
+    )  # fmt: skip
+    nt = n_tiles_per_block(n_tiles)
+    vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
+    kernel, shared = _rows_kernel(nt, vec, level.b_slices, device)
+    groups = -(-n_tiles // nt)
+    tiles = -(-m // BLOCKS_TILE_ROWS)
+    resident = _resident_per_sm(nt, vec, level.b_slices, device) * _multiprocessors(device)
+    rows_grid = max(1, min(tiles, MAX_GRID_YZ, -(-resident // groups)))
+    c = cp.empty((m, n), dtype=cp.float32)
+    kernel(
+        (groups, rows_grid), (BLOCKS_THREADS,),
+        (a, np.int64(m), np.int32(k), np.int32(n), np.int32(n_tiles), fragments, exps, col_top,
+         deep, np.float64(k * overflow_slack(level)), c, row_bad),
+        shared_mem=shared,
+    )  # fmt: skip
+    _combine_module().get_function("bypass_lines")(
+        (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), 1), (16, 16),
+        (row_bad, col_bad, a, np.int64(k), np.int64(1), np.int64(0), b, np.int64(n),
+         np.int64(1), np.int64(0), np.int32(m), np.int32(n), np.int32(k), np.int32(0), c),
+    )  # fmt: skip
+    return c
+
+
+@functools.cache
+def _rows_kernel(nt: int, vec: str, slices: int, device: int) -> tuple[Any, int]:
+    """The rows kernel for ``nt`` n-tiles, allowed its dynamic shared memory (beyond the 48 KiB
+    a kernel gets unasked), and that many bytes."""
+    kernel = _pack_module().get_function(f"blocks_rows_{nt}{vec}")
+    shared = BLOCKS_STAGES * stage_bytes(nt, blocks.BLOCK_K, slices)
+    kernel.max_dynamic_shared_size_bytes = shared
+    return kernel, shared
+
+
+@functools.cache
+def _resident_per_sm(nt: int, vec: str, slices: int, device: int) -> int:
+    kernel, shared = _rows_kernel(nt, vec, slices, device)
+    function = kernel.kernel  # (RawKernel: the Function of the current device)
+    return max(
+        1,
+        cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            function.ptr, BLOCKS_THREADS, shared
+        ),
+    )

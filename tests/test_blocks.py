@@ -1,0 +1,172 @@
+"""Level IV-blocks (runtime/blocks.py): its arithmetic on the CPU against exact integers, its
+accuracy against level IV on wide rows, its bypassed lines, and the GPU kernels' bits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mixpert
+from mixpert.runtime import blocks, bypass, cpu, device, dispatch, get_level, packer
+from mixpert.testdata import gemmul8
+
+LEVEL = get_level("IV-blocks")
+
+
+def _expected_by_hand(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The module docstring's arithmetic with Python integers: per block, the digits'
+    class sums joined into one integer T, each block's term added into a Python float
+    (float64) in block order, then rounded to float32."""
+    (m, k), n = a.shape, b.shape[1]
+    total = [[0.0] * n for _ in range(m)]
+    for start in range(0, k, blocks.BLOCK_K):
+        rows, cols = a[:, start : start + blocks.BLOCK_K], b[start : start + blocks.BLOCK_K].T
+        ea, eb = packer.scale_exponents(rows, 1), packer.scale_exponents(cols, 1)
+        da = packer.slice_rows(rows, ea, 3).astype(int).tolist()
+        db = packer.slice_rows(np.ascontiguousarray(cols), eb, 3).astype(int).tolist()
+        for r in range(m):
+            for c in range(n):
+                sums = [0, 0, 0, 0]
+                for i, j in LEVEL.pairs:
+                    sums[i + j] += sum(x * y for x, y in zip(da[i][r], db[j][c], strict=True))
+                block = ((sums[0] * 256 + sums[1]) * 256 + sums[2]) * 256 + sums[3]
+                total[r][c] += float(block) * 2.0 ** (int(ea[r]) + int(eb[c]) - 38)
+    return np.array(total).astype(np.float32)
+
+
+def test_the_cpu_model_is_the_documented_arithmetic() -> None:
+    rng = np.random.default_rng(1)
+    a = gemmul8(np, rng, (4, 150), 1.0)
+    b = gemmul8(np, rng, (150, 3), 1.0)
+    a[1, 64:128] *= np.float32(2.0**-30)  # a second block far below the first one
+    assert dispatch.unresolved_lines(a, b, LEVEL) == (0, 0)  # (no line is recomputed)
+    got = cpu.matmul(a, b, LEVEL)
+    np.testing.assert_array_equal(got.view(np.uint32), _expected_by_hand(a, b).view(np.uint32))
+
+
+def test_one_block_of_small_integers_is_exact() -> None:
+    rng = np.random.default_rng(2)
+    a = rng.integers(-100, 101, (20, 64)).astype(np.float32)
+    b = rng.integers(-100, 101, (64, 9)).astype(np.float32)
+    got = mixpert.matmul(a, b, level="IV-blocks", backend="cpu")
+    np.testing.assert_array_equal(got, (a.astype(np.float64) @ b).astype(np.float32))
+
+
+def test_class_pairs_fit_int32_at_the_level_and_longer_blocks_would_not() -> None:
+    assert blocks.class_pairs(LEVEL) == ((0, 1), (2, 3))
+    blocks.check_int32(LEVEL)
+    with pytest.raises(ValueError, match=r"classes \(2, 3\) of a block of 256 k-steps"):
+        blocks.check_int32(LEVEL, block=256)
+
+
+@pytest.mark.parametrize("phi", [0.5, 1.0, 1.5])
+def test_block_scales_are_float32_grade_and_beat_iv_on_wide_rows(phi: float) -> None:
+    rng = np.random.default_rng(3)
+    a, b = gemmul8(np, rng, (96, 2048), phi), gemmul8(np, rng, (2048, 40), phi)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+
+    def error(level: str) -> float:
+        c = mixpert.matmul(a, b, level=level, backend="cpu")
+        return float(np.linalg.norm(c - exact) / np.linalg.norm(exact))
+
+    in_order = np.zeros((96, 40), dtype=np.float32)  # float32 sums in k order, as SGEMM's
+    for q in range(2048):
+        in_order += np.outer(a[:, q], b[q])
+    assert error("IV-blocks") <= float(np.linalg.norm(in_order - exact) / np.linalg.norm(exact))
+    assert error("IV-blocks") < error("IV")
+
+
+def test_entries_deep_below_their_block_make_the_row_exact() -> None:
+    """A row whose entries lie far below their block's scale (one outlier in each block) is
+    unresolved: it is recomputed in order, exactly, as level IV does for its wide lines."""
+    rng = np.random.default_rng(4)
+    k = 512
+    a = rng.standard_normal((6, k)).astype(np.float32)
+    b = rng.standard_normal((k, 5)).astype(np.float32)
+    a[2] *= np.float32(2.0**-30)
+    a[2, :: blocks.BLOCK_K] = 1.0  # each block's scale is set by one entry 2^30 above the rest
+    assert dispatch.unresolved_lines(a, b, "IV-blocks") == (1, 0)
+    got = mixpert.matmul(a, b, level="IV-blocks", backend="cpu")
+    np.testing.assert_array_equal(got[2], bypass.in_order(a[2:3], b)[0])
+    bound = 2 * k * 2.0**-24 * (np.abs(a).astype(np.float64) @ np.abs(b))
+    assert np.all(np.abs(got - a.astype(np.float64) @ b) <= bound)
+
+
+def test_nonfinite_lines_and_the_ends_of_the_range() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((7, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 6)).astype(np.float32)
+    a[0] *= np.finfo(np.float32).max / 8  # near the top: the float64 totals do not overflow
+    a[1] *= np.float32(2.0**-140)  # subnormal entries
+    a[3, 17] = np.nan
+    b[5, 4] = np.inf
+    got = mixpert.matmul(a, b, level="IV-blocks", backend="cpu")
+    want = mixpert.matmul(a, b, level="fp64", backend="cpu")
+    assert np.isnan(got[3]).all() and np.isnan(want[3]).all()
+    np.testing.assert_array_equal(got[:, 4], want[:, 4])  # recomputed in order, like fp64's
+    finite = np.isfinite(want)
+    scale = np.abs(a).astype(np.float64) @ np.abs(np.where(np.isfinite(b), b, 0))
+    assert np.all(np.abs(got[finite] - want[finite]) <= 2.0**-22 * scale[finite])
+    assert np.count_nonzero(got[1]) == got.shape[1]  # subnormal rows are not flushed
+
+
+# ---- the GPU kernels -------------------------------------------------------------------
+
+
+def _gpu_matches_cpu(a: np.ndarray, b: np.ndarray, a_gpu: object = None) -> None:
+    cp = device.cupy_module()
+    from mixpert.runtime import cuda
+
+    expected = cpu.matmul(a, b, LEVEL)
+    got = cp.asnumpy(cuda.matmul(cp.asarray(a) if a_gpu is None else a_gpu, cp.asarray(b), LEVEL))
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 1, 1), (5, 3, 7), (64, 64, 64), (129, 257, 65), (300, 1001, 70), (70, 130, 130),
+     (2000, 4096, 16), (40_000, 200, 24)],
+)  # fmt: skip
+@pytest.mark.parametrize("phi", [0.5, 2.0])
+def test_gpu_blocks_give_the_cpu_bits(shape: tuple[int, int, int], phi: float) -> None:
+    """Odd sizes (k not a multiple of 4: element copies), several column groups (n > 64), and
+    more row tiles than resident blocks (each block walks several)."""
+    m, k, n = shape
+    rng = np.random.default_rng(m + k + n)
+    _gpu_matches_cpu(gemmul8(np, rng, (m, k), phi), gemmul8(np, rng, (k, n), phi))
+
+
+@pytest.mark.gpu
+def test_gpu_blocks_give_the_cpu_bits_on_the_packers_edge_cases() -> None:
+    """Subnormal entries and scales, the top of the range, ties, NaN and Inf, entries on and
+    below the bypass floor, in A's rows and in B's columns; and an unaligned A (element copies)."""
+    from test_cuda_backend import packer_edge_lines
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(6)
+    k = 256
+    lines = packer_edge_lines(rng, 2.0 ** -bypass.deep_binades(23, k), k)
+    other = rng.standard_normal((k, 12)).astype(np.float32)
+    _gpu_matches_cpu(lines, other)
+    _gpu_matches_cpu(other.T.copy(), np.ascontiguousarray(lines.T))
+    flat = cp.empty(lines.size + 1, dtype=cp.float32)
+    shifted = flat[1:].reshape(lines.shape)  # 4 bytes past a 16-byte boundary
+    shifted[...] = cp.asarray(lines)
+    _gpu_matches_cpu(lines, other, shifted)
+
+
+@pytest.mark.gpu
+def test_gpu_blocks_saturate_near_the_top_of_the_range_like_the_cpu() -> None:
+    """Exact results at FLT_MAX stay finite (slicing rounds FLT_MAX's block up to 2^128);
+    true overflows give inf: the same bits on both backends."""
+    top = np.finfo(np.float32).max
+    cases = [
+        ([[top]], [[1.0]]),
+        ([[top / 2, top / 2]], [[1.0], [1.0]]),
+        ([[top, 1.0]], [[1.0], [-1.0]]),
+        ([[3e38, 3e37]], [[1.0], [1.0]]),
+        ([[-2e38, -3e38], [3e38, 3e38]], [[2.0], [2.0]]),
+    ]
+    for a, b in cases:
+        _gpu_matches_cpu(np.array(a, np.float32), np.array(b, np.float32))
