@@ -32,7 +32,7 @@ SHAPES = (  # m x k x n (issue 16's list: TSM2R, TSM2L and long-k forms)
     (32, 262144, 32),
 )
 QUICK = ((65536, 4096, 16), (1048576, 16, 16), (32, 262144, 32))
-LEVELS = tuple(lv.name for lv in LADDER if lv.kind in ("int8", "ordered"))
+LEVELS = tuple(lv.name for lv in LADDER if lv.kind in ("int8", "blocks", "ordered"))
 METHODS = ("sgemm", "tf32", *LEVELS, AUTO.name)
 PHI = 0.5
 

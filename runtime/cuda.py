@@ -1047,6 +1047,11 @@ STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]
 }
 
 
+def blocks_supported() -> bool:
+    """Whether the current GPU runs level IV-blocks's kernels (INT8 mma.sync)."""
+    return _blocks_module().supported(cp.cuda.Device().id)
+
+
 @functools.cache
 def _blocks_module() -> Any:
     """``cuda_blocks`` (imported on first use: it builds on this module)."""

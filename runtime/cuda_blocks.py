@@ -47,12 +47,20 @@ def check_level(level: Level) -> None:
         raise ValueError(f"level {level.name!r}: the GPU's blocks kernels serve {blocks.LEVEL}")
 
 
+@functools.cache
+def _compute_capability(device: int) -> int:
+    return int(cp.cuda.Device(device).compute_capability)
+
+
+def supported(device: int) -> bool:
+    return _compute_capability(device) >= MIN_COMPUTE_CAPABILITY
+
+
 def check_device(device: int) -> None:
-    capability = int(cp.cuda.Device(device).compute_capability)
-    if capability < MIN_COMPUTE_CAPABILITY:
+    if not supported(device):
         raise NotImplementedError(
-            f"level {blocks.LEVEL} needs INT8 mma.sync (compute capability 8.0 or later); "
-            f"GPU {device} has {capability / 10:.1f}: use level IV or fp32-ordered there"
+            f"level {blocks.LEVEL} needs INT8 mma.sync (compute capability 8.0 or later); GPU "
+            f"{device} has {_compute_capability(device) / 10:.1f}: use level IV or fp32-ordered"
         )
 
 

@@ -60,6 +60,19 @@ AUTO_TALL_MIN_K = 1024
 AUTO_THIN_MIN_M = 1 << 20
 AUTO_THIN_MAX_N = 16  # (wider outputs leave the thin kernel for slower ones: 0.1x at k = 4, n = 64)
 AUTO_THIN_MAX_KN = 256
+# ... and, before those, for one tall product with few columns, a long k and rows enough to fill
+# the GPU, level IV-blocks (its kernel slices A in registers as it streams it; H100, same-run
+# probes against SGEMM: 1.45-1.74x at 65536 x 4096 x {8..32}, 1.38-1.86x at 262144 x 1024 x
+# {8..32}, 1.08-1.4x at 16384 x 16384 x {8..32} and 1.25x there at n = 48 and 64; but 1.04x at
+# 65536 x 4096 x 64, 0.84-0.91x at 65536 x 1024 x {16..64}, 0.87-0.89x at 1048576 x 512 x 32,
+# and 0.4x at 4096 x 65536 x 64, where 64 row tiles leave most SMs idle).
+AUTO_BLOCKS = "IV-blocks"
+AUTO_BLOCKS_MIN_M = 16384
+AUTO_BLOCKS_MIN_K = 1024
+AUTO_BLOCKS_MIN_MK = 1 << 28  # A of at least 1 GiB
+AUTO_BLOCKS_MAX_N = 32
+AUTO_BLOCKS_WIDE_MIN_K = 16384  # ... n up to AUTO_BLOCKS_WIDE_MAX_N where k is at least this
+AUTO_BLOCKS_WIDE_MAX_N = 64
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -161,6 +174,8 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     k_b, n = b.shape
     if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
+    if _blocks_kernel_wins(m, k, n):
+        return _cuda().matmul(a, b, get_level(AUTO_BLOCKS))
     if _ordered_kernel_wins(m, k, n):
         return _cuda().ordered_product(a, b)
     return cp.matmul(a, b)
@@ -208,7 +223,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; on the GPU, fp32-ordered for stacks whose pairs are at most
     AUTO_ORDERED_MAX_DIM in every dimension, and level IV where every dimension is at least
-    AUTO_MIN_DIM; fp32-ordered for one product of the shapes where one of its kernels wins
+    AUTO_MIN_DIM; IV-blocks for one tall product with few columns (``_blocks_kernel_wins``),
+    fp32-ordered for one product of the shapes where one of its kernels wins
     (``_ordered_kernel_wins``).
     """
     requested = get_level(level)
@@ -220,11 +236,29 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3 and max(m, k, n) <= AUTO_ORDERED_MAX_DIM:  # small pairs
         return get_level(AUTO_SMALL)
+    if a.ndim == 2 and b.ndim == 2 and _blocks_kernel_wins(m, k, n):
+        return get_level(AUTO_BLOCKS)
     if a.ndim == 2 and b.ndim == 2 and _ordered_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
     if min(m, k, n) >= AUTO_MIN_DIM:
         return get_level(AUTO_EMULATED)
     return get_level(NATIVE_LEVEL)
+
+
+def _blocks_kernel_wins(m: int, k: int, n: int) -> bool:
+    """Whether one product of this shape runs faster at level IV-blocks than on cuBLAS SGEMM
+    on the current GPU: m at least AUTO_BLOCKS_MIN_M, k at least AUTO_BLOCKS_MIN_K, m k at
+    least AUTO_BLOCKS_MIN_MK, and n at most AUTO_BLOCKS_MAX_N (AUTO_BLOCKS_WIDE_MAX_N where k
+    is at least AUTO_BLOCKS_WIDE_MIN_K); never on a GPU without INT8 mma.sync."""
+    if m < AUTO_BLOCKS_MIN_M or k < AUTO_BLOCKS_MIN_K or m * k < AUTO_BLOCKS_MIN_MK:
+        return False
+    wide = k >= AUTO_BLOCKS_WIDE_MIN_K and n <= AUTO_BLOCKS_WIDE_MAX_N
+    return (0 < n <= AUTO_BLOCKS_MAX_N or wide) and _blocks_supported()
+
+
+def _blocks_supported() -> bool:
+    """Whether the current GPU runs level IV-blocks (compute capability 8.0 or later)."""
+    return device.gpu_available() and _cuda().blocks_supported()
 
 
 def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:

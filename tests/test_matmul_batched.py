@@ -202,11 +202,39 @@ def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:
     tall, narrow = dispatch.AUTO_TALL_MIN_M, dispatch.AUTO_TALL_MAX_N
     deep = dispatch.AUTO_TALL_MIN_K
     assert level(tall, deep, narrow) == dispatch.AUTO_SMALL
-    assert level(4 * tall, 2 * deep, 1) == dispatch.AUTO_SMALL
+    assert level(2 * tall, deep, 1) == dispatch.AUTO_SMALL
     assert level(tall, deep, narrow, backend="cpu") == "fp32"
     assert level(tall - 1, deep, narrow) == "fp32"
     assert level(tall, deep, narrow + 1) == "fp32"
     assert level(tall, deep - 1, narrow) == "fp32"
+
+
+def test_auto_routes_tall_products_with_a_long_k_to_iv_blocks(monkeypatch) -> None:
+    """Where A is large (m k at least AUTO_BLOCKS_MIN_MK, rows enough to fill the GPU) and n
+    small, level IV-blocks, ahead of the tall kernel; wider n only with a longer k; never on a
+    GPU without INT8 mma.sync (there the tall kernel's rule applies)."""
+    from mixpert.runtime import dispatch
+
+    def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
+        return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
+
+    monkeypatch.setattr(dispatch, "_blocks_supported", lambda: True)
+    rows, deep, area = (
+        dispatch.AUTO_BLOCKS_MIN_M,
+        dispatch.AUTO_BLOCKS_MIN_K,
+        dispatch.AUTO_BLOCKS_MIN_MK,
+    )
+    narrow, wide = dispatch.AUTO_BLOCKS_MAX_N, dispatch.AUTO_BLOCKS_WIDE_MAX_N
+    assert level(area // 4096, 4096, narrow) == level(area // deep, deep, 1) == "IV-blocks"
+    assert level(rows, area // rows, wide) == "IV-blocks"  # k = 16384: n up to 64
+    assert level(area // 4096, 4096, narrow + 1) == "fp32"
+    assert level(area // 4096, 4096, narrow, backend="cpu") == "fp32"
+    assert level(area // 4096 - 1, 4096, narrow) == "fp32"  # A below 1 GiB
+    assert level(rows - 1, 2 * area // rows, 8) == "fp32"  # too few rows
+    tall = (dispatch.AUTO_TALL_MIN_M, dispatch.AUTO_TALL_MIN_K)  # A of 256 MiB: the tall kernel
+    assert level(*tall, 8) == "fp32-ordered"
+    monkeypatch.setattr(dispatch, "_blocks_supported", lambda: False)
+    assert level(area // 4096, 4096, 16) == "fp32-ordered"
 
 
 def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_kernel() -> None:
