@@ -370,7 +370,7 @@ __device__ __forceinline__ void blocks_step(
                 fb[j][h][0] = w.x;
                 fb[j][h][1] = w.y;
             }
-        double block[4] = {0.0, 0.0, 0.0, 0.0};  // T = sum_g S_g 2^(8 (MAX_SUM - g)), exact
+        double block[4];  // T = sum_g S_g 2^(8 (MAX_SUM - g)), exact
 #pragma unroll
         for (int g0 = 0; g0 <= MAX_SUM; g0 += 2) {  // classes g0, g0 + 1 in int32: S_g0 2^8 + S_g1
             const int last = min(g0 + 1, MAX_SUM);
@@ -391,7 +391,8 @@ __device__ __forceinline__ void blocks_step(
             }
             const double up = (double)(1 << (${LATER_SLICE_BITS} * (last - g0 + 1)));
 #pragma unroll
-            for (int q = 0; q < 4; ++q) block[q] = fma(block[q], up, int_double(acc[q]));
+            for (int q = 0; q < 4; ++q)
+                block[q] = g0 == 0 ? int_double(acc[q]) : fma(block[q], up, int_double(acc[q]));
         }
         const int col_hi[2] = {eb.x << 20, eb.y << 20};
 #pragma unroll
