@@ -30,7 +30,7 @@ import cupyx
 import numpy as np
 from cupy.cuda import cublas
 
-from . import blocks, bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
+from . import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
 from .combine import int32_k_block, overflow_slack
 from .cuda_kernels import (
     ACCUMULATE,
@@ -256,12 +256,13 @@ def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
 
 def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
     """``cpu.unresolved_lines`` from the pack kernels' own flags (one pack of each operand),
-    NaN/Inf lines left out; brings two numbers to the host (level IV-blocks: its CPU model's
-    count, on host copies of the operands)."""
+    NaN/Inf lines left out; brings two numbers to the host (level IV-blocks: counted from the
+    entries' bits, ``cuda_blocks.unresolved_lines``)."""
     if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
         return 0, 0
     if level.kind == "blocks":
-        return blocks.unresolved_lines(cp.asnumpy(a), cp.asnumpy(b), level)
+        a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+        return _blocks_module().unresolved_lines(a, b, level)
     a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     a_rows = _unit_inner(a)
     return _unresolved_counts(a, b, *_pack_both(a_rows, b, k_exponents(a_rows, b), level))

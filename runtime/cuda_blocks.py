@@ -16,7 +16,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from . import blocks
+from . import blocks, bypass, packer
 from .blocks_kernels import (
     BLOCKS_N_TILES,
     BLOCKS_STAGES,
@@ -143,3 +143,54 @@ def _resident_per_sm(nt: int, vec: str, slices: int, device: int) -> int:
             function.ptr, BLOCKS_THREADS, shared
         ),
     )
+
+
+ROWS_PER_COUNT = 1 << 14  # lines per pass of ``unresolved_lines`` (its uint32 temporaries)
+
+
+def unresolved_lines(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[int, int]:
+    """(rows of A, columns of B) ``blocks_product`` recomputes as unresolved (NaN/Inf lines
+    left out), counted on the GPU from the entries' bits, as the kernels count them."""
+    a, b = _c_contiguous(a), cp.ascontiguousarray(b.T)
+    k = a.shape[1]
+    depth = int(_deep(level.a_slices, k, level.bypass_wide))
+    return _unresolved_count(a, depth), _unresolved_count(b, depth)
+
+
+def _unresolved_count(lines: cp.ndarray, depth: int) -> int:
+    """Lines (rows of ``lines``, float32) with more than k / DEEP_FRACTION deep entries, each
+    measured against its block's scale: 0 < |x| < 2^(e - depth - 1), as magnitude bits."""
+    count, k = 0, lines.shape[1]
+    pad = -k % blocks.BLOCK_K
+    for r0 in range(0, lines.shape[0], ROWS_PER_COUNT):
+        part = lines[r0 : r0 + ROWS_PER_COUNT]
+        bits = part.view(cp.uint32) & cp.uint32(0x7FFFFFFF)
+        bits[bits >= 0x7F800000] = 0  # NaN/Inf: packed as 0, neither top nor deep
+        if pad:
+            bits = cp.pad(bits, ((0, 0), (0, pad)))
+        bits = bits.reshape(len(part), -1, blocks.BLOCK_K)
+        exponents = _scale_exponents(bits.max(axis=2))
+        floor = exponents - depth - 1  # the bits of 2^floor, clamped (cuda_kernels' line_scale)
+        floor_bits = cp.where(
+            floor >= -126,
+            (cp.clip(floor, -126, 128) + 127).astype(cp.uint32) << 23,
+            cp.uint32(1) << cp.clip(floor + 149, 0, 31).astype(cp.uint32),
+        )
+        floor_bits[floor < -149] = 0
+        deep = ((bits != 0) & (bits < floor_bits[..., None])).sum(axis=(1, 2))
+        count += int(cp.count_nonzero(deep * bypass.DEEP_FRACTION > k))
+    return count
+
+
+def _scale_exponents(top_bits: cp.ndarray) -> cp.ndarray:
+    """``packer.scale_exponents`` of lines whose largest finite magnitude has these bits, in
+    integers (CuPy's float32 arithmetic would flush a subnormal top): top = s 2^p with s the
+    significand (an integer below 2^24), so frexp's exponent is p + bit_length(s), one more where
+    s >= (127/128) 2^bit_length(s); 0 for an all-zero line."""
+    bits = top_bits.astype(cp.int64)
+    biased = bits >> 23
+    significand = cp.where(biased > 0, (bits & 0x7FFFFF) | 0x800000, bits)
+    place = cp.maximum(biased, 1) - 150
+    _, length = cp.frexp(significand.astype(cp.float64))  # bit_length (exact: s < 2^24)
+    needs_more = significand * packer.HEADROOM_DENOMINATOR >= packer.HEADROOM_NUMERATOR << length
+    return cp.where(bits == 0, 0, place + length + needs_more)

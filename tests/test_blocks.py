@@ -170,3 +170,20 @@ def test_gpu_blocks_saturate_near_the_top_of_the_range_like_the_cpu() -> None:
     ]
     for a, b in cases:
         _gpu_matches_cpu(np.array(a, np.float32), np.array(b, np.float32))
+
+
+@pytest.mark.gpu
+def test_gpu_counts_the_unresolved_lines_the_cpu_model_recomputes() -> None:
+    """Inspection's count of IV-blocks's unresolved lines, from the entries' bits on the GPU
+    (subnormal block tops, NaN/Inf, a k not a multiple of the block), against the CPU model."""
+    from test_cuda_backend import packer_edge_lines
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(7)
+    for k in (256, 300):
+        lines = packer_edge_lines(rng, 2.0 ** -bypass.deep_binades(23, k), k)
+        lines = np.concatenate([lines, lines * np.float32(2.0**-130)])
+        other = gemmul8(np, rng, (k, 9), 3.0)  # phi = 3: B's columns unresolved
+        expected = dispatch.unresolved_lines(lines, other, LEVEL)
+        assert expected[0] > 0 and expected[1] > 0
+        assert dispatch.unresolved_lines(cp.asarray(lines), cp.asarray(other), LEVEL) == expected
