@@ -92,9 +92,11 @@ def blocks_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     total = np.zeros((m, n), dtype=np.float64)
     row_top = np.full(m, np.iinfo(np.int64).min)  # the largest block exponent of each line
     col_top = np.full(n, np.iinfo(np.int64).min)
+    deep = _DeepCounts(level, m, n, k)
     with np.errstate(over="ignore"):
         for rows, cols, ea, eb in _blocks(a, b):
             row_top, col_top = np.maximum(row_top, ea), np.maximum(col_top, eb)
+            deep.add(rows, cols, ea, eb)
             da = packer.slice_rows(rows, ea, level.a_slices).astype(np.float64)
             db = packer.slice_rows(cols, eb, level.b_slices).astype(np.float64)
             sums = {g: np.zeros((m, n)) for g in level.groups}
@@ -104,33 +106,39 @@ def blocks_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
             block = sum(sums[g] * 2.0 ** (packer.LATER_SLICE_BITS * (top - g)) for g in sums)
             scale = ea[:, None] + eb[None, :] - packer.pair_exponent(top)
             total += block * np.ldexp(1.0, scale)  # the term is exact; the sum rounds once
-    top = row_top[:, None] + col_top[None, :]
-    c = saturate(total, top, k * overflow_slack(level))
-    rows_out, cols_out = _unresolved(a, b, level)
+    c = saturate(total, row_top[:, None] + col_top[None, :], k * overflow_slack(level))
+    rows_out, cols_out = deep.unresolved()
     bypass.recompute_lines(c, a, b, np.flatnonzero(rows_out), np.flatnonzero(cols_out))
     return c
 
 
-def _unresolved(a: np.ndarray, b: np.ndarray, level: Level) -> tuple[np.ndarray, np.ndarray]:
-    """Masks of the rows of A and columns of B that are unresolved: more than k / DEEP_FRACTION
-    of their entries lie deeper below their own block's scale than ``bypass.deep_binades``
-    allows for the product's k (none at a level that bypasses no line)."""
-    m, k = a.shape
-    row_deep = np.zeros(m, dtype=np.int64)
-    col_deep = np.zeros(b.shape[1], dtype=np.int64)
-    if level.bypass_wide:
-        bits = packer.fraction_bits(level.a_slices)
-        for rows, cols, ea, eb in _blocks(a, b):
-            row_deep += bypass.deep_counts(rows.astype(np.float64), ea, bits, k)
-            col_deep += bypass.deep_counts(cols.astype(np.float64), eb, bits, k)
-    return row_deep * bypass.DEEP_FRACTION > k, col_deep * bypass.DEEP_FRACTION > k
+class _DeepCounts:
+    """Per line, its entries deeper below their own block's scale than ``bypass.deep_binades``
+    allows for the product's k; a line with more than k / DEEP_FRACTION is unresolved (none at
+    a level that bypasses no line)."""
+
+    def __init__(self, level: Level, m: int, n: int, k: int) -> None:
+        self.on, self.k = level.bypass_wide, k
+        self.bits = packer.fraction_bits(level.a_slices)
+        self.rows, self.cols = np.zeros(m, dtype=np.int64), np.zeros(n, dtype=np.int64)
+
+    def add(self, rows: np.ndarray, cols: np.ndarray, ea: np.ndarray, eb: np.ndarray) -> None:
+        if self.on:
+            self.rows += bypass.deep_counts(rows.astype(np.float64), ea, self.bits, self.k)
+            self.cols += bypass.deep_counts(cols.astype(np.float64), eb, self.bits, self.k)
+
+    def unresolved(self) -> tuple[np.ndarray, np.ndarray]:
+        limit = bypass.DEEP_FRACTION
+        return self.rows * limit > self.k, self.cols * limit > self.k
 
 
 def unresolved_lines(a: np.ndarray, b: np.ndarray, level: Level) -> tuple[int, int]:
     """(rows of A, columns of B) ``blocks_product`` recomputes as unresolved."""
-    if 0 in (*a.shape, b.shape[1]):
+    (m, k), n = a.shape, b.shape[1]
+    if 0 in (m, k, n):
         return 0, 0
-    rows, cols = _unresolved(
-        a.astype(np.float32, copy=False), b.astype(np.float32, copy=False), level
-    )
+    deep = _DeepCounts(level, m, n, k)
+    for block in _blocks(a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)):
+        deep.add(*block)
+    rows, cols = deep.unresolved()
     return int(rows.sum()), int(cols.sum())

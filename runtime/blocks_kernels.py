@@ -6,7 +6,7 @@ module, beside the packer helpers they share, with the contract's constants fill
 from __future__ import annotations
 
 BLOCKS_THREADS = 128  # 4 warps, 16 rows of A each
-BLOCKS_TILE_ROWS = 64  # rows of A per block of threads
+BLOCKS_TILE_ROWS = 16 * BLOCKS_THREADS // 32  # rows of A per block of threads
 BLOCKS_STAGES = 3  # tiles in shared memory: the one in use and two arriving
 BLOCKS_ROW_PAD = 16  # floats after each staged row of A: conflict-free 16-byte reads
 BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may take
@@ -99,17 +99,20 @@ __device__ __forceinline__ void digit_words(const float (&v)[4], const LineScale
 // B's digits per (block of BK k-steps, column), scaled per (block, column), in B-fragment
 // order: block kb, n-tile nt (8 columns), slice j and k-step h: 64 words, lane (g, t)'s two
 // (column 8 nt + g, k-steps 32 h + 4 t .. and 32 h + 16 + 4 t .. of the block) side by side.
-// One warp per (block, n-tile); exps[kb n_pad + column] (n_pad = 8 n_tiles). Per column: its
-// largest block exponent goes into col_top (plus TOP_BIAS: col_top starts at 0), its deep
-// entries are added into col_deep, and col_bad is set when the column holds a NaN or Inf, or
-// when its count crosses the unresolved threshold (the addition that crosses it sets it).
+// One warp per (block, n-tile), warp w of the grid taking block w / n_tiles and n-tile
+// w % n_tiles; exps[kb n_pad + column] (n_pad = 8 n_tiles). Per column: its largest block
+// exponent goes into col_top (plus TOP_BIAS: col_top starts at 0), its deep entries are added
+// into col_deep, and col_bad is set when the column holds a NaN or Inf, or when its count
+// crosses the unresolved threshold (the addition that crosses it sets it); *flagged counts the
+// columns set.
 #define TOP_BIAS 1024  // block exponents lie in [-148, 129]
 extern "C" __global__ void blocks_pack_b(
     const float* __restrict__ b, int k, int n, int n_tiles, int deep,
     unsigned int* __restrict__ fragments, int* __restrict__ exps, int* __restrict__ col_deep,
-    int* __restrict__ col_bad, int* __restrict__ col_top)
+    int* __restrict__ col_bad, int* __restrict__ col_top, int* __restrict__ flagged)
 {
-    const int kb = blockIdx.x, nt = blockIdx.y, lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const int kb = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
     const int col = nt * 8 + g;
     float v[STEPS][2][4];
     unsigned int top = 0u;
@@ -144,11 +147,12 @@ extern "C" __global__ void blocks_pack_b(
     if (t == 0) {
         exps[(long long)kb * n_tiles * 8 + col] = e;
         if (col < n) atomicMax(col_top + col, e + TOP_BIAS);
-        if (col < n && bad) atomicOr(col_bad + col, 1);
+        bool flag = col < n && bad;
         if (col < n && count) {
             const int before = atomicAdd(col_deep + col, count);
-            if (!unresolved(before, k) && unresolved(before + count, k)) atomicOr(col_bad + col, 1);
+            flag |= !unresolved(before, k) && unresolved(before + count, k);
         }
+        if (flag && atomicOr(col_bad + col, 1) == 0) atomicAdd(flagged, 1);
     }
 }
 
@@ -379,7 +383,7 @@ __device__ __forceinline__ void blocks_step(
             for (int cls = g0; cls <= last; ++cls) {
                 if (cls != g0) {
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) acc[q] <<= ${LATER_SLICE_BITS};
+                    for (int q = 0; q < 4; ++q) acc[q] *= 1 << ${LATER_SLICE_BITS};
                 }
 #pragma unroll
                 for (int i = 0; i < BSL; ++i) {
@@ -394,7 +398,7 @@ __device__ __forceinline__ void blocks_step(
             for (int q = 0; q < 4; ++q)
                 block[q] = g0 == 0 ? int_double(acc[q]) : fma(block[q], up, int_double(acc[q]));
         }
-        const int col_hi[2] = {eb.x << 20, eb.y << 20};
+        const int col_hi[2] = {eb.x * (1 << 20), eb.y * (1 << 20)};  // (eb may be negative)
 #pragma unroll
         for (int q = 0; q < 4; ++q)  // + T 2^(ea + eb - place): T and the weight exact
             total[nt][q] = fma(block[q], __hiloint2double(row_hi[q >> 1] + col_hi[q & 1], 0),
@@ -406,13 +410,13 @@ __device__ __forceinline__ void blocks_step(
 // threads takes tiles of TILE_ROWS rows (grid y, striding) and NT n-tiles (grid x), and walks
 // k one block at a time, the next STAGES - 1 blocks' copies in flight (cp.async), so A is read
 // from DRAM once, at its own pace, and never written back. C gets the rounded totals; row_bad
-// each row's flag (NaN/Inf, or unresolved).
+// each row's flag (NaN/Inf, or unresolved), *flagged the count of rows flagged.
 template <int NT, bool VEC>
 __device__ __forceinline__ void blocks_rows_impl(
     const float* __restrict__ a, long long m, int k, int n, int n_tiles,
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
     const int* __restrict__ col_top, int deep, double k_slack, float* __restrict__ c,
-    int* __restrict__ row_bad)
+    int* __restrict__ row_bad, int* __restrict__ flagged)
 {
     constexpr int A_FLOATS = TILE_ROWS * ROW_STRIDE, B_WORDS = NT * FRAGMENT_WORDS;
     extern __shared__ __align__(16) unsigned char shared[];
@@ -468,8 +472,11 @@ __device__ __forceinline__ void blocks_rows_impl(
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int count = quad_sum(deep_count[r]), flag = quad_sum(bad[r]);
-                if (t == 0 && row + 8 * r < m)
-                    row_bad[row + 8 * r] = (flag != 0) | unresolved(count, k);
+                const int bad_row = (flag != 0) | unresolved(count, k);
+                if (t == 0 && row + 8 * r < m) {
+                    row_bad[row + 8 * r] = bad_row;
+                    if (bad_row && blockIdx.x == 0) atomicAdd(flagged, 1);  // (once a row)
+                }
                 deep_count[r] = 0;
                 bad[r] = 0;
                 row_top[r] = -TOP_BIAS;
@@ -483,15 +490,27 @@ __device__ __forceinline__ void blocks_rows_impl(
 """
 BLOCKS_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__({BLOCKS_THREADS}, ${{BLOCKS_MIN_BLOCKS}})
+extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, ${{BLOCKS_MIN_BLOCKS}})
 blocks_rows_{nt}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
-    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* row_bad)
+    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* row_bad,
+    int* flagged)
 {{
     blocks_rows_impl<{nt}, {vec}>(a, m, k, n, n_tiles, fragments, exps, col_top, deep, k_slack,
-                                  c, row_bad);
+                                  c, row_bad, flagged);
 }}
 """
     for nt in BLOCKS_N_TILES
     for suffix, vec in (("", "false"), ("_vec", "true"))
 )
+BLOCKS_SOURCE += """
+#undef BK
+#undef BSL
+#undef MAX_SUM
+#undef STEPS
+#undef ROW_STRIDE
+#undef TILE_ROWS
+#undef STAGES
+#undef FRAGMENT_WORDS
+#undef TOP_BIAS
+"""

@@ -260,10 +260,9 @@ def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
     entries' bits, ``cuda_blocks.unresolved_lines``)."""
     if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
         return 0, 0
-    if level.kind == "blocks":
-        a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
-        return _blocks_module().unresolved_lines(a, b, level)
     a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    if level.kind == "blocks":
+        return _blocks_module().unresolved_lines(a, b, level)
     a_rows = _unit_inner(a)
     return _unresolved_counts(a, b, *_pack_both(a_rows, b, k_exponents(a_rows, b), level))
 
@@ -615,7 +614,7 @@ def int8_product(
     kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
-    flag_counts = _flag_counts(a_pack, b_pack) if native_when_bypassed else None
+    flag_counts = _flag_counts(a_pack.flagged, b_pack.flagged) if native_when_bypassed else None
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     rows = _sum_blocking(level, m, k, n)[0]
@@ -639,13 +638,14 @@ def int8_product(
     return _native_gemm(a, b, CUDA_R_32F)
 
 
-def _flag_counts(a_pack: PackedOperand, b_pack: PackedOperand) -> Callable[[], tuple[int, int]]:
-    """The lines each pack flags (NaN/Inf or unresolved, the pack kernels' counts), copied to
-    pinned host memory behind the packs without waiting; the function returned waits for that
-    copy alone. (Counting them with CuPy took 0.14 ms of host time a call.)"""
+def _flag_counts(a_flagged: cp.ndarray, b_flagged: cp.ndarray) -> Callable[[], tuple[int, int]]:
+    """The lines flagged in A and B (NaN/Inf or unresolved: one int32 each, the kernels'
+    counts), copied to pinned host memory behind the kernels without waiting; the function
+    returned waits for that copy alone. (Counting them with CuPy took 0.14 ms of host time a
+    call.)"""
     host = cupyx.empty_pinned(2, np.int32)
-    cp.asnumpy(a_pack.flagged, out=host[:1], blocking=False)
-    cp.asnumpy(b_pack.flagged, out=host[1:], blocking=False)
+    cp.asnumpy(a_flagged, out=host[:1], blocking=False)
+    cp.asnumpy(b_flagged, out=host[1:], blocking=False)
     copied = cp.cuda.Event(disable_timing=True)
     copied.record()
 
@@ -1097,6 +1097,8 @@ def matmul(
         c = cp.zeros((m, n), dtype=cp.float32)
     elif level.kind == "int8":
         c = int8_product(a, b, level, keep, native_when_bypassed, on_native)
+    elif level.kind == "blocks":
+        c = _blocks_module().blocks_product(a, b, level, native_when_bypassed, on_native)
     else:
         c = product(a, b, level)
     return cp.asnumpy(c) if host else c
@@ -1104,10 +1106,7 @@ def matmul(
 
 def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> None:
     """MemoryError before allocating when ``count`` products' workspace cannot fit."""
-    if level.kind == "blocks":
-        needed = count * _blocks_module().workspace_bytes(m, k, n)
-        workspace.check_fits(level, count * m, k, n, needed, free_bytes(), "GPU")
-    elif level.emulated:
+    if level.emulated and level.kind != "blocks":  # (IV-blocks checks its own operands)
         needed = workspace_bytes(level, m, k, n, count)
         workspace.check_fits(level, count * m, k, n, needed, free_bytes(), "GPU")
 

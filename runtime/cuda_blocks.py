@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
 import numpy as np
 
-from . import blocks, bypass, packer
+from . import blocks, bypass, packer, workspace
 from .blocks_kernels import (
     BLOCKS_N_TILES,
     BLOCKS_STAGES,
@@ -31,8 +32,10 @@ from .cuda import (
     _c_contiguous,
     _combine_module,
     _deep,
+    _flag_counts,
     _multiprocessors,
     _pack_module,
+    free_bytes,
 )
 from .levels import Level, triangle
 
@@ -40,11 +43,16 @@ MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
 
 
 def check_level(level: Level) -> None:
-    """ValueError unless the kernels were built for ``level``'s slices and pairs."""
-    slices = level.a_slices
-    max_sum = max(level.groups)
-    if level.name != blocks.LEVEL or level.pairs != triangle(slices, level.b_slices, max_sum):
+    """ValueError unless the kernels were built for ``level``'s slices and pairs (and its class
+    pairs fit the int32 accumulators)."""
+    slices, max_sum = level.a_slices, max(level.groups)
+    if (
+        level.name != blocks.LEVEL
+        or level.b_slices != slices
+        or level.pairs != triangle(slices, slices, max_sum)
+    ):
         raise ValueError(f"level {level.name!r}: the GPU's blocks kernels serve {blocks.LEVEL}")
+    blocks.check_int32(level)
 
 
 @functools.cache
@@ -70,20 +78,33 @@ def n_tiles_per_block(n_tiles: int) -> int:
     return next((nt for nt in BLOCKS_N_TILES if nt >= n_tiles), BLOCKS_N_TILES[-1])
 
 
-def workspace_bytes(m: int, k: int, n: int) -> int:
-    """Device memory of one product: B's fragments and exponents, the flags, the result."""
-    blocks_k = -(-k // blocks.BLOCK_K)
-    n_pad = 8 * -(-n // 8)
-    fragments = blocks_k * n_pad * 3 * blocks.BLOCK_K  # one byte per digit, 3 slices
-    return fragments + 4 * blocks_k * n_pad + 4 * (m + 3 * n) + 4 * m * n
+def workspace_bytes(level: Level, a: Any, b: Any) -> int:
+    """Device memory of one product: B's fragments and exponents, the line flags, the result,
+    and row-major copies of operands that are not."""
+    (m, k), n = a.shape, b.shape[1]
+    blocks_k, n_pad = -(-k // blocks.BLOCK_K), 8 * -(-n // 8)
+    fragments = blocks_k * n_pad * level.b_slices * blocks.BLOCK_K  # a byte per digit
+    copies = sum(4 * x.size for x in (a, b) if not x.flags.c_contiguous)
+    return fragments + 4 * blocks_k * n_pad + 4 * (m + 3 * n + 2) + 4 * m * n + copies
 
 
-def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
+def blocks_product(
+    a: cp.ndarray,
+    b: cp.ndarray,
+    level: Level,
+    native_when_bypassed: bool = False,
+    on_native: Callable[[], None] | None = None,
+) -> cp.ndarray:
     """a @ b at level IV-blocks for float32 CuPy matrices with m, k, n > 0 (``blocks``'s
-    arithmetic, bit for bit)."""
+    arithmetic, bit for bit). With ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM
+    where the lines to recompute exactly cover more than ``bypass.AUTO_EXACT_SHARE`` of C
+    (``on_native`` is called then): the host waits for the kernels' flag counts before the
+    recomputation, which on wide-range data would cost several SGEMMs."""
     check_level(level)
     device = cp.cuda.Device().id
     check_device(device)
+    (m, k), n = a.shape, b.shape[1]
+    workspace.check_fits(level, m, k, n, workspace_bytes(level, a, b), free_bytes(), "GPU")
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
@@ -93,13 +114,13 @@ def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     words = blocks_k * n_tiles * level.b_slices * (blocks.BLOCK_K // 32) * 64
     fragments = cp.empty(words, dtype=cp.uint32)
     exps = cp.empty(blocks_k * n_tiles * 8, dtype=cp.int32)
-    lines = cp.zeros(3 * n + m, dtype=cp.int32)  # col_deep, col_bad, col_top, row_bad
+    lines = cp.zeros(3 * n + m + 2, dtype=cp.int32)  # per column and row; the flag counts
     col_deep, col_bad, col_top = (lines[i * n : (i + 1) * n] for i in range(3))
-    row_bad = lines[3 * n :]
+    row_bad, flagged = lines[3 * n : 3 * n + m], lines[3 * n + m :]
     _pack_module().get_function("blocks_pack_b")(
-        (blocks_k, n_tiles), (32,),
+        (blocks_k * n_tiles,), (32,),
         (b, np.int32(k), np.int32(n), np.int32(n_tiles), deep, fragments, exps,
-         col_deep, col_bad, col_top),
+         col_deep, col_bad, col_top, flagged[1:]),
     )  # fmt: skip
     nt = n_tiles_per_block(n_tiles)
     vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
@@ -112,15 +133,34 @@ def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     kernel(
         (groups, rows_grid), (BLOCKS_THREADS,),
         (a, np.int64(m), np.int32(k), np.int32(n), np.int32(n_tiles), fragments, exps, col_top,
-         deep, np.float64(k * overflow_slack(level)), c, row_bad),
+         deep, np.float64(k * overflow_slack(level)), c, row_bad, flagged[:1]),
         shared_mem=shared,
     )  # fmt: skip
+    if native_when_bypassed and _mostly_exact(a, b, row_bad, col_bad, flagged):
+        if on_native is not None:
+            on_native()
+        return cp.matmul(a, b)
     _combine_module().get_function("bypass_lines")(
         (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), 1), (16, 16),
         (row_bad, col_bad, a, np.int64(k), np.int64(1), np.int64(0), b, np.int64(n),
          np.int64(1), np.int64(0), np.int32(m), np.int32(n), np.int32(k), np.int32(0), c),
     )  # fmt: skip
     return c
+
+
+def _mostly_exact(
+    a: cp.ndarray, b: cp.ndarray, row_bad: cp.ndarray, col_bad: cp.ndarray, flagged: cp.ndarray
+) -> bool:
+    """Whether the unresolved lines (NaN/Inf lines left out: SGEMM gives them too) cover more
+    than AUTO_EXACT_SHARE of C. The kernels' counts of flagged lines come first, through
+    pinned memory; only where they alone pass the share are NaN/Inf lines told apart."""
+    (m, n), counts = (a.shape[0], b.shape[1]), _flag_counts(flagged[:1], flagged[1:])()
+    if bypass.exact_share(*counts, m, n) <= bypass.AUTO_EXACT_SHARE:
+        return False
+    nonfinite_rows, nonfinite_cols = bypass.nonfinite_masks(cp, a, b)
+    rows = int(cp.count_nonzero((row_bad != 0) & ~nonfinite_rows))
+    cols = int(cp.count_nonzero((col_bad != 0) & ~nonfinite_cols))
+    return bypass.exact_share(rows, cols, m, n) > bypass.AUTO_EXACT_SHARE
 
 
 @functools.cache
@@ -145,25 +185,28 @@ def _resident_per_sm(nt: int, vec: str, slices: int, device: int) -> int:
     )
 
 
-ROWS_PER_COUNT = 1 << 14  # lines per pass of ``unresolved_lines`` (its uint32 temporaries)
+COUNT_ENTRIES = 1 << 26  # entries per pass of ``unresolved_lines`` (its temporaries' size)
 
 
 def unresolved_lines(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[int, int]:
     """(rows of A, columns of B) ``blocks_product`` recomputes as unresolved (NaN/Inf lines
     left out), counted on the GPU from the entries' bits, as the kernels count them."""
+    if not level.bypass_wide:
+        return 0, 0
     a, b = _c_contiguous(a), cp.ascontiguousarray(b.T)
-    k = a.shape[1]
-    depth = int(_deep(level.a_slices, k, level.bypass_wide))
+    depth = bypass.deep_binades(packer.fraction_bits(level.a_slices), a.shape[1])
     return _unresolved_count(a, depth), _unresolved_count(b, depth)
 
 
 def _unresolved_count(lines: cp.ndarray, depth: int) -> int:
     """Lines (rows of ``lines``, float32) with more than k / DEEP_FRACTION deep entries, each
-    measured against its block's scale: 0 < |x| < 2^(e - depth - 1), as magnitude bits."""
+    measured against its block's scale: 0 < |x| < 2^(e - depth - 1), as magnitude bits; a few
+    lines at a time (about COUNT_ENTRIES entries)."""
     count, k = 0, lines.shape[1]
     pad = -k % blocks.BLOCK_K
-    for r0 in range(0, lines.shape[0], ROWS_PER_COUNT):
-        part = lines[r0 : r0 + ROWS_PER_COUNT]
+    step = max(1, COUNT_ENTRIES // (k + pad))
+    for r0 in range(0, lines.shape[0], step):
+        part = lines[r0 : r0 + step]
         bits = part.view(cp.uint32) & cp.uint32(0x7FFFFFFF)
         bits[bits >= 0x7F800000] = 0  # NaN/Inf: packed as 0, neither top nor deep
         if pad:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import batched, cpu, dask_products, device, equilibrate, ordered, pack_reuse
+from . import batched, blocks, cpu, dask_products, device, equilibrate, ordered, pack_reuse
 from .levels import NATIVE_LEVEL, Level, get_level
 from .precision import get_default_level
 from .validation import check_operand, check_pair
@@ -66,7 +66,7 @@ AUTO_THIN_MAX_KN = 256
 # {8..32}, 1.08-1.4x at 16384 x 16384 x {8..32} and 1.25x there at n = 48 and 64; but 1.04x at
 # 65536 x 4096 x 64, 0.84-0.91x at 65536 x 1024 x {16..64}, 0.87-0.89x at 1048576 x 512 x 32,
 # and 0.4x at 4096 x 65536 x 64, where 64 row tiles leave most SMs idle).
-AUTO_BLOCKS = "IV-blocks"
+AUTO_BLOCKS = blocks.LEVEL
 AUTO_BLOCKS_MIN_M = 16384
 AUTO_BLOCKS_MIN_K = 1024
 AUTO_BLOCKS_MIN_MK = 1 << 28  # A of at least 1 GiB
@@ -160,7 +160,8 @@ def check_backend(backend: Any) -> None:
 
 def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     """cuBLAS SGEMM for the small or skinny float32 CuPy products "auto" keeps native, and
-    fp32-ordered where one of its kernels wins (``_ordered_kernel_wins``).
+    IV-blocks or fp32-ordered where one of their kernels wins (``_blocks_kernel_wins``,
+    ``_ordered_kernel_wins``).
 
     At n = 128 a whole SGEMM call takes ~35 us, so the general path's checks would cost
     10-30%; this one tests just what it needs (same type, 2-D, float32, matching k, small).
@@ -175,7 +176,7 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
     if _blocks_kernel_wins(m, k, n):
-        return _cuda().matmul(a, b, get_level(AUTO_BLOCKS))
+        return _cuda().matmul(a, b, get_level(AUTO_BLOCKS), native_when_bypassed=True)
     if _ordered_kernel_wins(m, k, n):
         return _cuda().ordered_product(a, b)
     return cp.matmul(a, b)
@@ -252,8 +253,8 @@ def _blocks_kernel_wins(m: int, k: int, n: int) -> bool:
     is at least AUTO_BLOCKS_WIDE_MIN_K); never on a GPU without INT8 mma.sync."""
     if m < AUTO_BLOCKS_MIN_M or k < AUTO_BLOCKS_MIN_K or m * k < AUTO_BLOCKS_MIN_MK:
         return False
-    wide = k >= AUTO_BLOCKS_WIDE_MIN_K and n <= AUTO_BLOCKS_WIDE_MAX_N
-    return (0 < n <= AUTO_BLOCKS_MAX_N or wide) and _blocks_supported()
+    narrow = n <= (AUTO_BLOCKS_WIDE_MAX_N if k >= AUTO_BLOCKS_WIDE_MIN_K else AUTO_BLOCKS_MAX_N)
+    return n > 0 and narrow and _blocks_supported()
 
 
 def _blocks_supported() -> bool:

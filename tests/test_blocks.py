@@ -3,6 +3,8 @@ accuracy against level IV on wide rows, its bypassed lines, and the GPU kernels'
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -126,12 +128,12 @@ def _gpu_matches_cpu(a: np.ndarray, b: np.ndarray, a_gpu: object = None) -> None
 @pytest.mark.parametrize(
     "shape",
     [(1, 1, 1), (5, 3, 7), (64, 64, 64), (129, 257, 65), (300, 1001, 70), (70, 130, 130),
-     (2000, 4096, 16), (40_000, 200, 24)],
+     (300, 1000, 130), (2000, 4096, 16), (40_000, 200, 24)],
 )  # fmt: skip
 @pytest.mark.parametrize("phi", [0.5, 2.0])
 def test_gpu_blocks_give_the_cpu_bits(shape: tuple[int, int, int], phi: float) -> None:
-    """Odd sizes (k not a multiple of 4: element copies), several column groups (n > 64), and
-    more row tiles than resident blocks (each block walks several)."""
+    """Odd sizes (k not a multiple of 4: element copies), several column groups (n > 64, with
+    16-byte and element copies), and more row tiles than resident blocks (each walks several)."""
     m, k, n = shape
     rng = np.random.default_rng(m + k + n)
     _gpu_matches_cpu(gemmul8(np, rng, (m, k), phi), gemmul8(np, rng, (k, n), phi))
@@ -187,3 +189,49 @@ def test_gpu_counts_the_unresolved_lines_the_cpu_model_recomputes() -> None:
         expected = dispatch.unresolved_lines(lines, other, LEVEL)
         assert expected[0] > 0 and expected[1] > 0
         assert dispatch.unresolved_lines(cp.asarray(lines), cp.asarray(other), LEVEL) == expected
+
+
+@pytest.mark.gpu
+def test_gpu_blocks_take_the_exact_way_where_the_block_scale_is_tiny() -> None:
+    """Blocks whose top lies around 2^-103 (2^shift leaves float32's range: the kernels switch
+    from float32 scaling to integer arithmetic there), with subnormal entries beside them."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((40, 256)).astype(np.float32)
+    for row in range(40):
+        a[row] *= np.float32(2.0 ** (-110 + row % 10))  # block tops near 2^-104 .. 2^-99
+    tiny = np.finfo(np.float32).smallest_subnormal
+    a[:, 1::5] = tiny * rng.integers(1, 2**20, a[:, 1::5].shape)
+    b = rng.standard_normal((256, 24)).astype(np.float32)
+    _gpu_matches_cpu(a, b)
+    _gpu_matches_cpu(b.T.copy(), np.ascontiguousarray(a.T))  # ... in B's columns
+
+
+@pytest.mark.gpu
+def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
+    """Under "auto" (native_when_bypassed), IV-blocks runs cuBLAS SGEMM where its unresolved
+    lines (NaN/Inf lines left out) cover more than AUTO_EXACT_SHARE of C, and says so; on
+    narrow data, or where the flagged lines are NaN/Inf ones, it keeps its own bits."""
+    cp = device.cupy_module()
+    from mixpert.runtime import cuda
+
+    rng = np.random.default_rng(9)
+    narrow = (
+        cp.asarray(gemmul8(np, rng, (3000, 512), 0.5)),
+        cp.asarray(gemmul8(np, rng, (512, 24), 0.5)),
+    )
+    wide = (
+        cp.asarray(gemmul8(np, rng, (3000, 512), 4.0)),
+        cp.asarray(gemmul8(np, rng, (512, 24), 4.0)),
+    )
+    nonfinite = narrow[0].copy(), narrow[1]
+    nonfinite[0][::3, 7] = cp.nan
+    rows, cols = dispatch.unresolved_lines(*wide, LEVEL)
+    assert bypass.exact_share(rows, cols, 3000, 24) > bypass.AUTO_EXACT_SHARE
+    for (a, b), falls_back in ((narrow, False), (wide, True), (nonfinite, False)):
+        told: list[int] = []
+        got = cuda.matmul(
+            a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+        )
+        want = cp.matmul(a, b) if falls_back else cuda.matmul(a, b, LEVEL)
+        assert told == ([1] if falls_back else [])
+        assert cp.array_equal(got, want, equal_nan=True)
