@@ -11,6 +11,7 @@ BLOCKS_STAGES = 3  # tiles in shared memory: the one in use and two arriving
 BLOCKS_ROW_PAD = 16  # floats after each staged row of A: conflict-free 16-byte reads
 BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may take
 BLOCKS_MIN_BLOCKS = 1  # __launch_bounds__'s blocks per SM (register cap)
+BLOCKS_BYPASS_THREADS = 256  # blocks_bypass_rows: 8 listed rows a block
 
 
 def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
@@ -103,13 +104,14 @@ __device__ __forceinline__ void digit_words(const float (&v)[4], const LineScale
 // w % n_tiles; exps[kb n_pad + column] (n_pad = 8 n_tiles). Per column: its largest block
 // exponent goes into col_top (plus TOP_BIAS: col_top starts at 0), its deep entries are added
 // into col_deep, and col_bad is set when the column holds a NaN or Inf, or when its count
-// crosses the unresolved threshold (the addition that crosses it sets it); *flagged counts the
-// columns set.
+// crosses the unresolved threshold (the addition that crosses it sets it); the columns set are
+// listed in flagged_cols, *flagged their count.
 #define TOP_BIAS 1024  // block exponents lie in [-148, 129]
 extern "C" __global__ void blocks_pack_b(
     const float* __restrict__ b, int k, int n, int n_tiles, int deep,
     unsigned int* __restrict__ fragments, int* __restrict__ exps, int* __restrict__ col_deep,
-    int* __restrict__ col_bad, int* __restrict__ col_top, int* __restrict__ flagged)
+    int* __restrict__ col_bad, int* __restrict__ col_top, int* __restrict__ flagged_cols,
+    int* __restrict__ flagged)
 {
     const int kb = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
     const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
@@ -152,7 +154,8 @@ extern "C" __global__ void blocks_pack_b(
             const int before = atomicAdd(col_deep + col, count);
             flag |= !unresolved(before, k) && unresolved(before + count, k);
         }
-        if (flag && atomicOr(col_bad + col, 1) == 0) atomicAdd(flagged, 1);
+        if (flag && atomicOr(col_bad + col, 1) == 0)  // (listed once)
+            flagged_cols[atomicAdd(flagged, 1)] = col;
     }
 }
 
@@ -409,14 +412,14 @@ __device__ __forceinline__ void blocks_step(
 // Level IV-blocks for a tall A (m x k, row-major) and B packed by blocks_pack_b: a block of
 // threads takes tiles of TILE_ROWS rows (grid y, striding) and NT n-tiles (grid x), and walks
 // k one block at a time, the next STAGES - 1 blocks' copies in flight (cp.async), so A is read
-// from DRAM once, at its own pace, and never written back. C gets the rounded totals; row_bad
-// each row's flag (NaN/Inf, or unresolved), *flagged the count of rows flagged.
+// from DRAM once, at its own pace, and never written back. C gets the rounded totals; the rows
+// to recompute (NaN/Inf, or unresolved) are listed in flagged_rows, *flagged their count.
 template <int NT, bool VEC>
 __device__ __forceinline__ void blocks_rows_impl(
     const float* __restrict__ a, long long m, int k, int n, int n_tiles,
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
     const int* __restrict__ col_top, int deep, double k_slack, float* __restrict__ c,
-    int* __restrict__ row_bad, int* __restrict__ flagged)
+    int* __restrict__ flagged_rows, int* __restrict__ flagged)
 {
     constexpr int A_FLOATS = TILE_ROWS * ROW_STRIDE, B_WORDS = NT * FRAGMENT_WORDS;
     extern __shared__ __align__(16) unsigned char shared[];
@@ -473,10 +476,8 @@ __device__ __forceinline__ void blocks_rows_impl(
             for (int r = 0; r < 2; ++r) {
                 const int count = quad_sum(deep_count[r]), flag = quad_sum(bad[r]);
                 const int bad_row = (flag != 0) | unresolved(count, k);
-                if (t == 0 && row + 8 * r < m) {
-                    row_bad[row + 8 * r] = bad_row;
-                    if (bad_row && blockIdx.x == 0) atomicAdd(flagged, 1);  // (once a row)
-                }
+                if (bad_row && t == 0 && row + 8 * r < m && blockIdx.x == 0)  // (once a row)
+                    flagged_rows[atomicAdd(flagged, 1)] = (int)(row + 8 * r);
                 deep_count[r] = 0;
                 bad[r] = 0;
                 row_top[r] = -TOP_BIAS;
@@ -487,17 +488,132 @@ __device__ __forceinline__ void blocks_rows_impl(
     }
     copies_wait<0>();
 }
+
+// bypass.recompute_lines for the rows blocks_rows listed: each warp of a block takes one
+// listed row, lane l summing columns l (and l + 32, COLUMNS = 2) of a pass of 32 COLUMNS, over k
+// in order in float64 (each product exact, each sum rounded once: bypass.in_order's sums), NaN
+// canonical. The block stages a chunk of B (as doubles, shared by its rows) and of each row
+// at a time. A warp a row, where bypass_lines takes whole 64 x 64 output tiles: a few wide
+// rows scattered over a tall A then cost their own rows, not a float64 product of all of A.
+template <int COLUMNS>
+__device__ __forceinline__ void bypass_rows_impl(
+    const int* __restrict__ rows, const int* __restrict__ count, const float* __restrict__ a,
+    const float* __restrict__ b, int n, int k, float* __restrict__ c)
+{
+    constexpr int CHUNK = 64, WIDTH = 32 * COLUMNS, ROWS = ${BLOCKS_BYPASS_THREADS} / 32;
+    __shared__ double b_s[CHUNK][WIDTH];
+    __shared__ double a_s[ROWS][CHUNK];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, listed = *count;
+    for (int first = blockIdx.x * ROWS; first < listed; first += gridDim.x * ROWS) {  // uniform
+        const long long r = first + warp < listed ? rows[first + warp] : -1;
+        for (int c0 = 0; c0 < n; c0 += WIDTH) {
+            double acc[COLUMNS];
+#pragma unroll
+            for (int j = 0; j < COLUMNS; ++j) acc[j] = 0.0;
+            for (int q0 = 0; q0 < k; q0 += CHUNK) {
+                __syncthreads();  // the previous chunk is read
+                for (int i = threadIdx.x; i < CHUNK * WIDTH; i += blockDim.x) {
+                    const int q = q0 + i / WIDTH, col = c0 + i % WIDTH;
+                    b_s[i / WIDTH][i % WIDTH] =
+                        q < k && col < n ? exact_double(b[(long long)q * n + col]) : 0.0;
+                }
+                for (int i = lane; i < CHUNK; i += 32)
+                    a_s[warp][i] = r >= 0 && q0 + i < k ? exact_double(a[r * k + q0 + i]) : 0.0;
+                __syncthreads();
+                const int depth = min(CHUNK, k - q0);  // (no padded steps)
+                for (int q = 0; q < depth; ++q) {
+                    const double x = a_s[warp][q];
+#pragma unroll
+                    for (int j = 0; j < COLUMNS; ++j)
+                        acc[j] = fma(x, b_s[q][lane + 32 * j], acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < COLUMNS; ++j) {
+                const int col = c0 + lane + 32 * j;
+                if (r >= 0 && col < n) c[r * n + col] = canonical(acc[j]);
+            }
+        }
+    }
+}
+
+// ... and for the columns blocks_pack_b listed: a thread per row of A walks k in order for
+// COLUMNS listed columns at a time, its warp's 32 rows staged a chunk of k at a time (coalesced
+// copies), the chunk of B's listed columns as doubles. A flagged column costs m k products,
+// where bypass_lines would compute the 64 columns of its tile.
+__device__ __forceinline__ void bypass_columns_impl(
+    const int* __restrict__ columns, const int* __restrict__ count, const float* __restrict__ a,
+    const float* __restrict__ b, long long m, int n, int k, float* __restrict__ c)
+{
+    constexpr int CHUNK = 32, COLUMNS = 8, WARPS = ${BLOCKS_BYPASS_THREADS} / 32;
+    __shared__ float a_s[WARPS][32][CHUNK + 1];  // [warp][row][k]: a lane reads its own row
+    __shared__ double b_s[CHUNK][COLUMNS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, listed = *count;
+    for (long long row0 = blockIdx.x * 32LL * WARPS; row0 < m; row0 += gridDim.x * 32LL * WARPS) {
+        const long long first = row0 + 32 * warp, r = first + lane;  // (uniform loop bounds)
+        for (int g0 = 0; g0 < listed; g0 += COLUMNS) {
+            const int live = min(COLUMNS, listed - g0);
+            double acc[COLUMNS];
+#pragma unroll
+            for (int j = 0; j < COLUMNS; ++j) acc[j] = 0.0;
+            for (int q0 = 0; q0 < k; q0 += CHUNK) {
+                __syncthreads();  // the previous chunk is read
+                if (threadIdx.x < CHUNK * COLUMNS) {
+                    const int q = q0 + threadIdx.x / COLUMNS, j = threadIdx.x % COLUMNS;
+                    const bool inside = q < k && j < live;
+                    b_s[threadIdx.x / COLUMNS][j] =
+                        inside ? exact_double(b[(long long)q * n + columns[g0 + j]]) : 0.0;
+                }
+#pragma unroll 8
+                for (int i = 0; i < 32; ++i)
+                    a_s[warp][i][lane] =
+                        first + i < m && q0 + lane < k ? a[(first + i) * k + q0 + lane] : 0.0f;
+                __syncthreads();
+                const int depth = min(CHUNK, k - q0);  // (no padded steps)
+                for (int q = 0; q < depth; ++q) {
+                    const double x = exact_double(a_s[warp][lane][q]);
+#pragma unroll
+                    for (int j = 0; j < COLUMNS; ++j)
+                        if (j < live) acc[j] = fma(x, b_s[q][j], acc[j]);
+                }
+            }
+            if (r < m)
+#pragma unroll
+                for (int j = 0; j < COLUMNS; ++j)
+                    if (j < live) c[r * n + columns[g0 + j]] = canonical(acc[j]);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_columns(
+    const int* columns, const int* count, const float* a, const float* b, long long m, int n,
+    int k, float* c)
+{
+    bypass_columns_impl(columns, count, a, b, m, n, k, c);
+}
+
+extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows_1(
+    const int* rows, const int* count, const float* a, const float* b, int n, int k, float* c)
+{
+    bypass_rows_impl<1>(rows, count, a, b, n, k, c);
+}
+
+extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows_2(
+    const int* rows, const int* count, const float* a, const float* b, int n, int k, float* c)
+{
+    bypass_rows_impl<2>(rows, count, a, b, n, k, c);
+}
 """
 BLOCKS_SOURCE += "".join(
     f"""
 extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, ${{BLOCKS_MIN_BLOCKS}})
 blocks_rows_{nt}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
-    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* row_bad,
+    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
     int* flagged)
 {{
     blocks_rows_impl<{nt}, {vec}>(a, m, k, n, n_tiles, fragments, exps, col_top, deep, k_slack,
-                                  c, row_bad, flagged);
+                                  c, flagged_rows, flagged);
 }}
 """
     for nt in BLOCKS_N_TILES

@@ -639,8 +639,8 @@ def int8_product(
 
 
 def _flag_counts(a_flagged: cp.ndarray, b_flagged: cp.ndarray) -> Callable[[], tuple[int, int]]:
-    """The lines flagged in A and B (NaN/Inf or unresolved: one int32 each, the kernels'
-    counts), copied to pinned host memory behind the kernels without waiting; the function
+    """The lines flagged in A and B (NaN/Inf or unresolved: one int32 each, the pack kernels'
+    counts), copied to pinned host memory behind the packs without waiting; the function
     returned waits for that copy alone. (Counting them with CuPy took 0.14 ms of host time a
     call.)"""
     host = cupyx.empty_pinned(2, np.int32)
@@ -1097,8 +1097,6 @@ def matmul(
         c = cp.zeros((m, n), dtype=cp.float32)
     elif level.kind == "int8":
         c = int8_product(a, b, level, keep, native_when_bypassed, on_native)
-    elif level.kind == "blocks":
-        c = _blocks_module().blocks_product(a, b, level, native_when_bypassed, on_native)
     else:
         c = product(a, b, level)
     return cp.asnumpy(c) if host else c

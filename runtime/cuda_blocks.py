@@ -4,14 +4,14 @@
    operand of the shapes this level serves: k x n with n <= 128 or so);
 2. ``blocks_rows_<NT>`` streams A once, slicing it in registers per (row, block) and summing
    the class products on the INT8 tensor cores (``mma.sync``) into float64 totals;
-3. ``bypass_lines`` recomputes the flagged rows and columns (NaN/Inf, unresolved) in order,
-   without a host synchronisation.
+3. ``blocks_bypass_rows`` and ``blocks_bypass_columns`` recompute the flagged rows and columns
+   (NaN/Inf, unresolved; listed by the two kernels above) in order, without a host
+   synchronisation.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
@@ -19,6 +19,7 @@ import numpy as np
 
 from . import blocks, bypass, packer, workspace
 from .blocks_kernels import (
+    BLOCKS_BYPASS_THREADS,
     BLOCKS_N_TILES,
     BLOCKS_STAGES,
     BLOCKS_THREADS,
@@ -27,12 +28,9 @@ from .blocks_kernels import (
 )
 from .combine import overflow_slack
 from .cuda import (
-    BYPASS_TILE,
     MAX_GRID_YZ,
     _c_contiguous,
-    _combine_module,
     _deep,
-    _flag_counts,
     _multiprocessors,
     _pack_module,
     free_bytes,
@@ -85,42 +83,31 @@ def workspace_bytes(level: Level, a: Any, b: Any) -> int:
     blocks_k, n_pad = -(-k // blocks.BLOCK_K), 8 * -(-n // 8)
     fragments = blocks_k * n_pad * level.b_slices * blocks.BLOCK_K  # a byte per digit
     copies = sum(4 * x.size for x in (a, b) if not x.flags.c_contiguous)
-    return fragments + 4 * blocks_k * n_pad + 4 * (m + 3 * n + 2) + 4 * m * n + copies
+    return fragments + 4 * blocks_k * n_pad + 4 * (m + 4 * n + 2) + 4 * m * n + copies
 
 
-def blocks_product(
-    a: cp.ndarray,
-    b: cp.ndarray,
-    level: Level,
-    native_when_bypassed: bool = False,
-    on_native: Callable[[], None] | None = None,
-) -> cp.ndarray:
+def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     """a @ b at level IV-blocks for float32 CuPy matrices with m, k, n > 0 (``blocks``'s
-    arithmetic, bit for bit). With ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM
-    where the lines to recompute exactly cover more than ``bypass.AUTO_EXACT_SHARE`` of C
-    (``on_native`` is called then): the host waits for the kernels' flag counts before the
-    recomputation, which on wide-range data would cost several SGEMMs."""
+    arithmetic, bit for bit)."""
     check_level(level)
     device = cp.cuda.Device().id
     check_device(device)
     (m, k), n = a.shape, b.shape[1]
     workspace.check_fits(level, m, k, n, workspace_bytes(level, a, b), free_bytes(), "GPU")
     a, b = _c_contiguous(a), _c_contiguous(b)
-    m, k = a.shape
-    n = b.shape[1]
     blocks_k = -(-k // blocks.BLOCK_K)
     n_tiles = -(-n // 8)
     deep = _deep(level.a_slices, k, level.bypass_wide)
     words = blocks_k * n_tiles * level.b_slices * (blocks.BLOCK_K // 32) * 64
     fragments = cp.empty(words, dtype=cp.uint32)
     exps = cp.empty(blocks_k * n_tiles * 8, dtype=cp.int32)
-    lines = cp.zeros(3 * n + m + 2, dtype=cp.int32)  # per column and row; the flag counts
-    col_deep, col_bad, col_top = (lines[i * n : (i + 1) * n] for i in range(3))
-    row_bad, flagged = lines[3 * n : 3 * n + m], lines[3 * n + m :]
+    lines = cp.zeros(4 * n + m + 2, dtype=cp.int32)  # per column; the flagged lines' lists
+    col_deep, col_bad, col_top, flagged_cols = (lines[i * n : (i + 1) * n] for i in range(4))
+    flagged_rows, flagged = lines[4 * n : 4 * n + m], lines[4 * n + m :]  # (and their counts)
     _pack_module().get_function("blocks_pack_b")(
         (blocks_k * n_tiles,), (32,),
         (b, np.int32(k), np.int32(n), np.int32(n_tiles), deep, fragments, exps,
-         col_deep, col_bad, col_top, flagged[1:]),
+         col_deep, col_bad, col_top, flagged_cols, flagged[1:]),
     )  # fmt: skip
     nt = n_tiles_per_block(n_tiles)
     vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
@@ -133,34 +120,21 @@ def blocks_product(
     kernel(
         (groups, rows_grid), (BLOCKS_THREADS,),
         (a, np.int64(m), np.int32(k), np.int32(n), np.int32(n_tiles), fragments, exps, col_top,
-         deep, np.float64(k * overflow_slack(level)), c, row_bad, flagged[:1]),
+         deep, np.float64(k * overflow_slack(level)), c, flagged_rows, flagged[:1]),
         shared_mem=shared,
     )  # fmt: skip
-    if native_when_bypassed and _mostly_exact(a, b, row_bad, col_bad, flagged):
-        if on_native is not None:
-            on_native()
-        return cp.matmul(a, b)
-    _combine_module().get_function("bypass_lines")(
-        (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), 1), (16, 16),
-        (row_bad, col_bad, a, np.int64(k), np.int64(1), np.int64(0), b, np.int64(n),
-         np.int64(1), np.int64(0), np.int32(m), np.int32(n), np.int32(k), np.int32(0), c),
+    # The flagged lines, recomputed in order (each kernel stops at the count left on the device).
+    listed = 2 * _multiprocessors(device)  # (blocks: an empty list's launch stays cheap)
+    rows_per_block = BLOCKS_BYPASS_THREADS // 32
+    _pack_module().get_function(f"blocks_bypass_rows_{1 if n <= 32 else 2}")(
+        (min(-(-m // rows_per_block), listed),), (BLOCKS_BYPASS_THREADS,),
+        (flagged_rows, flagged[:1], a, b, np.int32(n), np.int32(k), c),
+    )  # fmt: skip
+    _pack_module().get_function("blocks_bypass_columns")(
+        (min(-(-m // BLOCKS_BYPASS_THREADS), listed),), (BLOCKS_BYPASS_THREADS,),
+        (flagged_cols, flagged[1:], a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c
-
-
-def _mostly_exact(
-    a: cp.ndarray, b: cp.ndarray, row_bad: cp.ndarray, col_bad: cp.ndarray, flagged: cp.ndarray
-) -> bool:
-    """Whether the unresolved lines (NaN/Inf lines left out: SGEMM gives them too) cover more
-    than AUTO_EXACT_SHARE of C. The kernels' counts of flagged lines come first, through
-    pinned memory; only where they alone pass the share are NaN/Inf lines told apart."""
-    (m, n), counts = (a.shape[0], b.shape[1]), _flag_counts(flagged[:1], flagged[1:])()
-    if bypass.exact_share(*counts, m, n) <= bypass.AUTO_EXACT_SHARE:
-        return False
-    nonfinite_rows, nonfinite_cols = bypass.nonfinite_masks(cp, a, b)
-    rows = int(cp.count_nonzero((row_bad != 0) & ~nonfinite_rows))
-    cols = int(cp.count_nonzero((col_bad != 0) & ~nonfinite_cols))
-    return bypass.exact_share(rows, cols, m, n) > bypass.AUTO_EXACT_SHARE
 
 
 @functools.cache

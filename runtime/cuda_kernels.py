@@ -14,6 +14,7 @@ from string import Template
 
 from . import blocks, bypass, combine, equilibrate, fp16split, ordered, packer
 from .blocks_kernels import (
+    BLOCKS_BYPASS_THREADS,
     BLOCKS_MIN_BLOCKS,
     BLOCKS_ROW_PAD,
     BLOCKS_SOURCE,
@@ -59,6 +60,7 @@ CONSTANTS = {
     "BLOCKS_STAGES": BLOCKS_STAGES,
     "BLOCKS_MIN_BLOCKS": BLOCKS_MIN_BLOCKS,
     "BLOCKS_THREADS": BLOCKS_THREADS,
+    "BLOCKS_BYPASS_THREADS": BLOCKS_BYPASS_THREADS,
 }
 
 # Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
