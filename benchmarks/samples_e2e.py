@@ -183,7 +183,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--report", action="store_true", help="only merge the per-sample JSON")
     args = parser.parse_args()
-    if args.backend == "cuda":
+    if args.backend == "cuda" and not args.report:  # (merging needs no GPU)
         exit_without_gpu("benchmarks/samples_e2e.py (or --backend cpu)")
     out = args.out or results_folder(device_name(), Path(__file__).parent / "results")
     if not args.report:
