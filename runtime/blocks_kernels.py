@@ -277,6 +277,26 @@ __device__ __forceinline__ void block_words(const float4& x4, const BlockScale& 
     for (int j = 0; j < BSL; ++j) words[j] = slot_word(biased, j, BSL);
 }
 
+// A's fragments ([k-step][slice][a0..a3]) of the warp's block from its entries x ([k-step][k
+// half][row g, g + 8]), each row at its own scale.
+template <bool QUICK>
+__device__ __forceinline__ void block_fragments(const float4 (&x)[STEPS][2][2],
+                                                const BlockScale (&scale)[2], int (&deep_count)[2],
+                                                unsigned int (&fa)[STEPS][BSL][4])
+{
+#pragma unroll
+    for (int h = 0; h < STEPS; ++h)
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                unsigned int words[BSL];
+                block_words<QUICK>(x[h][p][r], scale[r], &deep_count[r], words);
+#pragma unroll
+                for (int j = 0; j < BSL; ++j) fa[h][j][r + 2 * p] = words[j];
+            }
+}
+
 // One block of k for the warp's 16 rows: each row's scale over the block, A's digits in
 // fragments (from the staged tile), then per n-tile the class pairs' MMAs (int32), combined
 // exactly in float64 and added into the totals (module docstring of blocks.py).
@@ -340,29 +360,9 @@ __device__ __forceinline__ void blocks_step(
                         v.w = finite_bits(v.w) ? v.w : 0.0f;
                     }
         }
-#pragma unroll
-        for (int h = 0; h < STEPS; ++h)
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    unsigned int words[BSL];
-                    block_words<true>(x[h][p][r], scale[r], &deep_count[r], words);
-#pragma unroll
-                    for (int j = 0; j < BSL; ++j) fa[h][j][r + 2 * p] = words[j];
-                }
+        block_fragments<true>(x, scale, deep_count, fa);
     } else {
-#pragma unroll
-        for (int h = 0; h < STEPS; ++h)
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    unsigned int words[BSL];
-                    block_words<false>(x[h][p][r], scale[r], &deep_count[r], words);
-#pragma unroll
-                    for (int j = 0; j < BSL; ++j) fa[h][j][r + 2 * p] = words[j];
-                }
+        block_fragments<false>(x, scale, deep_count, fa);
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {

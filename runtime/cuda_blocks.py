@@ -38,8 +38,11 @@ from .cuda import (
 from .levels import Level, triangle
 
 MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
+QUERY_FREE_ABOVE = 256 << 20  # workspace bytes past which a call asks what memory is free first
+_slack = functools.cache(overflow_slack)
 
 
+@functools.cache  # (per call it cost microseconds of host time; levels are immutable)
 def check_level(level: Level) -> None:
     """ValueError unless the kernels were built for ``level``'s slices and pairs (and its class
     pairs fit the int32 accumulators)."""
@@ -93,7 +96,9 @@ def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     device = cp.cuda.Device().id
     check_device(device)
     (m, k), n = a.shape, b.shape[1]
-    workspace.check_fits(level, m, k, n, workspace_bytes(level, a, b), free_bytes(), "GPU")
+    needed = workspace_bytes(level, a, b)
+    if needed > QUERY_FREE_ABOVE:  # (below, a failed allocation is CuPy's OutOfMemoryError)
+        workspace.check_fits(level, m, k, n, needed, free_bytes(), "GPU")
     a, b = _c_contiguous(a), _c_contiguous(b)
     blocks_k = -(-k // blocks.BLOCK_K)
     n_tiles = -(-n // 8)
@@ -120,7 +125,7 @@ def blocks_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
     kernel(
         (groups, rows_grid), (BLOCKS_THREADS,),
         (a, np.int64(m), np.int32(k), np.int32(n), np.int32(n_tiles), fragments, exps, col_top,
-         deep, np.float64(k * overflow_slack(level)), c, flagged_rows, flagged[:1]),
+         deep, np.float64(k * _slack(level)), c, flagged_rows, flagged[:1]),
         shared_mem=shared,
     )  # fmt: skip
     # The flagged lines, recomputed in order (each kernel stops at the count left on the device).
