@@ -537,6 +537,47 @@ __device__ __forceinline__ void bypass_rows_impl(
     }
 }
 
+// "auto"'s early look at A (cuda_blocks.blocks_product): a block of threads per sampled row
+// (rows 0, stride, 2 stride, ...), its warps taking every eighth block of 64 k-steps, two
+// entries a lane, counts into *unresolved the sampled rows whose deep entries (each against its
+// block's scale, as the rows kernel counts them) make them unresolved; NaN/Inf entries count
+// as 0, as in the packers. (A warp per row, walking k alone, took 0.15 ms at k = 16384.)
+extern "C" __global__ void __launch_bounds__(256) blocks_sample_rows(
+    const float* __restrict__ a, int k, long long stride, int deep,
+    int* __restrict__ unresolved_rows)
+{
+    static_assert(BK == 64, "a warp's 32 lanes take a block two entries each");
+    __shared__ int warp_count[8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* row = a + blockIdx.x * stride * k;
+    int count = 0;
+    for (int q0 = warp * BK; q0 < k; q0 += 8 * BK) {
+        float v[2];
+        unsigned int top = 0u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int q = q0 + lane + 32 * i;
+            v[i] = q < k ? row[q] : 0.0f;
+            const unsigned int bits = magnitude_bits(v[i]);
+            if (bits < 0x7f800000u) top = max(top, bits); else v[i] = 0.0f;
+        }
+        for (int offset = 16; offset > 0; offset >>= 1)
+            top = max(top, __shfl_xor_sync(0xffffffffu, top, offset));
+        const BlockScale scale = block_scale(block_exponent(top), deep);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) count += magnitude_bits(v[i]) - 1u < scale.floor_bits - 1u;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1)
+        count += __shfl_xor_sync(0xffffffffu, count, offset);
+    if (lane == 0) warp_count[warp] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int w = 0; w < 8; ++w) total += warp_count[w];
+        if (unresolved(total, k)) atomicAdd(unresolved_rows, 1);
+    }
+}
+
 // ... and for the columns blocks_pack_b listed: a thread per row of A walks k in order for
 // COLUMNS listed columns at a time, its warp's 32 rows staged a chunk of k at a time (coalesced
 // copies), the chunk of B's listed columns as doubles. A flagged column costs m k products,

@@ -1081,7 +1081,7 @@ def matmul(
     CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
     dimensions give zeros. NaN/Inf lines are handled inside the combine kernels. INT8 levels
     keep the packs of the operands ``keep`` names (``pack_reuse``); ``native_when_bypassed``:
-    ``int8_product``'s fallback of level "auto".
+    ``int8_product``'s and ``cuda_blocks.blocks_product``'s fallback of level "auto".
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -1097,6 +1097,8 @@ def matmul(
         c = cp.zeros((m, n), dtype=cp.float32)
     elif level.kind == "int8":
         c = int8_product(a, b, level, keep, native_when_bypassed, on_native)
+    elif level.kind == "blocks":
+        c = _blocks_module().blocks_product(a, b, level, native_when_bypassed, on_native)
     else:
         c = product(a, b, level)
     return cp.asnumpy(c) if host else c

@@ -176,7 +176,7 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
     if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
         return None
     if _blocks_kernel_wins(m, k, n):
-        return _cuda().matmul(a, b, get_level(AUTO_BLOCKS))
+        return _cuda().matmul(a, b, get_level(AUTO_BLOCKS), native_when_bypassed=True)
     if _ordered_kernel_wins(m, k, n):
         return _cuda().ordered_product(a, b)
     return cp.matmul(a, b)

@@ -218,3 +218,40 @@ def test_gpu_recomputes_scattered_and_all_wide_rows_with_the_cpu_bits(phi: float
     rows, cols = dispatch.unresolved_lines(a, b, LEVEL)
     assert 0 < rows <= wide.sum() and cols == 11
     _gpu_matches_cpu(a, b)
+
+
+@pytest.mark.gpu
+def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
+    """Under "auto" (native_when_bypassed), IV-blocks runs cuBLAS SGEMM where its exactly
+    recomputed lines would cover more than AUTO_EXACT_SHARE of C (A's rows estimated from a
+    sample, B's columns counted), and says so; on narrow data, with a few wide rows, or where
+    the flagged rows are NaN/Inf ones, it keeps its own bits."""
+    import functools
+
+    cp = device.cupy_module()
+    from mixpert.runtime import cuda
+
+    rng = np.random.default_rng(9)
+
+    def pair(phi: float, wide_rows: float = 0.0) -> tuple[object, object]:
+        a, b = gemmul8(np, rng, (3000, 512), 0.5), gemmul8(np, rng, (512, 24), 0.5)
+        wide = rng.random(3000) < wide_rows
+        a[wide] = gemmul8(np, rng, (int(wide.sum()), 512), phi)
+        return cp.asarray(a), cp.asarray(b)
+
+    narrow, few, most = pair(0.5), pair(4.0, 0.02), pair(4.0, 0.6)
+    nonfinite = narrow[0].copy(), narrow[1]
+    nonfinite[0][::3, 7] = cp.nan
+    for a, b in (few, most):
+        rows, cols = dispatch.unresolved_lines(a, b, LEVEL)
+        assert (bypass.exact_share(rows, cols, 3000, 24) > bypass.AUTO_EXACT_SHARE) == (
+            a is most[0]
+        )
+    for (a, b), falls_back in ((narrow, False), (few, False), (most, True), (nonfinite, False)):
+        told: list[int] = []
+        got = cuda.matmul(
+            a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+        )
+        want = cp.matmul(a, b) if falls_back else cuda.matmul(a, b, LEVEL)
+        assert told == ([1] if falls_back else [])
+        assert cp.array_equal(got, want, equal_nan=True)
