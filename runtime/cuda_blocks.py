@@ -1,4 +1,4 @@
-"""Level IV-blocks on the GPU (``blocks``; kernels in ``blocks_kernels``): three launches.
+"""Level IV-blocks on the GPU (``blocks``; kernels in ``blocks_kernels``): four launches.
 
 1. ``blocks_pack_b`` slices B per (block of k, column) into MMA fragments (B is the small
    operand of the shapes this level serves: k x n with n <= 128 or so);
@@ -7,6 +7,8 @@
 3. ``blocks_bypass_rows`` and ``blocks_bypass_columns`` recompute the flagged rows and columns
    (NaN/Inf, unresolved; listed by the two kernels above) in order, without a host
    synchronisation.
+
+Under "auto", ``blocks_sample_rows`` runs before step 2 (``blocks_product``'s fallback).
 """
 
 from __future__ import annotations
