@@ -7,7 +7,8 @@ float32-grade on phi = 0.5 data and is not on phi >= 1. A kernel that slices A i
 (issue 16, item 2) would see A one block of k at a time and could take a scale per (row, block)
 and per (block, column) instead: each block's exact class sums then need their own scale, so they
 are summed in float64 in the kernel (never stored), which no cuBLAS GEMM can do. This script
-measures, before any such kernel exists, what that numerics would give: the same slicing as
+measured, before any such kernel existed, what that numerics would give (level IV-blocks,
+``runtime/blocks.py``, now is one: 8 pairs, blocks of 64; its row beside): the same slicing as
 ``packer`` (``slice_rows`` on each block), exact class sums per block, each scaled by 2^(ea + eb)
 and added in float64, rounded once to float32; no k-rebalancing and no bypass (the block scales
 take their place). Errors are MixPert's Eq. 10 against float64 on the accuracy table's six input
@@ -74,8 +75,9 @@ def main() -> None:
                 block_scaled_product, slices_a=sa, slices_b=sb, max_sum=max_sum, block=block
             )
             counts[column] = len(triangle(sa, sb, max_sum))
-    products["IV (level)"] = partial(mixpert.matmul, level="IV", backend="cpu")
-    counts["IV (level)"] = LEVELS["IV"].products
+    for level in ("IV", "IV-blocks"):  # (IV-blocks: these scales with blocks of 64, as a level)
+        products[f"{level} (level)"] = partial(mixpert.matmul, level=level, backend="cpu")
+        counts[f"{level} (level)"] = LEVELS[level].products
     worst = worst_errors(products, n, args.seeds, salt=11)
     sgemm = CUBLAS_SGEMM_ERROR.get(n)
     lines = [
@@ -84,7 +86,8 @@ def main() -> None:
         f"Worst error over {args.seeds} seeds, ||C - C64||_F / ||C64||_F; rows are "
         '"configuration / block of k". cuBLAS SGEMM at this n: '
         + (f"{sgemm:.1e}" if sgemm else "not measured (8.1e-7 at n = 2048)")
-        + ". No GPU kernel computes these yet: see the script's docstring.",
+        + ". Level IV-blocks is IV-like / 64 with each block's class sums joined exactly"
+        + " (runtime/blocks.py; one GPU kernel); the other configurations have no kernel.",
         "",
         *worst_table(worst, "scales", counts),
     ]
