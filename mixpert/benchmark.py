@@ -1,4 +1,5 @@
-"""The GPU benchmark: every level beside cuBLAS SGEMM and TF32, timed in one run.
+"""The GPU benchmark: every level (but IV-blocks, for tall products: ``benchmark_skinny``) beside
+cuBLAS SGEMM and TF32, timed in one run.
 
 Absolute times drift between machines; ratios measured in one run do not, so every row carries
 its ratio to the SGEMM of the same shape and inputs. Inputs are fresh random matrices (never

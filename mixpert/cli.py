@@ -103,7 +103,8 @@ def levels(size: int, phi: float, backend: str, seed: int, as_json: bool) -> Non
     help="memory-bound shapes (tall-and-skinny, long k) with achieved bandwidth instead",
 )
 def bench(quick: bool, out_dir: str | None, breakdown_n: int, batched: bool, skinny: bool) -> None:
-    """Time every level beside cuBLAS SGEMM and TF32 on the GPU; write JSON and a plot."""
+    """Time every level (IV-blocks: with --skinny) beside cuBLAS SGEMM and TF32 on the GPU;
+    write JSON and a plot."""
     from pathlib import Path
 
     from . import bench_report, benchmark, benchmark_batched, benchmark_skinny

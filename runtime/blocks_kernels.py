@@ -11,7 +11,7 @@ BLOCKS_STAGES = 3  # tiles in shared memory: the one in use and two arriving
 BLOCKS_ROW_PAD = 16  # floats after each staged row of A: conflict-free 16-byte reads
 BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may take
 BLOCKS_MIN_BLOCKS = 1  # __launch_bounds__'s blocks per SM (register cap)
-BLOCKS_BYPASS_THREADS = 256  # blocks_bypass_rows: 8 listed rows a block
+BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed rows, or 256 rows of A, a block
 
 
 def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
@@ -539,9 +539,10 @@ __device__ __forceinline__ void bypass_rows_impl(
 
 // "auto"'s early look at A (cuda_blocks.blocks_product): a block of threads per sampled row
 // (rows 0, stride, 2 stride, ...), its warps taking every eighth block of 64 k-steps, two
-// entries a lane, counts into *unresolved the sampled rows whose deep entries (each against its
-// block's scale, as the rows kernel counts them) make them unresolved; NaN/Inf entries count
-// as 0, as in the packers. (A warp per row, walking k alone, took 0.15 ms at k = 16384.)
+// entries a lane, counts into *unresolved_rows the sampled rows whose deep entries (each
+// against its block's scale, as the rows kernel counts them) make them unresolved; NaN/Inf
+// entries count as 0, as in the packers. (A warp per row, walking k alone, took 0.15 ms at
+// k = 16384.)
 extern "C" __global__ void __launch_bounds__(256) blocks_sample_rows(
     const float* __restrict__ a, int k, long long stride, int deep,
     int* __restrict__ unresolved_rows)

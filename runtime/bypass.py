@@ -8,7 +8,8 @@ Two kinds of rows of A and columns of B bypass the slices:
   (float32 [[inf, 1e30]] @ [[1], [-1e30]] is NaN, mixpert's inf; [[1e30, -1e30]] @ [[1e10],
   [1e10]] is NaN in float32 and the exact 0 in mixpert). NaNs are written as the canonical quiet
   NaN (0x7FC00000): payloads and signs differ between CPUs and GPUs.
-* **Unresolved lines** (levels with ``Level.bypass_wide``: IV and V). A line's INT8 digits keep
+* **Unresolved lines** (levels with ``Level.bypass_wide``: IV, V, and IV-blocks, whose entries
+  are measured against their own block's scale, ``blocks``). A line's INT8 digits keep
   ``P`` fraction bits of its scale 2^e (``packer.fraction_bits``), so an entry d binades below
   the scale keeps a relative precision of about 2^(d - P): when its partner entry dominates a
   product, the componentwise bound 2 k u |A||B| (u = 2^-24) that SGEMM meets needs
@@ -36,10 +37,11 @@ NO_BYPASS = int(np.iinfo(np.int32).min)  # deep_binades of a level that bypasses
 
 
 # Level "auto" on the GPU runs cuBLAS SGEMM instead of IV where the lines IV would recompute
-# exactly (unresolved; NaN/Inf lines left out) cover more of C than this. On an H100 an entry
-# recomputed exactly costs about ten times its share of an IV call (IV ran at 0.17x SGEMM at
-# n = 4096 with every line bypassed: benchmarks/results/<gpu>/bypass_cost.md), so SGEMM,
-# which meets the same componentwise bound, wins past about a tenth.
+# exactly (unresolved; NaN/Inf lines left out) cover more of C than this (and instead of
+# IV-blocks, from B's flagged columns, NaN/Inf included, and A's rows estimated on a sample).
+# On an H100 an entry recomputed exactly costs about ten times its share of an IV call (IV ran
+# at 0.17x SGEMM at n = 4096 with every line bypassed: benchmarks/results/<gpu>/bypass_cost.md),
+# so SGEMM, which meets the same componentwise bound, wins past about a tenth.
 AUTO_EXACT_SHARE = 0.1
 
 

@@ -239,7 +239,7 @@ def matmul(
 
     Operands are rounded to float32; empty dimensions give zeros. Emulated levels pack NaN and
     Inf as 0 and then recompute the lines holding them (``bypass``); native ones see them.
-    INT8 levels keep the packs of the operands ``keep`` names (``pack_reuse``).
+    Levels of kind "int8" keep the packs of the operands ``keep`` names (``pack_reuse``).
     """
     product = PRODUCTS.get(level.kind)
     if product is None:

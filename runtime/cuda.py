@@ -1,6 +1,7 @@
 """The CUDA backend: INT8 (and FP16) slice products on tensor cores through CuPy and cuBLAS.
 
-One call of an INT8 level is these steps, with no host synchronisation:
+One call of an INT8 level is these steps, with no host synchronisation (level IV-blocks has its
+own path: ``cuda_blocks``):
 
 1. ``pack_int8`` for A's rows and B's columns: scales, NaN/Inf flags and INT8 digits in the
    (lines, slices, k_pad) layout of ``cuda_kernels`` (k contiguous: the TN layout IMMA wants);
@@ -1079,8 +1080,9 @@ def matmul(
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
 
     CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
-    dimensions give zeros. NaN/Inf lines are handled inside the combine kernels. INT8 levels
-    keep the packs of the operands ``keep`` names (``pack_reuse``); ``native_when_bypassed``:
+    dimensions give zeros. NaN/Inf lines are handled inside the combine kernels (IV-blocks: its
+    bypass kernels). Levels of kind "int8" keep the packs of the operands ``keep`` names
+    (``pack_reuse``; IV-blocks packs nothing to keep); ``native_when_bypassed``:
     ``int8_product``'s and ``cuda_blocks.blocks_product``'s fallback of level "auto".
     """
     product = PRODUCTS.get(level.kind)

@@ -79,7 +79,7 @@ def check_device(device: int) -> None:
 
 def n_tiles_per_block(n_tiles: int) -> int:
     """n-tiles (8 columns) one block of threads takes: the fewest of BLOCKS_N_TILES covering
-    n, at most the largest (wider products take several column groups, each reading A)."""
+    ``n_tiles``, at most the largest (wider products take several column groups, each reading A)."""
     return next((nt for nt in BLOCKS_N_TILES if nt >= n_tiles), BLOCKS_N_TILES[-1])
 
 
@@ -105,9 +105,10 @@ def blocks_product(
 
     With ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where the lines to recompute
     exactly would cover more than ``bypass.AUTO_EXACT_SHARE`` of C (``on_native`` is called
-    then): B's flagged columns are counted exactly, A's unresolved rows estimated from up to
-    SAMPLED_ROWS evenly spaced rows (``blocks_sample_rows``) before the rows kernel; the host
-    reads both counts while that kernel runs, so narrow data lose no GPU time to the wait.
+    then): B's flagged columns (NaN/Inf ones included) are counted exactly, A's unresolved rows
+    (NaN/Inf ones left out) estimated from about SAMPLED_ROWS evenly spaced rows
+    (``blocks_sample_rows``) before the rows kernel; the host reads both counts while that
+    kernel runs, so narrow data lose no GPU time to the wait.
     (Waiting for the rows kernel's own counts instead cost 30% at 65536 x 4096 x 16: the next
     call's host work was no longer hidden.) Either way C is float32-grade; the estimate only
     picks the faster way."""
@@ -171,7 +172,7 @@ def blocks_product(
 
 
 SAMPLED_ROWS = 256  # rows of A "auto" looks at before choosing IV-blocks's exact recomputation
-SAMPLED_ENTRIES = 1 << 20  # ... fewer where k is long (4 MiB of A at most)
+SAMPLED_ENTRIES = 1 << 20  # ... fewer where k is long (about 4 MiB of A)
 
 
 def _sample_stride(m: int, k: int) -> int:

@@ -1,5 +1,6 @@
 """CUDA C source of the packer and combine kernels (compiled by CuPy at first use; the combine
-module also holds level fp32-ordered's kernels, from ``ordered_kernels``).
+module also holds level fp32-ordered's kernels, from ``ordered_kernels``, and the pack module
+level IV-blocks's, from ``blocks_kernels``).
 
 They implement ``packer`` and ``combine`` with the same IEEE operations, so the integers they
 produce and the float32 results are the CPU oracle's, bit for bit. Layout: a packed operand is
