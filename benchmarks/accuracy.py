@@ -166,6 +166,17 @@ def worst_table(
     return lines
 
 
+def save_worst(
+    out: Path, stem: str, text: str, worst: dict[tuple[str, str], float], label: str, n: int
+) -> None:
+    """``<stem>.md`` (``text``) and ``<stem>.json`` (a row per (name, dataset) of ``worst``,
+    the name under ``label``) in ``out``: the probe scripts' outputs."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    rows = [{label: name, "dataset": d, "error": e, "n": n} for (name, d), e in worst.items()]
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+
+
 def lookup(results: list[dict]) -> dict[tuple[int, str, str], float]:
     return {(r["n"], r["dataset"], r["level"]): r["error"] for r in results}
 

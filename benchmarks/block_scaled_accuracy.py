@@ -20,7 +20,6 @@ distributions, worst over seeds, beside level IV itself and this CPU's float32 B
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -32,7 +31,13 @@ from mixpert.runtime import packer
 from mixpert.runtime.levels import LEVELS, triangle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import CUBLAS_SGEMM_ERROR, Product, worst_errors, worst_table  # noqa: E402
+from accuracy import (  # noqa: E402
+    CUBLAS_SGEMM_ERROR,
+    Product,
+    save_worst,
+    worst_errors,
+    worst_table,
+)
 
 # (name, slices of A, slices of B, largest i + j kept): products = pairs kept.
 CONFIGS = (("2x2 i+j<=1", 2, 2, 1), ("I", 2, 2, 2), ("T6", 3, 3, 2), ("IV-like", 3, 3, 3))
@@ -94,10 +99,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "block-scaled.md").write_text(text)
-        rows = [{"scales": c, "dataset": d, "error": e, "n": n} for (c, d), e in worst.items()]
-        (args.out / "block-scaled.json").write_text(json.dumps(rows, indent=1))
+        save_worst(args.out, "block-scaled", text, worst, "scales", n)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ SGEMM's. The CPU oracle gives every GPU level's bits, so these errors are the GP
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 from pathlib import Path
@@ -23,7 +22,7 @@ import mixpert
 from mixpert.runtime.levels import LEVELS, Level, triangle
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import CUBLAS_SGEMM_ERROR, worst_errors, worst_table  # noqa: E402
+from accuracy import CUBLAS_SGEMM_ERROR, save_worst, worst_errors, worst_table  # noqa: E402
 
 
 def without(level: Level, pair: tuple[int, int], name: str) -> Level:
@@ -64,10 +63,7 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "seven-products.md").write_text(text)
-        rows = [{"level": k[0], "dataset": k[1], "error": v, "n": n} for k, v in worst.items()]
-        (args.out / "seven-products.json").write_text(json.dumps(rows, indent=1))
+        save_worst(args.out, "seven-products", text, worst, "level", n)
 
 
 if __name__ == "__main__":
