@@ -29,7 +29,7 @@ SHAPES = (
     (1048576, 16, 16),
     (1048576, 32, 32),
     (4194304, 8, 8),
-    (16, 262144, 16),  # split-k with outputs of at most 16 x 16 (ordered_gram)
+    (16, 262144, 16),  # split-k with outputs of at most 16 x 16 (ordered_chunks_16)
     (16, 2097152, 16, "t"),
     (65536, 4096, 8),  # tall
     (65536, 2048, 16),
@@ -67,8 +67,8 @@ def measure(cp: Any, m: int, k: int, n: int, seed: int, transposed: bool = False
         "default": lambda: cuda.ordered_product(a, b),
         "tile": lambda: cuda.ordered_product(a[None], b[None], r),
     }
-    if -(-m // (16 * r)) <= cuda.MAX_GRID_YZ:  # split-k's grid y holds the row tiles
-        runs["split"] = lambda: cuda.ordered_split_product(a, b, r)
+    if -(-m // 64) <= cuda.MAX_GRID_YZ:  # split-k's grid y holds the row tiles
+        runs["split"] = lambda: cuda.ordered_split_product(a, b)
     if n <= cuda.ROWS_MAX_N:
         runs["tall"] = lambda: cuda.ordered_rows_product(a, b)
     if k <= ordered.CHUNK and n <= cuda.THIN_MAX_N:

@@ -46,6 +46,7 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
+from .ordered_kernels import CHUNKS_SHAPES
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -852,7 +853,7 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     if r is None:
         r = tile_size(m, n)
     if not stack and _splits_k(m, n, k, r):
-        return ordered_split_product(a, b, r)
+        return ordered_split_product(a, b)
     if not stack and m >= ROWS_MIN_M and k <= ordered.CHUNK and n <= THIN_MAX_N:
         return ordered_thin_product(a, b)
     if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
@@ -939,28 +940,36 @@ def _multiprocessors(device: int) -> int:
     )
 
 
-def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarray:
-    """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): one block per
-    16 R x 16 R output tile and segment of k writes the segment's float64 total
-    (``ordered_segments``; for outputs of at most 16 x 16, ``ordered_gram``: one block per
-    segment, its chunks summed in parallel and added in order), then each entry's totals are
-    added in segment order and rounded once: the bits of one thread walking the whole k. A
-    transposed A (X.T of a C-ordered X, as in X.T @ X) is read in place: a copy of a
-    16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
+def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): each segment of k
+    gets its float64 totals, then each entry's totals are added in segment order and rounded
+    once: the bits of one thread walking the whole k. Outputs of at most 32 x 32 run
+    ``ordered_chunks`` (a block walks a run of segments, a stage's chunks summed at once, the
+    next stage copied meanwhile); larger ones ``ordered_segments`` (a block per 64 x 64 output
+    tile and segment). A transposed A (X.T of a C-ordered X, as in X.T @ X) is read in
+    place: a copy of a 16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
     transposed = a.flags.f_contiguous and not a.flags.c_contiguous
     a, b = (a if transposed else _c_contiguous(a)), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    tile = 16 * r
     count = -(-k // ordered.SEGMENT)
     segments = cp.empty((count, m, n), dtype=cp.float64)
     at = "_at" if transposed else ""
-    if max(m, n) <= 16:  # one block per segment, its chunks in parallel (ordered_gram)
-        _ordered_kernel_named(f"ordered_gram{at}")(
-            (count,), (128,), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(0), segments)
-        )
+    if max(m, n) <= max(CHUNKS_SHAPES):
+        t = min(t for t in CHUNKS_SHAPES if t >= max(m, n))
+        a_line = m if transposed else k
+        aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
+        vec = "_vec" if aligned and a_line % 4 == 0 and n % 4 == 0 else ""
+        kernel, shared, resident = _chunks_kernel(t, at, vec, cp.cuda.Device().id)
+        blocks = min(count, resident * _multiprocessors(cp.cuda.Device().id))
+        kernel(
+            (blocks,), (chunks_threads(t),),
+            (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), segments),
+            shared_mem=shared,
+        )  # fmt: skip
         return _segment_totals(segments, m, n)
-    kernel = _ordered_kernel_named(f"ordered_segments_{r}{at}")
+    tile = 64
+    kernel = _ordered_kernel_named(f"ordered_segments{at}")
     for first in _batch_chunks(count):  # grid z: at most 65535 segments a launch
         kernel(
             (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
@@ -969,11 +978,38 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray, r: int = 2) -> cp.ndarra
     return _segment_totals(segments, m, n)
 
 
+def chunks_threads(t: int) -> int:
+    """Threads a block of ``ordered_chunks_<t>``: a 4 x 4 block of outputs each, per chunk."""
+    return CHUNKS_SHAPES[t][0] * t * t // 16
+
+
+def chunks_shared_bytes(t: int, transposed: bool) -> int:
+    """Dynamic shared memory of ``ordered_chunks_<t>`` (its ChunksLayout): its stages of A and
+    B, and a float32 chunk sum per group and output."""
+    groups, stages = CHUNKS_SHAPES[t]
+    stage = groups * ordered.CHUNK
+    a_floats = stage * t if transposed else t * (stage + 4)
+    return 4 * (stages * (a_floats + stage * t) + groups * t * (t + 1))
+
+
+@functools.cache
+def _chunks_kernel(t: int, at: str, vec: str, device: int) -> tuple[Any, int, int]:
+    """``ordered_chunks_<t>`` allowed its dynamic shared memory (beyond the 48 KiB a kernel
+    gets unasked), that many bytes, and how many of its blocks an SM holds."""
+    kernel = _ordered_kernel_named(f"ordered_chunks_{t}{at}{vec}")
+    shared = chunks_shared_bytes(t, bool(at))
+    kernel.max_dynamic_shared_size_bytes = shared
+    resident = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+        kernel.kernel.ptr, chunks_threads(t), shared
+    )
+    return kernel, shared, max(1, resident)
+
+
 def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:
     """Each entry's segment totals added in segment order, rounded once."""
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named("ordered_segment_totals")(
-        (-(-(m * n) // 8),), (256,), (segments, np.int32(len(segments)), np.int64(m * n), c)
+        (-(-(m * n) // 32),), (256,), (segments, np.int32(len(segments)), np.int64(m * n), c)
     )
     return c
 

@@ -132,16 +132,19 @@ __device__ __forceinline__ void copy_async(void* dst, const void* src, bool insi
 {
 #if __CUDA_ARCH__ >= 800
     const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
     if constexpr (BYTES == 16)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                      :: "r"(to), "l"(src), "r"(inside ? 16 : 0) : "memory");
     else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                     :: "r"(to), "l"(src), "r"(inside ? 4 : 0) : "memory");
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
+                     :: "r"(to), "l"(src), "n"(BYTES), "r"(inside ? BYTES : 0) : "memory");
 #else
     if constexpr (BYTES == 16)
         *reinterpret_cast<float4*>(dst) =
             inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    else if constexpr (BYTES == 8)
+        *reinterpret_cast<double*>(dst) = inside ? *reinterpret_cast<const double*>(src) : 0.0;
     else
         *reinterpret_cast<float*>(dst) = inside ? *reinterpret_cast<const float*>(src) : 0.0f;
 #endif

@@ -3,7 +3,7 @@
 Each output entry is computed as the GPU's kernels for this level compute it
 (``ordered_kernels``: the tile kernel ``ordered_product``, the small-stack ``ordered_stack``,
 the tall ``ordered_rows``, the thin ``ordered_thin`` and the split-k ``ordered_segments`` and
-``ordered_gram``): k runs in chunks of ``CHUNK``; inside a chunk the products are accumulated by
+``ordered_chunks``): k runs in chunks of ``CHUNK``; inside a chunk the products are accumulated by
 IEEE float32 fused multiply-adds in k order, starting from +0 (subnormals kept, no flush); each
 chunk's float32 sum is added, in chunk order, into a float64 segment total (segments of
 ``SEGMENT`` k-steps), and the segment totals are added, in order, into a float64 total, which is

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
 THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
+# Split-k for outputs of at most T x T (ordered_chunks_<T>): T -> (chunks summed at once a
+# block, stages in shared memory).
+CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
 
 # Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
 # steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
@@ -306,100 +309,268 @@ __device__ __forceinline__ void ordered_segments_impl(
         }
 }
 
-// Split-k, step 1, for outputs of at most 16 x 16 (Gram-like X^T Y of few columns), where one
-// thread per output would load two shared values per FMA: a block of 128 threads per segment
-// z = blockIdx.x + segment0 works on 8 chunks at once, one chunk per group of 16 threads, each
-// thread a 4 x 4 block of outputs (two 16-byte shared loads per 16 FMAs). The chunk sums are
-// then added into the segment's float64 totals in chunk order: the bits of one thread walking
-// the segment. A_T: A is stored transposed (ordered_fetch).
-template <bool A_T>
-__device__ __forceinline__ void ordered_gram_impl(
-    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
-    long long segment0, double* __restrict__ segments)
+// Split-k, step 1, for outputs of at most T x T (T = 16 or 32: few rows against few columns
+// over a long k, as in the Gram-like X^T Y), near DRAM speed: a block walks a run of whole
+// segments, a stage of GROUPS chunks at a time, copied asynchronously into one of STAGES
+// buffers (the next stages arrive while this one is summed). A group of T^2 / 16 threads sums
+// one chunk, each thread a 4 x 4 block of outputs (16 FMAs per two 16-byte shared reads); the
+// chunk sums are then added into the segment's float64 totals in chunk order: the bits of one
+// thread walking the segment. Shared memory (dynamic; ``cuda.chunks_shared_bytes`` computes
+// the same): STAGES stages of A and B, B staged [q][col]; A stored transposed (A_T:
+// a[q m + row]) staged [q][row] likewise, a C-ordered A [row][q] (rows of STAGE + 4 floats: a
+// warp's 16-byte reads of 8 rows T / 4 apart fall on distinct banks). VEC: 16-byte copies (A's
+// and B's lines a multiple of 4 floats, 16-byte aligned); else 4-byte ones.
+template <int T, int GROUPS, bool A_T>
+struct ChunksLayout {
+    static constexpr int CH = ${ORDERED_CHUNK}, GROUP = T * T / 16, THREADS = GROUPS * GROUP;
+    static constexpr int STAGE = GROUPS * CH, A_ROW = STAGE + 4;  // k-steps a stage
+    static constexpr int A_FLOATS = A_T ? STAGE * T : T * A_ROW, B_FLOATS = STAGE * T;
+};
+
+// Copies of one stage of a k-major operand (B, or A stored transposed: k-row q at x + q ld,
+// its first `lines` floats wanted) into x_s[q][T]: copy l of a thread takes k-row
+// q_first + Q_STEP l, floats j.. (each thread keeps its j); zeros past depth and lines.
+template <int T, int THREADS, int STAGE, int W>
+__device__ __forceinline__ void chunks_copy_k_rows(const float* __restrict__ x, int lines,
+                                                   long long ld, int q0, int depth, float* x_s)
 {
-    constexpr int CH = ${ORDERED_CHUNK}, GROUPS = 8, HALF = GROUPS * CH, T = 16;
-    static_assert(${ORDERED_SEGMENT} % HALF == 0, "a segment is whole stages");
-    __shared__ __align__(16) float a_s[HALF][T + 4];  // [q][row]; rows of 80 bytes
-    __shared__ __align__(16) float b_s[HALF][T];      // [q][col]
-    __shared__ float sums[GROUPS][T][T + 1];
-    const int tid = threadIdx.x, group = tid / 16, r4 = (tid % 4) * 4, c4 = (tid % 16 / 4) * 4;
-    const long long z = blockIdx.x + segment0;
-    const long long s0 = z * ${ORDERED_SEGMENT}, s_end = min((long long)k, s0 + ${ORDERED_SEGMENT});
-    double total[2] = {0.0, 0.0};  // outputs tid and tid + 128 of the 16 x 16
-    for (long long h0 = s0; h0 < s_end; h0 += HALF) {
-        const int depth = (int)min((long long)HALF, s_end - h0);
-        for (int i = tid; i < HALF * T; i += 128) {
-            const int q = i / T, j = i % T;
-            b_s[q][j] = (q < depth && j < n) ? b[(h0 + q) * n + j] : 0.0f;
-            if constexpr (A_T) a_s[q][j] = (q < depth && j < m) ? a[(h0 + q) * m + j] : 0.0f;
+    constexpr int PIECES = T / W, Q_STEP = THREADS / PIECES;  // pieces a k-row
+    static_assert(THREADS % PIECES == 0 && STAGE % Q_STEP == 0, "whole k-rows a pass");
+    const int j = threadIdx.x % PIECES * W, q_first = threadIdx.x / PIECES;
+    const float* const src = x + (q0 + q_first) * ld + j;
+#pragma unroll
+    for (int l = 0; l < STAGE / Q_STEP; ++l) {
+        const int q = q_first + Q_STEP * l;
+        const bool inside = q < depth && j < lines;
+        copy_async<4 * W>(x_s + q * T + j, inside ? src + Q_STEP * l * ld : x, inside);
+    }
+}
+
+// Copies of one stage of a C-ordered A (row r at a + r k) into a_s[row][A_ROW]: each thread
+// keeps its pieces' steps p.. and walks rows; zeros past depth and m.
+template <int T, int THREADS, int STAGE, int A_ROW, int W>
+__device__ __forceinline__ void chunks_copy_rows(const float* __restrict__ a, int m, int k, int q0,
+                                                 int depth, float* a_s)
+{
+    constexpr int PIECES = STAGE / W;  // pieces a row
+    if constexpr (PIECES <= THREADS) {
+        constexpr int R_STEP = THREADS / PIECES;
+        static_assert(THREADS % PIECES == 0 && T % R_STEP == 0, "whole rows a pass");
+        const int p = threadIdx.x % PIECES * W, r_first = threadIdx.x / PIECES;
+        const float* const src = a + (long long)r_first * k + q0 + p;
+#pragma unroll
+        for (int l = 0; l < T / R_STEP; ++l) {
+            const int r = r_first + R_STEP * l;
+            const bool inside = r < m && p < depth;
+            copy_async<4 * W>(a_s + r * A_ROW + p, inside ? src + (long long)R_STEP * l * k : a,
+                              inside);
         }
-        if constexpr (!A_T) {
-            for (int i = tid; i < HALF * T; i += 128) {  // along each row of A: coalesced
-                const int j = i / HALF, q = i % HALF;
-                a_s[q][j] = (q < depth && j < m) ? a[(long long)j * k + h0 + q] : 0.0f;
+    } else {
+        static_assert(PIECES % THREADS == 0, "whole rows a pass");
+#pragma unroll 4
+        for (int r = 0; r < T; ++r) {
+#pragma unroll
+            for (int l = 0; l < PIECES / THREADS; ++l) {
+                const int p = (threadIdx.x + THREADS * l) * W;
+                const bool inside = r < m && p < depth;
+                copy_async<4 * W>(a_s + r * A_ROW + p,
+                                  inside ? a + (long long)r * k + q0 + p : a, inside);
             }
         }
-        __syncthreads();
-        const int c0 = group * CH, steps = min(CH, depth - c0);  // steps <= 0: no such chunk
-        float acc[4][4];
+    }
+}
+
+// Stage [q0, q0 + depth) of A's rows < m and B's columns < n into one buffer (a_s, b_s),
+// asynchronously, zeros elsewhere; commits one group of copies.
+template <int T, int GROUPS, bool A_T, bool VEC>
+__device__ __forceinline__ void chunks_copy(const float* __restrict__ a,
+                                            const float* __restrict__ b, int m, int n, int k,
+                                            int q0, int depth, float* a_s, float* b_s)
+{
+    using L = ChunksLayout<T, GROUPS, A_T>;
+    constexpr int W = VEC ? 4 : 1;  // floats a copy
+    chunks_copy_k_rows<T, L::THREADS, L::STAGE, W>(b, n, n, q0, depth, b_s);
+    if constexpr (A_T)
+        chunks_copy_k_rows<T, L::THREADS, L::STAGE, W>(a, m, m, q0, depth, a_s);
+    else
+        chunks_copy_rows<T, L::THREADS, L::STAGE, L::A_ROW, W>(a, m, k, q0, depth, a_s);
+    copies_commit();
+}
+
+// One chunk of a staged stage, steps [c0, c0 + steps) of the buffer, into acc (rows row(i),
+// columns c4 + j), FMAs in k order from +0.
+template <int T, int GROUPS, bool A_T>
+__device__ __forceinline__ void chunks_sum(const float* a_s, const float* b_s, int c0, int steps,
+                                           int rsel, int c4, float (&acc)[4][4])
+{
+    using L = ChunksLayout<T, GROUPS, A_T>;
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-        for (int s = 0; s < steps; ++s) {
-            const float4 x = *reinterpret_cast<const float4*>(&a_s[c0 + s][r4]);
-            const float4 y = *reinterpret_cast<const float4*>(&b_s[c0 + s][c4]);
-            const float av[4] = {x.x, x.y, x.z, x.w}, bv[4] = {y.x, y.y, y.z, y.w};
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+    if (A_T || steps < L::CH) {  // one step at a time (A_T: rows 4 rsel.. in one read)
+        for (int q = c0; q < c0 + steps; ++q) {
+            float av[4];
+            if constexpr (A_T) {
+                const float4 x = *reinterpret_cast<const float4*>(a_s + q * T + 4 * rsel);
+                av[0] = x.x; av[1] = x.y; av[2] = x.z; av[3] = x.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) av[i] = a_s[(rsel + T / 4 * i) * L::A_ROW + q];
+            }
+            const float4 y = *reinterpret_cast<const float4*>(b_s + q * T + c4);
+            const float bv[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[i][j] = fma_ieee(av[i], bv[j], acc[i][j]);
         }
+        return;
+    }
+    if constexpr (!A_T) {  // a whole chunk, C-ordered A: 4 steps a read
+#pragma unroll 2
+        for (int q = c0; q < c0 + L::CH; q += 4) {
+            float av[4][4], bv[4][4];  // [row][step], [step][col]
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float4 x =
+                    *reinterpret_cast<const float4*>(a_s + (rsel + T / 4 * i) * L::A_ROW + q);
+                av[i][0] = x.x; av[i][1] = x.y; av[i][2] = x.z; av[i][3] = x.w;
+                const float4 y = *reinterpret_cast<const float4*>(b_s + (q + i) * T + c4);
+                bv[i][0] = y.x; bv[i][1] = y.y; bv[i][2] = y.z; bv[i][3] = y.w;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        acc[i][j] = fma_ieee(av[i][u], bv[u][j], acc[i][j]);
+        }
+    }
+}
+
+// Segments [z_begin, z_end) of this block (count segments shared out evenly over the grid),
+// each one's float64 totals to segments[z][row][col].
+template <int T, int GROUPS, int STAGES, bool A_T, bool VEC>
+__device__ __forceinline__ void ordered_chunks_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k, int count,
+    double* __restrict__ segments)
+{
+    using L = ChunksLayout<T, GROUPS, A_T>;
+    static_assert(STAGES >= 2, "a stage in flight while one is summed");
+    constexpr int SEGMENT = ${ORDERED_SEGMENT}, OUTS = T * T / L::THREADS;
+    static_assert(SEGMENT % L::STAGE == 0, "a segment is whole stages");
+    extern __shared__ __align__(16) float shared[];
+    float* const a_s = shared;                          // [STAGES][A_FLOATS]
+    float* const b_s = shared + STAGES * L::A_FLOATS;  // [STAGES][STAGE][T]
+    float(*const sums)[T][T + 1] =
+        reinterpret_cast<float(*)[T][T + 1]>(shared + STAGES * (L::A_FLOATS + L::B_FLOATS));
+    const int tid = threadIdx.x, group = tid / L::GROUP, g = tid % L::GROUP;
+    const int rsel = g % (T / 4), c4 = g / (T / 4) * 4;
+    const int z_begin = (int)((long long)blockIdx.x * count / gridDim.x);
+    const int z_end = (int)((long long)(blockIdx.x + 1) * count / gridDim.x);
+    const int q_begin = z_begin * SEGMENT;
+    const int q_end = (int)min((long long)k, (long long)z_end * SEGMENT);
+    const int stages = (q_end - q_begin + L::STAGE - 1) / L::STAGE;
+    for (int t = 0; t < STAGES; ++t) {
+        if (t < stages) {
+            const int q0 = q_begin + t * L::STAGE;
+            chunks_copy<T, GROUPS, A_T, VEC>(a, b, m, n, k, q0, min(L::STAGE, q_end - q0),
+                                             a_s + t * L::A_FLOATS, b_s + t * L::B_FLOATS);
+        } else {
+            copies_commit();  // (an empty group: the same waits)
+        }
+    }
+    double total[OUTS];
+#pragma unroll
+    for (int o = 0; o < OUTS; ++o) total[o] = 0.0;
+    for (int t = 0; t < stages; ++t) {
+        const int q0 = q_begin + t * L::STAGE, depth = min(L::STAGE, q_end - q0);
+        const int c0 = group * L::CH, steps = min(L::CH, depth - c0);  // <= 0: no such chunk
+        float* const a_buf = a_s + t % STAGES * L::A_FLOATS;
+        float* const b_buf = b_s + t % STAGES * L::B_FLOATS;
+        copies_wait<STAGES - 1>();  // this stage has landed ...
+        __syncthreads();   // ... for every thread's copies
         if (steps > 0) {
+            float acc[4][4];
+            chunks_sum<T, GROUPS, A_T>(a_buf, b_buf, c0, steps, rsel, c4, acc);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) sums[group][r4 + i][c4 + j] = acc[i][j];
+                for (int j = 0; j < 4; ++j)
+                    sums[group][A_T ? 4 * rsel + i : rsel + T / 4 * i][c4 + j] = acc[i][j];
         }
-        __syncthreads();
-        const int chunks = (depth + CH - 1) / CH;
+        __syncthreads();  // the stage is read, the chunk sums written
+        if (t + STAGES < stages) {  // into the buffer just read
+            const int q2 = q0 + STAGES * L::STAGE;
+            chunks_copy<T, GROUPS, A_T, VEC>(a, b, m, n, k, q2, min(L::STAGE, q_end - q2), a_buf,
+                                             b_buf);
+        } else {
+            copies_commit();
+        }
+        const int chunks = (depth + L::CH - 1) / L::CH;
 #pragma unroll
-        for (int o = 0; o < 2; ++o) {
-            const int e = tid + 128 * o;
+        for (int o = 0; o < OUTS; ++o) {
+            const int e = tid + L::THREADS * o;
             for (int c = 0; c < chunks; ++c)
                 total[o] = total[o] + widen_ieee(sums[c][e / T][e % T]);
         }
-        __syncthreads();  // the stage and the sums are read
-    }
+        if ((q0 + L::STAGE) % SEGMENT == 0 || q0 + L::STAGE >= q_end) {  // a segment ends
+            const long long z = q0 / SEGMENT;
 #pragma unroll
-    for (int o = 0; o < 2; ++o) {
-        const int e = tid + 128 * o, row = e / T, col = e % T;
-        if (row < m && col < n) segments[z * m * n + row * n + col] = total[o];
+            for (int o = 0; o < OUTS; ++o) {
+                const int e = tid + L::THREADS * o, row = e / T, col = e % T;
+                if (row < m && col < n) segments[(z * m + row) * n + col] = total[o];
+                total[o] = 0.0;
+            }
+        }
     }
 }
 
 // Split-k, step 2: each entry's segment totals added in segment order, rounded once. A block
-// of 256 threads takes 8 entries: all its threads load 256 segments of them into shared memory
-// at a time, then 8 threads add them up, one per entry, in order.
-extern "C" __global__ void ordered_segment_totals(
+// takes 32 neighbouring entries: all its threads copy DEPTH segments of them into shared memory
+// (cp.async, the next DEPTH arriving meanwhile), then one warp adds them up, a lane per entry.
+// The in-order chain of float64 additions, not the loads, then sets the pace (loads from global
+// memory straight into the chain took twice as long: one warp per SM cannot keep enough in
+// flight).
+extern "C" __global__ void __launch_bounds__(256) ordered_segment_totals(
     const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
 {
-    constexpr int E = 8, DEPTH = 256;
-    __shared__ double part[DEPTH][E + 1];
-    const long long e0 = blockIdx.x * (long long)E;
-    const int column = threadIdx.x % E, row = threadIdx.x / E, rows = blockDim.x / E;
-    const bool mine = e0 + column < entries;
+    constexpr int DEPTH = 64, THREADS = 256;
+    __shared__ __align__(16) double part[2][DEPTH][32];
+    const long long e0 = blockIdx.x * 32LL;
+    const int lane = threadIdx.x % 32, rounds = (count + DEPTH - 1) / DEPTH;
+    const auto copy_round = [&](int r) {
+        for (int i = threadIdx.x; i < DEPTH * 32; i += THREADS) {
+            const int s = r * DEPTH + i / 32, j = i % 32;
+            const bool inside = s < count && e0 + j < entries;
+            const double* src = inside ? segments + s * entries + e0 + j : segments;
+            copy_async<8>(&part[r & 1][i / 32][j], src, inside);
+        }
+        copies_commit();
+    };
+    copy_round(0);
     double total = 0.0;
-    for (int s0 = 0; s0 < count; s0 += DEPTH) {
-        const int depth = min(DEPTH, count - s0);
-        for (int s = row; s < depth; s += rows)
-            part[s][column] = mine ? segments[(s0 + s) * entries + e0 + column] : 0.0;
-        __syncthreads();
-        if (row == 0)
-            for (int s = 0; s < depth; ++s) total = total + part[s][column];
-        __syncthreads();
+    for (int r = 0; r < rounds; ++r) {
+        if (r + 1 < rounds)
+            copy_round(r + 1);
+        else
+            copies_commit();  // (an empty group: the same waits)
+        copies_wait<1>();  // round r has landed ...
+        __syncthreads();   // ... for every thread's copies
+        if (threadIdx.x < 32) {
+            const int depth = min(DEPTH, count - r * DEPTH);
+            if (depth == DEPTH) {
+#pragma unroll 16
+                for (int s = 0; s < DEPTH; ++s) total = total + part[r & 1][s][lane];
+            } else {
+                for (int s = 0; s < depth; ++s) total = total + part[r & 1][s][lane];
+            }
+        }
+        __syncthreads();  // round r is read: its buffer may take round r + 2
     }
-    if (row == 0 && mine) c[e0 + column] = canonical(total);
+    if (threadIdx.x < 32 && e0 + lane < entries) c[e0 + lane] = canonical(total);
 }
 """
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).
@@ -427,23 +598,25 @@ extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_stack_{r
 )
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(128) ordered_gram{suffix}(
-    const float* a, const float* b, int m, int n, int k, long long segment0, double* segments)
+extern "C" __global__ void __launch_bounds__({groups * t * t // 16})
+ordered_chunks_{t}{suffix}{vec_suffix}(
+    const float* a, const float* b, int m, int n, int k, int count, double* segments)
 {{
-    ordered_gram_impl<{a_t}>(a, b, m, n, k, segment0, segments);
+    ordered_chunks_impl<{t}, {groups}, {stages}, {a_t}, {vec}>(a, b, m, n, k, count, segments);
 }}
 """
+    for t, (groups, stages) in CHUNKS_SHAPES.items()
     for suffix, a_t in (("", "false"), ("_at", "true"))
+    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_segments_{r}{suffix}(
+extern "C" __global__ void __launch_bounds__(256, 2) ordered_segments{suffix}(
     const float* a, const float* b, int m, int n, int k, int segment0, double* segments)
 {{
-    ordered_segments_impl<{r}, {a_t}>(a, b, m, n, k, segment0, segments);
+    ordered_segments_impl<4, {a_t}>(a, b, m, n, k, segment0, segments);
 }}
 """
-    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
     for suffix, a_t in (("", "false"), ("_at", "true"))
 )
 # Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of

@@ -136,7 +136,7 @@ def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "n"), [(16, 16), (3, 20), (40, 33)])  # R = 1, 2, 4
+@pytest.mark.parametrize(("m", "n"), [(16, 16), (3, 20), (8, 32), (40, 33)])
 def test_gpu_split_k_reads_a_transposed_a_in_place_with_the_cpu_bits(m, n) -> None:
     """X.T @ Y with X C-ordered (A column-major): the split-k kernel reads A along its rows, with
     the bits of the C-ordered product, segments and partial stages included."""
@@ -153,6 +153,31 @@ def test_gpu_split_k_reads_a_transposed_a_in_place_with_the_cpu_bits(m, n) -> No
     assert cuda._splits_k(m, n, k, cuda.tile_size(m, n))
     want = ordered.ordered_product(np.ascontiguousarray(x.T), b)
     got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("a_offset", "b_offset"), [(0, 0), (1, 0), (0, 3)])
+def test_gpu_split_k_reads_aligned_and_unaligned_operands_with_the_cpu_bits(
+    a_offset, b_offset
+) -> None:
+    """The split-k kernel for small outputs copies 16 bytes at a time where both operands are
+    16-byte aligned (here k and n are multiples of 4), 4 bytes where either is not: the same
+    bits."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(a_offset + 7 * b_offset)
+    m, k, n = 20, 9 * ordered.SEGMENT + 64, 12
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[2, 5], b[-3, 1] = np.float32(2e-41), -np.inf
+    a_gpu = cp.empty(m * k + a_offset, dtype=cp.float32)[a_offset:].reshape(m, k)
+    b_gpu = cp.empty(k * n + b_offset, dtype=cp.float32)[b_offset:].reshape(k, n)
+    a_gpu[...], b_gpu[...] = cp.asarray(a), cp.asarray(b)
+    assert cuda._splits_k(m, n, k, cuda.tile_size(m, n))
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_product(a_gpu, b_gpu).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -261,10 +286,13 @@ def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
     [
         (9, 2 * ordered.SEGMENT + 77, 11, "small"),  # tile kernel, segments walked in turn
         (None, 3 * ordered.SEGMENT + 5, 8, "tall"),  # tall kernel (m set below)
-        (32, 9 * ordered.SEGMENT + 77, 32, "split"),  # split-k: a block per segment
-        (70, 12 * ordered.SEGMENT, 3, "split"),
-        (16, 9 * ordered.SEGMENT + 300, 16, "split"),  # outputs <= 16 x 16: chunks in parallel
+        (32, 9 * ordered.SEGMENT + 77, 32, "split"),  # outputs <= 32 x 32: chunks at once
+        (24, 9 * ordered.SEGMENT + 128, 28, "split"),  # ... in 16-byte copies
+        (32, 300 * ordered.SEGMENT + 44, 32, "split"),  # ... blocks walking several segments
+        (70, 12 * ordered.SEGMENT, 3, "split"),  # a block per 64 x 64 tile and segment
+        (16, 9 * ordered.SEGMENT + 300, 16, "split"),  # outputs <= 16 x 16
         (5, 8 * ordered.SEGMENT + 33, 7, "split"),
+        (12, 450 * ordered.SEGMENT + 36, 8, "split"),
     ],
 )
 def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
