@@ -46,7 +46,7 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
-from .ordered_kernels import CHUNKS_SHAPES
+from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -844,8 +844,9 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     with m, n > 0: a matrix product with few output tiles and a long k split over its
     segments (``ordered_split_product``); a tall one (m >= ROWS_MIN_M) through
     ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
-    (n <= ROWS_MAX_N); a stack of pairs that fit one tile, with k <= STACK_MAX_K, through
-    ``ordered_stack_product``; else a 16 R x 16 R output tile per block (R: ``tile_size`` by
+    (n <= ROWS_MAX_N); a stack of pairs of at most 16 x 16 outputs with k <= STACK_MAX_K
+    through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 through
+    ``ordered_pairs_product``; else a 16 R x 16 R output tile per block (R: ``tile_size`` by
     default), each block walking the whole k."""
     stack = a.ndim == 3
     m, k = a.shape[-2:]
@@ -858,8 +859,10 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
         return ordered_thin_product(a, b)
     if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
         return ordered_rows_product(a, b)
-    if stack and max(m, n) <= 16 * r and k <= STACK_MAX_K:
-        return ordered_stack_product(a, b, r)
+    if stack and max(m, n) <= 16 and k <= STACK_MAX_K:
+        return ordered_stack_product(a, b)
+    if stack and pairs_tile(m, n, k) is not None:
+        return ordered_pairs_product(a, b)
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
     count = a3.shape[0]
@@ -874,28 +877,76 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     return c if stack else c[0]
 
 
-# Small stacks: the whole k in one stage. (At k = 64 the tile kernel is faster: 41 against
-# 52 us at 1024 x 64^3 on an H100, the stack kernel's 64-step stages spilling registers.)
+# Stacks of pairs of at most 16 x 16 outputs: the whole k in one stage. (At k = 64 the tile
+# kernel is faster: 41 against 52 us at 1024 x 64^3 on an H100, the stack kernel's 64-step
+# stages spilling registers.)
 STACK_MAX_K = 32
 
 
-def ordered_stack_product(a: cp.ndarray, b: cp.ndarray, r: int) -> cp.ndarray:
-    """Level fp32-ordered for a stack of small pairs (m, n <= 16 R, k <= STACK_MAX_K; the
-    ``ordered_stack`` kernels, staging 16 or 32 k-steps): as many blocks as fit on the GPU at
-    once, each walking pairs with the next pair's operands in flight while it computes this
+def ordered_stack_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Level fp32-ordered for a stack of pairs of at most 16 x 16 outputs (k <= STACK_MAX_K;
+    the ``ordered_stack`` kernels, staging 16 or 32 k-steps): as many blocks as fit on the GPU
+    at once, each walking pairs with the next pair's operands in flight while it computes this
     one's tile."""
     count, m, k = a.shape
     n = b.shape[2]
-    if max(m, n) > 16 * r or not 0 < k <= STACK_MAX_K:
+    if max(m, n) > 16 or not 0 < k <= STACK_MAX_K:
         raise ValueError(
-            f"the small-stack kernel takes pairs with m, n <= {16 * r} (R = {r}) and "
-            f"0 < k <= {STACK_MAX_K}; got {m} x {k} x {n}"
+            f"the small-stack kernel takes pairs with m, n <= 16 and 0 < k <= {STACK_MAX_K}; "
+            f"got {m} x {k} x {n}"
         )
     a, b = _c_contiguous(a), _c_contiguous(b)
-    kernel = _ordered_kernel_named(f"ordered_stack_{r}_{16 if k <= 16 else 32}")
+    kernel = _ordered_kernel_named(f"ordered_stack_{16 if k <= 16 else 32}")
     c = cp.empty((count, m, n), dtype=cp.float32)
     grid = min(count, _resident_blocks(kernel, 256, cp.cuda.Device().id))
     kernel((grid,), (16, 16), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c))
+    return c
+
+
+PAIRS_THREADS = 256
+
+
+def pairs_tile(m: int, n: int, k: int) -> int | None:
+    """T of the ``ordered_pairs`` kernel for pairs of m x k x n (the smallest that covers m and
+    n and holds k), or None where none does."""
+    fitting = [t for t, kmax in PAIRS_MAX_K.items() if max(m, n) <= t and 0 < k <= kmax]
+    return min(fitting, default=None)
+
+
+def pairs_shared_bytes(t: int) -> int:
+    """Dynamic shared memory of ``ordered_pairs_<t>`` (its PairsLayout): two stages of a
+    group's pairs, A's rows padded by 4 floats."""
+    kmax, pairs = PAIRS_MAX_K[t], PAIRS_THREADS // (t * t // 16)
+    return 4 * 2 * pairs * (t * (kmax + 4) + kmax * t)
+
+
+def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """Level fp32-ordered for a stack of small pairs (m, n <= T, k <= PAIRS_MAX_K[T]; the
+    ``ordered_pairs`` kernels): as many blocks as fit on the GPU at once, each walking groups of
+    pairs through two shared-memory stages (cp.async), a 4 x 4 block of outputs a thread; in
+    16-byte pieces where k and n are multiples of 4 and both stacks 16-byte aligned."""
+    count, m, k = a.shape
+    n = b.shape[2]
+    t = pairs_tile(m, n, k)
+    if t is None:
+        raise ValueError(
+            f"the small-pairs kernel takes pairs with m, n <= T and 0 < k <= the longest k for "
+            f"T ({PAIRS_MAX_K}); got {m} x {k} x {n}"
+        )
+    a, b = _c_contiguous(a), _c_contiguous(b)
+    aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
+    vec = "_vec" if aligned and k % 4 == 0 and n % 4 == 0 else ""
+    device = cp.cuda.Device().id
+    shared = pairs_shared_bytes(t)
+    kernel, resident = _kernel_with_shared(f"ordered_pairs_{t}{vec}", PAIRS_THREADS, shared, device)
+    c = cp.empty((count, m, n), dtype=cp.float32)
+    groups = -(-count // (PAIRS_THREADS // (t * t // 16)))
+    grid = min(groups, resident * _multiprocessors(device))
+    kernel(
+        (grid,), (PAIRS_THREADS,),
+        (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c),
+        shared_mem=shared,
+    )  # fmt: skip
     return c
 
 
@@ -960,8 +1011,12 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
         a_line = m if transposed else k
         aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
         vec = "_vec" if aligned and a_line % 4 == 0 and n % 4 == 0 else ""
-        kernel, shared, resident = _chunks_kernel(t, at, vec, cp.cuda.Device().id)
-        blocks = min(count, resident * _multiprocessors(cp.cuda.Device().id))
+        device = cp.cuda.Device().id
+        shared = chunks_shared_bytes(t, bool(at))
+        kernel, resident = _kernel_with_shared(
+            f"ordered_chunks_{t}{at}{vec}", chunks_threads(t), shared, device
+        )
+        blocks = min(count, resident * _multiprocessors(device))
         kernel(
             (blocks,), (chunks_threads(t),),
             (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), segments),
@@ -993,16 +1048,16 @@ def chunks_shared_bytes(t: int, transposed: bool) -> int:
 
 
 @functools.cache
-def _chunks_kernel(t: int, at: str, vec: str, device: int) -> tuple[Any, int, int]:
-    """``ordered_chunks_<t>`` allowed its dynamic shared memory (beyond the 48 KiB a kernel
-    gets unasked), that many bytes, and how many of its blocks an SM holds."""
-    kernel = _ordered_kernel_named(f"ordered_chunks_{t}{at}{vec}")
-    shared = chunks_shared_bytes(t, bool(at))
+def _kernel_with_shared(name: str, threads: int, shared: int, device: int) -> tuple[Any, int]:
+    """fp32-ordered's kernel ``name`` allowed ``shared`` bytes of dynamic shared memory
+    (beyond the 48 KiB a kernel gets unasked), and how many of its blocks of ``threads`` an SM
+    of GPU ``device`` (the current one) holds."""
+    kernel = _ordered_kernel_named(name)
     kernel.max_dynamic_shared_size_bytes = shared
     resident = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        kernel.kernel.ptr, chunks_threads(t), shared
+        kernel.kernel.ptr, threads, shared
     )
-    return kernel, shared, max(1, resident)
+    return kernel, max(1, resident)
 
 
 def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:

@@ -10,6 +10,10 @@ THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
 # Split-k for outputs of at most T x T (ordered_chunks_<T>): T -> (chunks summed at once a
 # block, stages in shared memory).
 CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
+# Stacks of small pairs (ordered_pairs_<T>): T -> the longest k a stage holds. (T = 64 with k up
+# to 64 measured 0.65x cuBLAS's batched SGEMM at 1024 x 64^3 on an H100, below the tile
+# kernel's 0.83x: its FMAs no longer hide behind the copies.)
+PAIRS_MAX_K = {32: 32}
 
 # Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
 # steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
@@ -397,18 +401,19 @@ __device__ __forceinline__ void chunks_copy(const float* __restrict__ a,
     copies_commit();
 }
 
-// One chunk of a staged stage, steps [c0, c0 + steps) of the buffer, into acc (rows row(i),
-// columns c4 + j), FMAs in k order from +0.
-template <int T, int GROUPS, bool A_T>
+// One chunk of a staged stage, steps [c0, c0 + steps) of the buffer, into acc (rows
+// 4 rsel + i for A_T, else rsel + T / 4 i (rows A_ROW floats apart); columns c4 + j), FMAs in
+// k order from +0.
+template <int T, int A_ROW, bool A_T>
 __device__ __forceinline__ void chunks_sum(const float* a_s, const float* b_s, int c0, int steps,
                                            int rsel, int c4, float (&acc)[4][4])
 {
-    using L = ChunksLayout<T, GROUPS, A_T>;
+    constexpr int CH = ${ORDERED_CHUNK};
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-    if (A_T || steps < L::CH) {  // one step at a time (A_T: rows 4 rsel.. in one read)
+    if (A_T || steps < CH) {  // one step at a time (A_T: rows 4 rsel.. in one read)
         for (int q = c0; q < c0 + steps; ++q) {
             float av[4];
             if constexpr (A_T) {
@@ -416,7 +421,7 @@ __device__ __forceinline__ void chunks_sum(const float* a_s, const float* b_s, i
                 av[0] = x.x; av[1] = x.y; av[2] = x.z; av[3] = x.w;
             } else {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) av[i] = a_s[(rsel + T / 4 * i) * L::A_ROW + q];
+                for (int i = 0; i < 4; ++i) av[i] = a_s[(rsel + T / 4 * i) * A_ROW + q];
             }
             const float4 y = *reinterpret_cast<const float4*>(b_s + q * T + c4);
             const float bv[4] = {y.x, y.y, y.z, y.w};
@@ -429,12 +434,12 @@ __device__ __forceinline__ void chunks_sum(const float* a_s, const float* b_s, i
     }
     if constexpr (!A_T) {  // a whole chunk, C-ordered A: 4 steps a read
 #pragma unroll 2
-        for (int q = c0; q < c0 + L::CH; q += 4) {
+        for (int q = c0; q < c0 + CH; q += 4) {
             float av[4][4], bv[4][4];  // [row][step], [step][col]
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float4 x =
-                    *reinterpret_cast<const float4*>(a_s + (rsel + T / 4 * i) * L::A_ROW + q);
+                    *reinterpret_cast<const float4*>(a_s + (rsel + T / 4 * i) * A_ROW + q);
                 av[i][0] = x.x; av[i][1] = x.y; av[i][2] = x.z; av[i][3] = x.w;
                 const float4 y = *reinterpret_cast<const float4*>(b_s + (q + i) * T + c4);
                 bv[i][0] = y.x; bv[i][1] = y.y; bv[i][2] = y.z; bv[i][3] = y.w;
@@ -494,7 +499,7 @@ __device__ __forceinline__ void ordered_chunks_impl(
         __syncthreads();   // ... for every thread's copies
         if (steps > 0) {
             float acc[4][4];
-            chunks_sum<T, GROUPS, A_T>(a_buf, b_buf, c0, steps, rsel, c4, acc);
+            chunks_sum<T, L::A_ROW, A_T>(a_buf, b_buf, c0, steps, rsel, c4, acc);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -525,6 +530,119 @@ __device__ __forceinline__ void ordered_chunks_impl(
                 total[o] = 0.0;
             }
         }
+    }
+}
+
+// Stacks of small pairs (m, n <= T, k <= KMAX; C-contiguous): a block walks groups of PAIRS
+// consecutive pairs (group blockIdx.x, + gridDim.x, ...), each group's operands copied
+// asynchronously into one of two stages while the previous group is summed: as the split-k
+// kernel above, with pairs in place of chunks. Each thread takes a 4 x 4 block of one pair's
+// outputs and walks its k in chunks, each chunk's float32 sum added into a float64 total,
+// rounded once: the level's order for k within a segment.
+template <int T, int KMAX>
+struct PairsLayout {
+    static constexpr int THREADS = 256, GROUP = T * T / 16, PAIRS = THREADS / GROUP;
+    static constexpr int A_ROW = KMAX + 4;  // (a warp's 16-byte reads of 8 rows: distinct banks)
+    static constexpr int A_PAIR = T * A_ROW, B_PAIR = KMAX * T;
+    static constexpr int STAGE_FLOATS = PAIRS * (A_PAIR + B_PAIR);
+};
+
+// Group z0's pairs (those below count) into one stage, in pieces of W floats: A's rows to
+// a_s[pair][row][A_ROW], B's k-rows to b_s[pair][q][T]; commits one group of copies. A group's
+// A (and B) is one contiguous run of the stack: piece i is row i / (k / W) of the run.
+template <int T, int KMAX, int W>
+__device__ __forceinline__ void pairs_copy(const float* __restrict__ a, const float* __restrict__ b,
+                                           int m, int n, int k, long long z0, int pairs,
+                                           float* a_s, float* b_s)
+{
+    using L = PairsLayout<T, KMAX>;
+    const float* const a_run = a + z0 * m * k;
+    const int a_pieces = k / W, a_count = pairs * m * a_pieces;
+    for (int i = threadIdx.x; i < a_count; i += L::THREADS) {
+        const int row = i / a_pieces, q = i % a_pieces * W;  // row of the run: pair row / m
+        float* const to = a_s + row / m * L::A_PAIR + row % m * L::A_ROW + q;
+        copy_async<4 * W>(to, a_run + (long long)row * k + q, true);
+    }
+    const float* const b_run = b + z0 * k * n;
+    const int b_pieces = n / W, b_count = pairs * k * b_pieces;
+    for (int i = threadIdx.x; i < b_count; i += L::THREADS) {
+        const int row = i / b_pieces, j = i % b_pieces * W;  // k-row of the run: pair row / k
+        float* const to = b_s + row / k * L::B_PAIR + row % k * T + j;
+        copy_async<4 * W>(to, b_run + (long long)row * n + j, true);
+    }
+    copies_commit();
+}
+
+template <int T, int KMAX, bool VEC>
+__device__ __forceinline__ void ordered_pairs_impl(
+    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
+    long long count, float* __restrict__ c)
+{
+    using L = PairsLayout<T, KMAX>;
+    constexpr int CH = ${ORDERED_CHUNK}, W = VEC ? 4 : 1;
+    extern __shared__ __align__(16) float shared[];  // [2][PAIRS][A_PAIR], [2][PAIRS][B_PAIR]
+    float* const a_s = shared;
+    float* const b_s = shared + 2 * L::PAIRS * L::A_PAIR;
+    const int p = threadIdx.x / L::GROUP, g = threadIdx.x % L::GROUP;
+    const int rsel = g % (T / 4), c4 = g / (T / 4) * 4;
+    const long long groups = (count + L::PAIRS - 1) / L::PAIRS;
+    const auto copy_group = [&](long long group, int buffer) {
+        const long long z0 = group * L::PAIRS;
+        pairs_copy<T, KMAX, W>(a, b, m, n, k, z0, (int)min((long long)L::PAIRS, count - z0),
+                               a_s + buffer * L::PAIRS * L::A_PAIR,
+                               b_s + buffer * L::PAIRS * L::B_PAIR);
+    };
+    for (int t = 0; t < 2; ++t) {
+        if (blockIdx.x + t * (long long)gridDim.x < groups)
+            copy_group(blockIdx.x + t * (long long)gridDim.x, t);
+        else
+            copies_commit();  // (an empty group: the same waits)
+    }
+    int t = 0;
+    for (long long group = blockIdx.x; group < groups; group += gridDim.x, ++t) {
+        const float* const a_pair = a_s + (t & 1) * L::PAIRS * L::A_PAIR + p * L::A_PAIR;
+        const float* const b_pair = b_s + (t & 1) * L::PAIRS * L::B_PAIR + p * L::B_PAIR;
+        const long long z = group * L::PAIRS + p;
+        copies_wait<1>();  // this group has landed ...
+        __syncthreads();   // ... for every thread's copies
+        if (z < count) {
+            double total[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) total[i][j] = 0.0;
+            for (int c0 = 0; c0 < k; c0 += CH) {
+                float acc[4][4];
+                chunks_sum<T, L::A_ROW, false>(a_pair, b_pair, c0, min(CH, k - c0), rsel, c4,
+                                               acc);
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+            }
+            float* const c_pair = c + z * m * n;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = rsel + T / 4 * i;
+                if (row >= m) continue;
+                float out[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) out[j] = canonical(total[i][j]);
+                if (VEC && c4 + 4 <= n) {
+                    store_run<4>(c_pair + row * n + c4, out);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        if (c4 + j < n) c_pair[row * n + c4 + j] = out[j];
+                }
+            }
+        }
+        __syncthreads();  // the stage is read: it may take the group after next
+        const long long next = group + 2 * (long long)gridDim.x;
+        if (next < groups)
+            copy_group(next, t & 1);
+        else
+            copies_commit();
     }
 }
 
@@ -587,13 +705,12 @@ extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_product_
 )
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_stack_{r}_{step}(
+extern "C" __global__ void __launch_bounds__(256, 4) ordered_stack_{step}(
     const float* a, const float* b, int m, int n, int k, long long count, float* c)
 {{
-    ordered_stack_impl<{r}, {step}>(a, b, m, n, k, count, c);
+    ordered_stack_impl<1, {step}>(a, b, m, n, k, count, c);
 }}
 """
-    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
     for step in (16, 32)
 )
 ORDERED_SOURCE += "".join(
@@ -607,6 +724,18 @@ ordered_chunks_{t}{suffix}{vec_suffix}(
 """
     for t, (groups, stages) in CHUNKS_SHAPES.items()
     for suffix, a_t in (("", "false"), ("_at", "true"))
+    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
+)
+ORDERED_SOURCE += "".join(
+    f"""
+extern "C" __global__ void __launch_bounds__(256)
+ordered_pairs_{t}{vec_suffix}(
+    const float* a, const float* b, int m, int n, int k, long long count, float* c)
+{{
+    ordered_pairs_impl<{t}, {kmax}, {vec}>(a, b, m, n, k, count, c);
+}}
+"""
+    for t, kmax in PAIRS_MAX_K.items()
     for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 ORDERED_SOURCE += "".join(

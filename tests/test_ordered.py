@@ -210,9 +210,10 @@ def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n
     ("count", "m", "k", "n"),
     [(5000, 16, 16, 16), (5, 1, 1, 1), (5000, 32, 17, 31), (3000, 33, 32, 64), (9, 64, 30, 2)],
 )
-def test_gpu_small_stack_kernel_has_the_cpu_bits(count, m, k, n) -> None:
-    """The small-stack kernel (blocks walking pairs, the next pair in flight) for both stage
-    sizes (k <= 16, 32) and every tile size, stacks longer than the blocks that run at once."""
+def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
+    """The stack kernels: small-stack (pairs of at most 16 x 16, blocks walking pairs, the next
+    pair in flight) for both stage sizes (k <= 16, 32), pairs (at most 32 x 32), and the tile
+    kernel beyond; stacks longer than the blocks that run at once."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -222,10 +223,44 @@ def test_gpu_small_stack_kernel_has_the_cpu_bits(count, m, k, n) -> None:
     a[0, 0, 0], a[-1, -1, -1], b[count // 2, 0, -1] = np.float32(1e-40), np.inf, np.nan
     a[1] = -0.0  # a pair of -0.0 rows: the chains start from +0
     want = ordered.ordered_product(a, b)
-    r = cuda.tile_size(m, n)
-    assert max(m, n) <= 16 * r and k <= cuda.STACK_MAX_K  # the stack kernel's shapes
     got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
+@pytest.mark.parametrize(
+    ("count", "m", "k", "n"),
+    [(4099, 32, 32, 32), (1027, 17, 32, 32), (301, 30, 28, 20), (7, 20, 8, 24), (66, 3, 5, 7)],
+)
+def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
+    """The small-pairs kernel (blocks walking groups of pairs through two stages): 16-byte and
+    4-byte copies, one and two chunks, a last group cut short, more groups than blocks."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(count + m + k + n + offset)
+    a = rng.standard_normal((count, m, k)).astype(np.float32)
+    b = rng.standard_normal((count, k, n)).astype(np.float32)
+    a[0, 0, 0], a[-1, -1, -1], b[count // 2, 0, -1] = np.float32(1e-40), -np.inf, np.nan
+    b[1] = -0.0  # a pair of -0.0 columns: the chains start from +0
+    a_gpu = cp.empty(a.size + offset, dtype=cp.float32)[offset:].reshape(a.shape)
+    a_gpu[...] = cp.asarray(a)
+    assert cuda.pairs_tile(m, n, k) is not None
+    want = ordered.ordered_product(a, b)
+    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "k", "n"), [(33, 8, 8), (8, 33, 8), (8, 8, 40)])
+def test_gpu_pairs_kernel_refuses_pairs_past_its_tiles(m, k, n) -> None:
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    a, b = cp.ones((2, m, k), dtype=cp.float32), cp.ones((2, k, n), dtype=cp.float32)
+    with pytest.raises(ValueError, match=r"small-pairs kernel takes pairs with m, n <= T"):
+        cuda.ordered_pairs_product(a, b)
 
 
 @pytest.mark.gpu
@@ -236,7 +271,7 @@ def test_gpu_small_stack_kernel_refuses_pairs_past_its_tile(m, k, n) -> None:
     cp = device.cupy_module()
     a, b = cp.ones((2, m, k), dtype=cp.float32), cp.ones((2, k, n), dtype=cp.float32)
     with pytest.raises(ValueError, match=r"small-stack kernel takes pairs with m, n <= 16"):
-        cuda.ordered_stack_product(a, b, 1)
+        cuda.ordered_stack_product(a, b)
 
 
 @pytest.mark.gpu
