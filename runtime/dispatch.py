@@ -36,14 +36,12 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
-# kernel: on 32 x 32 tiles for outputs of 17 to 32 a side (H100, skinny.md: 1.5x SGEMM at
-# 32 x 262144 x 32, 7x more accurate; 0.7x at 64 x 131072 x 64 on 64 x 64 tiles), and with a
-# segment's chunks in parallel for outputs of at most 16 a side (a probe: 2.2x at
-# 16 x 262144 x 16, but 0.95x-1.07x at 16 x 2^21 x 16, where cuBLAS's own split-k catches up).
-AUTO_SPLIT_MIN_MN = 17  # max(m, n) at least this ...
-AUTO_SPLIT_MAX_MN = 32  # ... and both at most this
-AUTO_SPLIT_MIN_K = 131072
-AUTO_GRAM_MAX_K = 262144  # outputs of at most 16 a side: k at most this
+# kernel for outputs of at most 32 a side (ordered_chunks; H100, ordered_long_k.py in one run:
+# 1.3-1.4x SGEMM at 16 x 262144 x 16, 1.4-1.6x at 32 x 262144 x 32, 1.8x at 32 x 524288 x 32,
+# 2.2x at 16 x 2^20 x 16 and 32 x 2^21 x 32, 1.3x at 16 x 2^22 x 16, 1.9x at 8 x 2^21 x 8; but
+# 0.8x at k = 131072 for 16 and 32 a side (24 a side: 1.3x), 0.7-0.9x at k = 65536).
+AUTO_SPLIT_MAX_MN = 32  # m and n at most this ...
+AUTO_SPLIT_MIN_K = 262144  # ... and k at least this
 # ... and for one tall product with few columns (TSM2R's case), fp32-ordered's tall kernel
 # (H100, skinny.md and a probe in the same session: 1.3x SGEMM at 65536 x 4096 x 16 and at
 # 262144 x 1024 x 16, 1.5x at 65536 x 4096 x 8 and 65536 x 2048 x 16; 0.98x at
@@ -264,17 +262,13 @@ def _blocks_supported() -> bool:
 
 def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether one product of this shape runs faster on one of fp32-ordered's kernels than on
-    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K;
-    k at most AUTO_GRAM_MAX_K where both are below AUTO_SPLIT_MIN_MN),
+    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K),
     tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
     or thin (m at least AUTO_THIN_MIN_M, k within a chunk, n at most AUTO_THIN_MAX_N, k n at
     most AUTO_THIN_MAX_KN)."""
     if m <= 0 or k <= 0 or n <= 0:
         return False
-    if max(m, n) < AUTO_SPLIT_MIN_MN:
-        split_k = AUTO_SPLIT_MIN_K <= k <= AUTO_GRAM_MAX_K
-    else:
-        split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
+    split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
     tall = m >= AUTO_TALL_MIN_M and n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
     thin = m >= AUTO_THIN_MIN_M and k <= ordered.CHUNK and n <= AUTO_THIN_MAX_N
     thin = thin and k * n <= AUTO_THIN_MAX_KN

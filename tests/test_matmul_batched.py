@@ -179,14 +179,11 @@ def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
     thin, long_k = dispatch.AUTO_SPLIT_MAX_MN, dispatch.AUTO_SPLIT_MIN_K
-    least = dispatch.AUTO_SPLIT_MIN_MN
-    assert level(thin, long_k, thin) == level(least, long_k, 1) == dispatch.AUTO_SMALL
+    assert level(thin, long_k, thin) == level(1, long_k, 3) == dispatch.AUTO_SMALL
+    assert level(16, 64 * long_k, 16) == dispatch.AUTO_SMALL  # no upper bound on k
     assert level(thin, long_k, thin, backend="cpu") == "fp32"
-    assert level(thin + 1, long_k, thin) == "fp32"
-    assert level(thin, long_k - 1, thin) == "fp32"
-    gram = dispatch.AUTO_GRAM_MAX_K  # outputs of at most 16 a side: chunks in parallel ...
-    assert level(least - 1, gram, least - 1) == level(1, long_k, 3) == dispatch.AUTO_SMALL
-    assert level(least - 1, gram + 1, least - 1) == "fp32"  # ... up to where cuBLAS catches up
+    assert level(thin + 1, long_k, thin) == level(thin, long_k, thin + 1) == "fp32"
+    assert level(thin, long_k - 1, thin) == level(8, long_k - 1, 8) == "fp32"
     stack = dispatch.resolve_level("auto", shaped(2, thin, long_k), shaped(2, long_k, thin), "cuda")
     assert stack.name == "fp32"  # stacks: each pair's own kernel, not split-k
 
