@@ -30,6 +30,7 @@ against cuBLAS SGEMM's 1.1e-6 (benchmarks/results/<gpu>/skinny.md).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -128,6 +129,21 @@ class _DeepCounts:
     def unresolved(self) -> tuple[np.ndarray, np.ndarray]:
         limit = bypass.DEEP_FRACTION
         return self.rows * limit > self.k, self.cols * limit > self.k
+
+
+def block_deep_counts(lines: Any, level: Level, k: int) -> Any:
+    """Per row of ``lines`` (float64 holding float32 values; NumPy or CuPy, whose arrays these
+    NumPy calls dispatch to), its entries deeper below their own block's scale than
+    ``bypass.deep_binades`` allows for a product of this k, NaN and Inf read as 0:
+    ``_DeepCounts``' rule for whole lines (the GPU's count for inspection)."""
+    finite = np.where(np.isfinite(lines), lines, 0.0)
+    pad = -lines.shape[1] % BLOCK_K
+    if pad:
+        finite = np.pad(finite, ((0, 0), (0, pad)))
+    per_block = finite.reshape(len(finite), -1, BLOCK_K)
+    exponents = packer.scale_exponents(per_block, axis=2)
+    bits = packer.fraction_bits(level.a_slices)
+    return bypass.deep_counts(per_block, exponents, bits, k).sum(axis=1)
 
 
 def unresolved_lines(a: np.ndarray, b: np.ndarray, level: Level) -> tuple[int, int]:

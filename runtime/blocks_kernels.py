@@ -85,16 +85,61 @@ __device__ __forceinline__ void top4(const float (&v)[4], unsigned int* top, int
     }
 }
 
-// The word of slice j of four entries' digits, for each slice, from their packer integers.
-__device__ __forceinline__ void digit_words(const float (&v)[4], const LineScale& scale,
-                                            int* deep_count, unsigned int (&words)[BSL])
+// How one block of a line becomes packer integers: x 2^shift in float32 and F2I (round half to
+// even, like rint) where 2^shift is a normal float32 and shift <= 125, so that a subnormal x,
+// which -ftz flushes, has |x 2^shift| < 1/2 and rint gives its 0 anyway; else the exact way on
+// the bits (scaled_integer, kept out of line: the blocks that need it have a tiny scale).
+// Deep entries: 0 < |x| < 2^(e - deep - 1), the bits of that bound being floor_bits (>= 1).
+struct BlockScale {
+    float scale;
+    int shift;
+    bool quick;
+    unsigned int floor_bits;
+};
+
+__device__ __forceinline__ BlockScale block_scale(int e, int deep)
 {
+    const LineScale line = line_scale(e, BSL, deep, false);
+    BlockScale s;
+    s.shift = line.shift;
+    s.quick = line.shift >= -126 && line.shift <= 125;
+    s.scale = s.quick ? line.scale : 1.0f;
+    s.floor_bits = max(line.floor_bits, 1u);
+    return s;
+}
+
+__device__ __noinline__ int exact_packer_integer(float x, int shift)
+{
+    return scaled_integer(x, 0, 1, shift);
+}
+
+// Slice j's word of four entries' digits, for each slice j; deep entries counted.
+// (QUICK: every entry the quick way, NaN and Inf already zeroed; else the exact way.)
+template <bool QUICK>
+__device__ __forceinline__ void block_words(const float4& x4, const BlockScale& s, int* deep_count,
+                                            unsigned int (&words)[BSL])
+{
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
     unsigned int biased[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-        biased[i] = (unsigned int)packer_integer(v[i], 0, 1, scale, deep_count) + digit_bias(BSL);
+    for (int i = 0; i < 4; ++i) {
+        const unsigned int m = magnitude_bits(x[i]);
+        *deep_count += m - 1u < s.floor_bits - 1u;  // 0 < m < floor_bits (NaN/Inf: never)
+        const int integer = QUICK ? __float2int_rn(x[i] * s.scale)
+                                  : exact_packer_integer(x[i], s.shift);
+        biased[i] = (unsigned int)integer + digit_bias(BSL);
+    }
 #pragma unroll
     for (int j = 0; j < BSL; ++j) words[j] = slot_word(biased, j, BSL);
+}
+
+// NaN and Inf read as 0 (their lines are recomputed), before the quick way.
+__device__ __forceinline__ void zero_nonfinite(float4& v)
+{
+    v.x = finite_bits(v.x) ? v.x : 0.0f;
+    v.y = finite_bits(v.y) ? v.y : 0.0f;
+    v.z = finite_bits(v.z) ? v.z : 0.0f;
+    v.w = finite_bits(v.w) ? v.w : 0.0f;
 }
 
 // B's digits per (block of BK k-steps, column), scaled per (block, column), in B-fragment
@@ -131,14 +176,22 @@ extern "C" __global__ void blocks_pack_b(
             top4(v[h][p], &top, &bad);
         }
     const int e = scale_exponent(exact_double(__uint_as_float(quad_max(top))));
-    const LineScale scale = line_scale(e, BSL, deep, false);
+    const BlockScale scale = block_scale(e, deep);
     int count = 0;
     unsigned int* out = fragments + ((long long)kb * n_tiles + nt) * FRAGMENT_WORDS + 2 * lane;
 #pragma unroll
     for (int h = 0; h < STEPS; ++h) {
         unsigned int words[2][BSL];
 #pragma unroll
-        for (int p = 0; p < 2; ++p) digit_words(v[h][p], scale, &count, words[p]);
+        for (int p = 0; p < 2; ++p) {
+            float4 x = make_float4(v[h][p][0], v[h][p][1], v[h][p][2], v[h][p][3]);
+            if (scale.quick) {
+                zero_nonfinite(x);
+                block_words<true>(x, scale, &count, words[p]);
+            } else {
+                block_words<false>(x, scale, &count, words[p]);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < BSL; ++j)
             *reinterpret_cast<uint2*>(out + (j * STEPS + h) * 64) =
@@ -229,54 +282,6 @@ __device__ __forceinline__ int block_exponent(unsigned int top)
     return (int)(top >> 23) - 126 + ((top & 0x7fffffu) >= 0x7e0000u);
 }
 
-// How one block of a line becomes packer integers: x 2^shift in float32 and F2I (round half to
-// even, like rint) where 2^shift is a normal float32 and shift <= 125, so that a subnormal x,
-// which -ftz flushes, has |x 2^shift| < 1/2 and rint gives its 0 anyway; else the exact way on
-// the bits (scaled_integer, kept out of line: the blocks that need it have a tiny scale).
-// Deep entries: 0 < |x| < 2^(e - deep - 1), the bits of that bound being floor_bits (>= 1).
-struct BlockScale {
-    float scale;
-    int shift;
-    bool quick;
-    unsigned int floor_bits;
-};
-
-__device__ __forceinline__ BlockScale block_scale(int e, int deep)
-{
-    const LineScale line = line_scale(e, BSL, deep, false);
-    BlockScale s;
-    s.shift = line.shift;
-    s.quick = line.shift >= -126 && line.shift <= 125;
-    s.scale = s.quick ? line.scale : 1.0f;
-    s.floor_bits = max(line.floor_bits, 1u);
-    return s;
-}
-
-__device__ __noinline__ int exact_packer_integer(float x, int shift)
-{
-    return scaled_integer(x, 0, 1, shift);
-}
-
-// Slice j's word of four entries' digits, for each slice j; deep entries counted.
-// (QUICK: every entry the quick way, NaN and Inf already zeroed; else the exact way.)
-template <bool QUICK>
-__device__ __forceinline__ void block_words(const float4& x4, const BlockScale& s, int* deep_count,
-                                            unsigned int (&words)[BSL])
-{
-    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-    unsigned int biased[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const unsigned int m = magnitude_bits(x[i]);
-        *deep_count += m - 1u < s.floor_bits - 1u;  // 0 < m < floor_bits (NaN/Inf: never)
-        const int integer = QUICK ? __float2int_rn(x[i] * s.scale)
-                                  : exact_packer_integer(x[i], s.shift);
-        biased[i] = (unsigned int)integer + digit_bias(BSL);
-    }
-#pragma unroll
-    for (int j = 0; j < BSL; ++j) words[j] = slot_word(biased, j, BSL);
-}
-
 // A's fragments ([k-step][slice][a0..a3]) of the warp's block from its entries x ([k-step][k
 // half][row g, g + 8]), each row at its own scale.
 template <bool QUICK>
@@ -346,19 +351,13 @@ __device__ __forceinline__ void blocks_step(
     }
     unsigned int fa[STEPS][BSL][4];  // A's fragments: [k-step][slice][a0..a3]
     if (scale[0].quick && scale[1].quick) {  // (one branch for all 32 entries)
-        if (bad[0] | bad[1]) {  // NaN/Inf read as 0 (their lines are recomputed)
+        if (bad[0] | bad[1]) {
 #pragma unroll
             for (int h = 0; h < STEPS; ++h)
 #pragma unroll
                 for (int p = 0; p < 2; ++p)
 #pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        float4& v = x[h][p][r];
-                        v.x = finite_bits(v.x) ? v.x : 0.0f;
-                        v.y = finite_bits(v.y) ? v.y : 0.0f;
-                        v.z = finite_bits(v.z) ? v.z : 0.0f;
-                        v.w = finite_bits(v.w) ? v.w : 0.0f;
-                    }
+                    for (int r = 0; r < 2; ++r) zero_nonfinite(x[h][p][r]);
         }
         block_fragments<true>(x, scale, deep_count, fa);
     } else {

@@ -20,7 +20,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from . import blocks, bypass, packer, workspace
+from . import blocks, bypass, workspace
 from .blocks_kernels import (
     BLOCKS_BYPASS_THREADS,
     BLOCKS_N_TILES,
@@ -32,7 +32,9 @@ from .blocks_kernels import (
 from .combine import overflow_slack
 from .cuda import (
     MAX_GRID_YZ,
+    WIDEN,
     _c_contiguous,
+    _conversion,
     _deep,
     _flag_counts,
     _multiprocessors,
@@ -214,55 +216,26 @@ def _resident_per_sm(nt: int, vec: str, slices: int, device: int) -> int:
     )
 
 
-COUNT_ENTRIES = 1 << 26  # entries per pass of ``unresolved_lines`` (its temporaries' size)
+COUNT_ENTRIES = 1 << 24  # entries per pass of ``unresolved_lines`` (float64 temporaries)
 
 
 def unresolved_lines(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[int, int]:
     """(rows of A, columns of B) ``blocks_product`` recomputes as unresolved (NaN/Inf lines
-    left out), counted on the GPU from the entries' bits, as the kernels count them."""
+    left out), counted on the GPU by the CPU model's own rule (``blocks.block_deep_counts``)."""
     if not level.bypass_wide:
         return 0, 0
     a, b = _c_contiguous(a), cp.ascontiguousarray(b.T)
-    depth = bypass.deep_binades(packer.fraction_bits(level.a_slices), a.shape[1])
-    return _unresolved_count(a, depth), _unresolved_count(b, depth)
+    return _unresolved_count(a, level), _unresolved_count(b, level)
 
 
-def _unresolved_count(lines: cp.ndarray, depth: int) -> int:
-    """Lines (rows of ``lines``, float32) with more than k / DEEP_FRACTION deep entries, each
-    measured against its block's scale: 0 < |x| < 2^(e - depth - 1), as magnitude bits; a few
-    lines at a time (about COUNT_ENTRIES entries)."""
+def _unresolved_count(lines: cp.ndarray, level: Level) -> int:
+    """Lines (rows of ``lines``, float32) with more than k / DEEP_FRACTION entries deep below
+    their own block's scale, a few lines at a time (about COUNT_ENTRIES entries), widened
+    exactly first (CuPy's own float32 to float64 conversion flushes subnormals)."""
+    widen = _conversion(WIDEN, "mixpert_widen")
     count, k = 0, lines.shape[1]
-    pad = -k % blocks.BLOCK_K
-    step = max(1, COUNT_ENTRIES // (k + pad))
+    step = max(1, COUNT_ENTRIES // k)
     for r0 in range(0, lines.shape[0], step):
-        part = lines[r0 : r0 + step]
-        bits = part.view(cp.uint32) & cp.uint32(0x7FFFFFFF)
-        bits[bits >= 0x7F800000] = 0  # NaN/Inf: packed as 0, neither top nor deep
-        if pad:
-            bits = cp.pad(bits, ((0, 0), (0, pad)))
-        bits = bits.reshape(len(part), -1, blocks.BLOCK_K)
-        exponents = _scale_exponents(bits.max(axis=2))
-        floor = exponents - depth - 1  # the bits of 2^floor, clamped (cuda_kernels' line_scale)
-        floor_bits = cp.where(
-            floor >= -126,
-            (cp.clip(floor, -126, 128) + 127).astype(cp.uint32) << 23,
-            cp.uint32(1) << cp.clip(floor + 149, 0, 31).astype(cp.uint32),
-        )
-        floor_bits[floor < -149] = 0
-        deep = ((bits != 0) & (bits < floor_bits[..., None])).sum(axis=(1, 2))
+        deep = blocks.block_deep_counts(widen(lines[r0 : r0 + step]), level, k)
         count += int(cp.count_nonzero(deep * bypass.DEEP_FRACTION > k))
     return count
-
-
-def _scale_exponents(top_bits: cp.ndarray) -> cp.ndarray:
-    """``packer.scale_exponents`` of lines whose largest finite magnitude has these bits, in
-    integers (CuPy's float32 arithmetic would flush a subnormal top): top = s 2^p with s the
-    significand (an integer below 2^24), so frexp's exponent is p + bit_length(s), one more where
-    s >= (127/128) 2^bit_length(s); 0 for an all-zero line."""
-    bits = top_bits.astype(cp.int64)
-    biased = bits >> 23
-    significand = cp.where(biased > 0, (bits & 0x7FFFFF) | 0x800000, bits)
-    place = cp.maximum(biased, 1) - 150
-    _, length = cp.frexp(significand.astype(cp.float64))  # bit_length (exact: s < 2^24)
-    needs_more = significand * packer.HEADROOM_DENOMINATOR >= packer.HEADROOM_NUMERATOR << length
-    return cp.where(bits == 0, 0, place + length + needs_more)

@@ -174,8 +174,9 @@ def test_gpu_blocks_saturate_near_the_top_of_the_range_like_the_cpu() -> None:
 
 @pytest.mark.gpu
 def test_gpu_counts_the_unresolved_lines_the_cpu_model_recomputes() -> None:
-    """Inspection's count of IV-blocks's unresolved lines, from the entries' bits on the GPU
-    (subnormal block tops, NaN/Inf, a k not a multiple of the block), against the CPU model."""
+    """Inspection's count of IV-blocks's unresolved lines on the GPU (the CPU rule's functions
+    on CuPy arrays, after an exact widening: subnormal block tops, NaN/Inf, a k not a multiple
+    of the block), against the CPU model."""
     from test_cuda_backend import packer_edge_lines
 
     cp = device.cupy_module()
