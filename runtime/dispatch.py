@@ -32,7 +32,8 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
 # SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3, 1.0x at
 # 64 x 1024^3); fp32-ordered's small-stack kernel only for pairs of at most 16 x 16 x 16
-# (1.3-2.3x at 4096 x 16^3, but 0.9-1.2x at 32^3 and 0.5-0.9x at 64^3).
+# (1.3-2.3x at 4096 x 16^3; its pairs kernel reached only 1.03-1.09x at 32^3, and 0.65x at
+# 64^3 where the tile kernel takes 0.5-0.9x).
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_SMALL = "fp32-ordered"
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k

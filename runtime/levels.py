@@ -197,8 +197,8 @@ LADDER: tuple[Level, ...] = (
         description="float64 product of the float32 inputs, rounded once to float32",
     ),
     # float32 arithmetic in one fixed order (``ordered``), so every backend gives the same bits:
-    # the GPU's small-stack, tall, thin and split-k kernels (cuda.ordered_product), for shapes
-    # where data movement and launches, not arithmetic, set the time. Other products are
+    # the GPU's small-stack, pairs, tall, thin and split-k kernels (cuda.ordered_product), for
+    # shapes where data movement and launches, not arithmetic, set the time. Other products are
     # faster at fp32 (cuBLAS).
     Level(
         "fp32-ordered",

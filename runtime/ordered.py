@@ -2,16 +2,16 @@
 
 Each output entry is computed as the GPU's kernels for this level compute it
 (``ordered_kernels``: the tile kernel ``ordered_product``, the small-stack ``ordered_stack``,
-the tall ``ordered_rows``, the thin ``ordered_thin`` and the split-k ``ordered_segments`` and
-``ordered_chunks``): k runs in chunks of ``CHUNK``; inside a chunk the products are accumulated by
-IEEE float32 fused multiply-adds in k order, starting from +0 (subnormals kept, no flush); each
-chunk's float32 sum is added, in chunk order, into a float64 segment total (segments of
-``SEGMENT`` k-steps), and the segment totals are added, in order, into a float64 total, which is
-rounded once to float32 (NaN canonical). Segments let a long k be split across thread blocks
-(split-k) with the same bits as one thread walking it; for k <= SEGMENT the total is the one
-segment's. Error: each chunk rounds like a float32 dot product of at most CHUNK terms, so
-|C - C64| <= (min(k, CHUNK) + 1) u |A||B| plus the final rounding, u = 2^-24: within SGEMM's
-2 k u |A||B| for every k, and far below it for long k.
+the pairs ``ordered_pairs``, the tall ``ordered_rows``, the thin ``ordered_thin`` and the
+split-k ``ordered_segments`` and ``ordered_chunks``): k runs in chunks of ``CHUNK``; inside a
+chunk the products are accumulated by IEEE float32 fused multiply-adds in k order, starting
+from +0 (subnormals kept, no flush); each chunk's float32 sum is added, in chunk order, into a
+float64 segment total (segments of ``SEGMENT`` k-steps), and the segment totals are added, in
+order, into a float64 total, which is rounded once to float32 (NaN canonical). Segments let a
+long k be split across thread blocks (split-k) with the same bits as one thread walking it; for
+k <= SEGMENT the total is the one segment's. Error: each chunk rounds like a float32 dot
+product of at most CHUNK terms, so |C - C64| <= (min(k, CHUNK) + 1) u |A||B| plus the final
+rounding, u = 2^-24: within SGEMM's 2 k u |A||B| for every k, and far below it for long k.
 
 This module is the CPU model of that arithmetic: ``fma32`` rounds a float64-exact product plus a
 float32 accumulator once to float32, exactly as a hardware FMA does (a float64 sum followed by a

@@ -1,4 +1,4 @@
-"""CUDA sources of level fp32-ordered (``ordered``): the tile, small-stack, split-k, Gram,
+"""CUDA sources of level fp32-ordered (``ordered``): the tile, small-stack, pairs, split-k,
 tall and thin kernels, each computing every output entry in the level's one fixed order
 (``ordered.ordered_product`` is their CPU model). ``cuda_kernels`` builds them into its combine
 module, with the contract's constants filled in (``${NAME}``)."""
