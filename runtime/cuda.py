@@ -846,8 +846,9 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
     (n <= ROWS_MAX_N); a stack of pairs of at most 16 x 16 outputs with k <= STACK_MAX_K
     through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 through
-    ``ordered_pairs_product``; else a 16 R x 16 R output tile per block (R: ``tile_size`` by
-    default), each block walking the whole k."""
+    ``ordered_pairs_product`` (where the GPU's blocks can have its shared memory); else a
+    16 R x 16 R output tile per block (R: ``tile_size`` by default), each block walking the
+    whole k."""
     stack = a.ndim == 3
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -861,7 +862,8 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
         return ordered_rows_product(a, b)
     if stack and max(m, n) <= 16 and k <= STACK_MAX_K:
         return ordered_stack_product(a, b)
-    if stack and pairs_tile(m, n, k) is not None:
+    pairs = pairs_tile(m, n, k) if stack else None
+    if pairs is not None and shared_fits(pairs_shared_bytes(pairs), cp.cuda.Device().id):
         return ordered_pairs_product(a, b)
     a3 = _c_contiguous(a if stack else a[None])
     b3 = _c_contiguous(b if stack else b[None])
@@ -996,9 +998,10 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     gets its float64 totals, then each entry's totals are added in segment order and rounded
     once: the bits of one thread walking the whole k. Outputs of at most 32 x 32 run
     ``ordered_chunks`` (a block walks a run of segments, a stage's chunks summed at once, the
-    next stage copied meanwhile); larger ones ``ordered_segments`` (a block per 64 x 64 output
-    tile and segment). A transposed A (X.T of a C-ordered X, as in X.T @ X) is read in
-    place: a copy of a 16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
+    next stage copied meanwhile); larger ones, and all on GPUs whose blocks cannot have that
+    kernel's shared memory, ``ordered_segments`` (a block per 64 x 64 output tile and
+    segment). A transposed A (X.T of a C-ordered X, as in X.T @ X) is read in place: a copy of
+    a 16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
     transposed = a.flags.f_contiguous and not a.flags.c_contiguous
     a, b = (a if transposed else _c_contiguous(a)), _c_contiguous(b)
     m, k = a.shape
@@ -1006,13 +1009,13 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     count = -(-k // ordered.SEGMENT)
     segments = cp.empty((count, m, n), dtype=cp.float64)
     at = "_at" if transposed else ""
-    if max(m, n) <= max(CHUNKS_SHAPES):
-        t = min(t for t in CHUNKS_SHAPES if t >= max(m, n))
+    device = cp.cuda.Device().id
+    t = min((t for t in CHUNKS_SHAPES if t >= max(m, n)), default=None)
+    shared = chunks_shared_bytes(t, transposed) if t is not None else 0
+    if t is not None and shared_fits(shared, device):
         a_line = m if transposed else k
         aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
         vec = "_vec" if aligned and a_line % 4 == 0 and n % 4 == 0 else ""
-        device = cp.cuda.Device().id
-        shared = chunks_shared_bytes(t, bool(at))
         kernel, resident = _kernel_with_shared(
             f"ordered_chunks_{t}{at}{vec}", chunks_threads(t), shared, device
         )
@@ -1048,16 +1051,32 @@ def chunks_shared_bytes(t: int, transposed: bool) -> int:
 
 
 @functools.cache
+def shared_fits(shared: int, device: int) -> bool:
+    """Whether a block of GPU ``device`` (the current one) may ask for ``shared`` bytes of
+    dynamic shared memory (227 KiB on an H100, 163 KiB on an A100, 64 KiB on a T4)."""
+    attribute = cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin
+    return shared <= cp.cuda.runtime.deviceGetAttribute(attribute, device)
+
+
+@functools.cache
 def _kernel_with_shared(name: str, threads: int, shared: int, device: int) -> tuple[Any, int]:
     """fp32-ordered's kernel ``name`` allowed ``shared`` bytes of dynamic shared memory
     (beyond the 48 KiB a kernel gets unasked), and how many of its blocks of ``threads`` an SM
-    of GPU ``device`` (the current one) holds."""
+    of GPU ``device`` (the current one) holds; NotImplementedError where none fits (callers
+    route around it with ``shared_fits``)."""
     kernel = _ordered_kernel_named(name)
-    kernel.max_dynamic_shared_size_bytes = shared
-    resident = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-        kernel.kernel.ptr, threads, shared
-    )
-    return kernel, max(1, resident)
+    resident = 0
+    if shared_fits(shared, device):
+        kernel.max_dynamic_shared_size_bytes = shared
+        resident = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            kernel.kernel.ptr, threads, shared
+        )
+    if resident < 1:
+        raise NotImplementedError(
+            f"{name} needs {shared} bytes of shared memory a block of {threads} threads; "
+            f"GPU {device} cannot run one"
+        )
+    return kernel, resident
 
 
 def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:

@@ -136,7 +136,7 @@ def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "n"), [(16, 16), (3, 20), (8, 32), (40, 33)])
+@pytest.mark.parametrize(("m", "n"), [(16, 16), (13, 16), (3, 20), (8, 32), (40, 33)])
 def test_gpu_split_k_reads_a_transposed_a_in_place_with_the_cpu_bits(m, n) -> None:
     """X.T @ Y with X C-ordered (A column-major): the split-k kernel reads A along its rows, with
     the bits of the C-ordered product, segments and partial stages included."""
@@ -208,7 +208,14 @@ def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("count", "m", "k", "n"),
-    [(5000, 16, 16, 16), (5, 1, 1, 1), (5000, 32, 17, 31), (3000, 33, 32, 64), (9, 64, 30, 2)],
+    [
+        (5000, 16, 16, 16),
+        (5, 1, 1, 1),
+        (3000, 16, 24, 13),
+        (5000, 32, 17, 31),
+        (3000, 33, 32, 64),
+        (9, 64, 30, 2),
+    ],
 )
 def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
     """The stack kernels: small-stack (pairs of at most 16 x 16, blocks walking pairs, the next
@@ -231,7 +238,7 @@ def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
 @pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
 @pytest.mark.parametrize(
     ("count", "m", "k", "n"),
-    [(4099, 32, 32, 32), (1027, 17, 32, 32), (301, 30, 28, 20), (7, 20, 8, 24), (66, 3, 5, 7)],
+    [(4099, 32, 32, 32), (1027, 17, 32, 32), (301, 30, 28, 20), (7, 20, 8, 24), (66, 19, 5, 7)],
 )
 def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
     """The small-pairs kernel (blocks walking groups of pairs through two stages): 16-byte and
@@ -250,6 +257,35 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
     want = ordered.ordered_product(a, b)
     got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_around(
+    monkeypatch,
+) -> None:
+    """On a GPU whose blocks cannot have the split-k and pairs kernels' shared memory (a T4:
+    64 KiB), the products take the kernels that fit, with the same bits; asked for directly,
+    the kernel refuses clearly."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(5)
+    k = 9 * ordered.SEGMENT + 40
+    a, b = (
+        rng.standard_normal((24, k)).astype(np.float32),
+        rng.standard_normal((k, 8)).astype(np.float32),
+    )
+    x = rng.standard_normal((50, 30, 20)).astype(np.float32)
+    y = rng.standard_normal((50, 20, 32)).astype(np.float32)
+    monkeypatch.setattr(cuda, "shared_fits", lambda shared, device: shared <= 64 * 1024)
+    for left, right in ((a, b), (x, y)):
+        want = ordered.ordered_product(left, right)
+        got = cuda.ordered_product(cp.asarray(left), cp.asarray(right)).get()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    cuda._kernel_with_shared.cache_clear()
+    with pytest.raises(NotImplementedError, match="bytes of shared memory"):
+        cuda.ordered_pairs_product(cp.asarray(x), cp.asarray(y))
+    cuda._kernel_with_shared.cache_clear()
 
 
 @pytest.mark.gpu
@@ -328,6 +364,7 @@ def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
         (16, 9 * ordered.SEGMENT + 300, 16, "split"),  # outputs <= 16 x 16
         (5, 8 * ordered.SEGMENT + 33, 7, "split"),
         (12, 450 * ordered.SEGMENT + 36, 8, "split"),
+        (20, 10 * ordered.SEGMENT, 24, "split"),  # a last stage exactly full
     ],
 )
 def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
