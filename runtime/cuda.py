@@ -905,7 +905,12 @@ def ordered_stack_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return c
 
 
-PAIRS_THREADS = 256
+PAIRS_THREADS = 256  # a block of ``ordered_pairs`` (its PairsLayout's THREADS)
+
+
+def _pairs_per_group(t: int) -> int:
+    """Pairs a block of ``ordered_pairs_<t>`` sums at once: a 4 x 4 block of outputs a thread."""
+    return PAIRS_THREADS // (t * t // 16)
 
 
 def pairs_tile(m: int, n: int, k: int) -> int | None:
@@ -918,8 +923,8 @@ def pairs_tile(m: int, n: int, k: int) -> int | None:
 def pairs_shared_bytes(t: int) -> int:
     """Dynamic shared memory of ``ordered_pairs_<t>`` (its PairsLayout): two stages of a
     group's pairs, A's rows padded by 4 floats."""
-    kmax, pairs = PAIRS_MAX_K[t], PAIRS_THREADS // (t * t // 16)
-    return 4 * 2 * pairs * (t * (kmax + 4) + kmax * t)
+    kmax = PAIRS_MAX_K[t]
+    return 4 * 2 * _pairs_per_group(t) * (t * (kmax + 4) + kmax * t)
 
 
 def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -942,7 +947,7 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     shared = pairs_shared_bytes(t)
     kernel, resident = _kernel_with_shared(f"ordered_pairs_{t}{vec}", PAIRS_THREADS, shared, device)
     c = cp.empty((count, m, n), dtype=cp.float32)
-    groups = -(-count // (PAIRS_THREADS // (t * t // 16)))
+    groups = -(-count // _pairs_per_group(t))
     grid = min(groups, resident * _multiprocessors(device))
     kernel(
         (grid,), (PAIRS_THREADS,),
