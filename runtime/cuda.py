@@ -945,10 +945,11 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     vec = "_vec" if aligned and k % 4 == 0 and n % 4 == 0 else ""
     device = cp.cuda.Device().id
     shared = pairs_shared_bytes(t)
-    kernel, resident = _kernel_with_shared(f"ordered_pairs_{t}{vec}", PAIRS_THREADS, shared, device)
+    _refuse_unless_shared_fits("the small-pairs kernel", shared, device)
+    kernel = _ordered_kernel_named(f"ordered_pairs_{t}{vec}")
     c = cp.empty((count, m, n), dtype=cp.float32)
     groups = -(-count // _pairs_per_group(t))
-    grid = min(groups, resident * _multiprocessors(device))
+    grid = min(groups, _resident_blocks(kernel, PAIRS_THREADS, device, shared))
     kernel(
         (grid,), (PAIRS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c),
@@ -958,10 +959,14 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 
 
 @functools.cache
-def _resident_blocks(kernel: Any, threads: int, device: int) -> int:
-    """How many blocks of ``kernel`` GPU ``device`` (the current one) runs at once."""
+def _resident_blocks(kernel: Any, threads: int, device: int, shared: int = 0) -> int:
+    """How many blocks of ``threads`` of ``kernel`` GPU ``device`` (the current one) runs at
+    once, each with ``shared`` bytes of dynamic shared memory, which the kernel is allowed here
+    (beyond the 48 KiB a kernel gets unasked; ``shared_fits`` says whether it may be)."""
+    if shared:
+        kernel.max_dynamic_shared_size_bytes = shared
     function = kernel.kernel  # (RawKernel: the Function of the current device)
-    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, 0)
+    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, shared)
     return max(1, per_sm) * _multiprocessors(device)
 
 
@@ -1021,10 +1026,8 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
         a_line = m if transposed else k
         aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
         vec = "_vec" if aligned and a_line % 4 == 0 and n % 4 == 0 else ""
-        kernel, resident = _kernel_with_shared(
-            f"ordered_chunks_{t}{at}{vec}", chunks_threads(t), shared, device
-        )
-        blocks = min(count, resident * _multiprocessors(device))
+        kernel = _ordered_kernel_named(f"ordered_chunks_{t}{at}{vec}")
+        blocks = min(count, _resident_blocks(kernel, chunks_threads(t), device, shared))
         kernel(
             (blocks,), (chunks_threads(t),),
             (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), segments),
@@ -1063,25 +1066,13 @@ def shared_fits(shared: int, device: int) -> bool:
     return shared <= cp.cuda.runtime.deviceGetAttribute(attribute, device)
 
 
-@functools.cache
-def _kernel_with_shared(name: str, threads: int, shared: int, device: int) -> tuple[Any, int]:
-    """fp32-ordered's kernel ``name`` allowed ``shared`` bytes of dynamic shared memory
-    (beyond the 48 KiB a kernel gets unasked), and how many of its blocks of ``threads`` an SM
-    of GPU ``device`` (the current one) holds; NotImplementedError where none fits (callers
-    route around it with ``shared_fits``)."""
-    kernel = _ordered_kernel_named(name)
-    resident = 0
-    if shared_fits(shared, device):
-        kernel.max_dynamic_shared_size_bytes = shared
-        resident = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            kernel.kernel.ptr, threads, shared
-        )
-    if resident < 1:
+def _refuse_unless_shared_fits(what: str, shared: int, device: int) -> None:
+    """NotImplementedError, naming ``what``, where a block of GPU ``device`` cannot have
+    ``shared`` bytes of shared memory (``ordered_product`` routes around such kernels)."""
+    if not shared_fits(shared, device):
         raise NotImplementedError(
-            f"{name} needs {shared} bytes of shared memory a block of {threads} threads; "
-            f"GPU {device} cannot run one"
+            f"{what} needs {shared} bytes of shared memory a block; GPU {device} allows fewer"
         )
-    return kernel, resident
 
 
 def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:

@@ -39,6 +39,7 @@ from .cuda import (
     _flag_counts,
     _multiprocessors,
     _pack_module,
+    _resident_blocks,
     free_bytes,
 )
 from .levels import Level, triangle
@@ -140,10 +141,11 @@ def blocks_product(
     counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
     nt = n_tiles_per_block(n_tiles)
     vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
-    kernel, shared = _rows_kernel(nt, vec, level.b_slices, device)
+    kernel = _rows_kernel(nt, vec)
+    shared = BLOCKS_STAGES * stage_bytes(nt, blocks.BLOCK_K, level.b_slices)
     groups = -(-n_tiles // nt)
     tiles = -(-m // BLOCKS_TILE_ROWS)
-    resident = _resident_per_sm(nt, vec, level.b_slices, device) * _multiprocessors(device)
+    resident = _resident_blocks(kernel, BLOCKS_THREADS, device, shared)
     rows_grid = max(1, min(tiles, MAX_GRID_YZ, -(-resident // groups)))
     c = cp.empty((m, n), dtype=cp.float32)
     kernel(
@@ -194,26 +196,10 @@ def _sampled_counts(
     return _flag_counts(sampled, flagged_cols)
 
 
-@functools.cache
-def _rows_kernel(nt: int, vec: str, slices: int, device: int) -> tuple[Any, int]:
-    """The rows kernel for ``nt`` n-tiles, allowed its dynamic shared memory (beyond the 48 KiB
-    a kernel gets unasked), and that many bytes."""
-    kernel = _pack_module().get_function(f"blocks_rows_{nt}{vec}")
-    shared = BLOCKS_STAGES * stage_bytes(nt, blocks.BLOCK_K, slices)
-    kernel.max_dynamic_shared_size_bytes = shared
-    return kernel, shared
-
-
-@functools.cache
-def _resident_per_sm(nt: int, vec: str, slices: int, device: int) -> int:
-    kernel, shared = _rows_kernel(nt, vec, slices, device)
-    function = kernel.kernel  # (RawKernel: the Function of the current device)
-    return max(
-        1,
-        cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-            function.ptr, BLOCKS_THREADS, shared
-        ),
-    )
+@functools.cache  # (one kernel object, so _resident_blocks allows it its memory once)
+def _rows_kernel(nt: int, vec: str) -> Any:
+    """The rows kernel for ``nt`` n-tiles (16-byte copies of A where ``vec``)."""
+    return _pack_module().get_function(f"blocks_rows_{nt}{vec}")
 
 
 COUNT_ENTRIES = 1 << 24  # entries per pass of ``unresolved_lines`` (float64 temporaries)
