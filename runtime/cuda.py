@@ -46,7 +46,7 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
-from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K
+from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K, THIN_STAGES
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -856,7 +856,13 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
         r = tile_size(m, n)
     if not stack and _splits_k(m, n, k, r):
         return ordered_split_product(a, b)
-    if not stack and m >= ROWS_MIN_M and k <= ordered.CHUNK and n <= THIN_MAX_N:
+    if (
+        not stack
+        and m >= ROWS_MIN_M
+        and k <= ordered.CHUNK
+        and n <= THIN_MAX_N
+        and _thin_fits(a, n)
+    ):
         return ordered_thin_product(a, b)
     if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
         return ordered_rows_product(a, b)
@@ -961,10 +967,12 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 @functools.cache
 def _resident_blocks(kernel: Any, threads: int, device: int, shared: int = 0) -> int:
     """How many blocks of ``threads`` of ``kernel`` GPU ``device`` (the current one) runs at
-    once, each with ``shared`` bytes of dynamic shared memory, which the kernel is allowed here
-    (beyond the 48 KiB a kernel gets unasked; ``shared_fits`` says whether it may be)."""
+    once, each with ``shared`` bytes of dynamic shared memory. A kernel that takes any is
+    allowed the device's whole opt-in limit (beyond the 48 KiB a kernel gets unasked; a
+    permission, not a reservation): one allowance for every amount, so that this cache never
+    leaves a kernel launched with several (``ordered_thin``: by k) allowed too few."""
     if shared:
-        kernel.max_dynamic_shared_size_bytes = shared
+        kernel.max_dynamic_shared_size_bytes = _shared_limit(device)
     function = kernel.kernel  # (RawKernel: the Function of the current device)
     per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, shared)
     return max(1, per_sm) * _multiprocessors(device)
@@ -1059,11 +1067,17 @@ def chunks_shared_bytes(t: int, transposed: bool) -> int:
 
 
 @functools.cache
+def _shared_limit(device: int) -> int:
+    """The most dynamic shared memory a block of GPU ``device`` may ask for (227 KiB on an
+    H100, 163 KiB on an A100, 64 KiB on a T4)."""
+    attribute = cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin
+    return cp.cuda.runtime.deviceGetAttribute(attribute, device)
+
+
 def shared_fits(shared: int, device: int) -> bool:
     """Whether a block of GPU ``device`` (the current one) may ask for ``shared`` bytes of
-    dynamic shared memory (227 KiB on an H100, 163 KiB on an A100, 64 KiB on a T4)."""
-    attribute = cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin
-    return shared <= cp.cuda.runtime.deviceGetAttribute(attribute, device)
+    dynamic shared memory."""
+    return shared <= _shared_limit(device)
 
 
 def _refuse_unless_shared_fits(what: str, shared: int, device: int) -> None:
@@ -1115,22 +1129,43 @@ def _vector_suffix(a: cp.ndarray) -> str:
 THIN_MAX_N = 32  # thin: k within one chunk, n within one thread's column group
 
 
+def thin_shared_bytes(k: int, group: int, vec: bool) -> int:
+    """Dynamic shared memory of ``ordered_thin_<group>`` for k: B, the stages of A's rows (each row
+    k floats padded to an odd count of floats, or of float4s where read 16 bytes at a time:
+    ``thin_stride``) and the staged outputs."""
+    stride = 4 * ((k // 4) | 1) if vec else k | 1
+    return 4 * (
+        ordered.CHUNK * group + THIN_STAGES * THIN_THREADS * stride + THIN_THREADS * (group + 1)
+    )
+
+
+def _thin_group(n: int) -> int:
+    """The columns G a thread of the thin kernels sums: the least of 4, 8, 16, 32 covering n."""
+    return 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
+
+
+def _thin_fits(a: cp.ndarray, n: int) -> bool:
+    """Whether a block of the current GPU may have the thin kernel's shared memory for A and n."""
+    vec = bool(_vector_suffix(_c_contiguous(a)))
+    return shared_fits(thin_shared_bytes(a.shape[1], _thin_group(n), vec), cp.cuda.Device().id)
+
+
 def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp32-ordered for one tall product with k <= CHUNK and n <= THIN_MAX_N (TSM2L's
     shape; the ``ordered_thin`` kernels): one thread per row of A, B in shared memory, as many
-    blocks as run at once, each reading its next block of rows while it works on this one
-    (16-byte loads where k is a multiple of 4 and A is aligned)."""
+    blocks as run at once, each with THIN_STAGES - 1 tiles of rows on their way while it sums
+    one (16-byte copies where k is a multiple of 4 and A is aligned)."""
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    group = 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
-    vec = _vector_suffix(a)
+    group, vec, device = _thin_group(n), _vector_suffix(a), cp.cuda.Device().id
+    shared = thin_shared_bytes(k, group, bool(vec))
+    _refuse_unless_shared_fits("ordered_thin", shared, device)
     kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")
     c = cp.empty((m, n), dtype=cp.float32)
-    resident = _resident_blocks(kernel, THIN_THREADS, cp.cuda.Device().id)
     kernel(
-        (min(-(-m // THIN_THREADS), resident),), (THIN_THREADS,),
-        (a, b, np.int64(m), np.int32(n), np.int32(k), c),
+        (min(-(-m // THIN_THREADS), _resident_blocks(kernel, THIN_THREADS, device, shared)),),
+        (THIN_THREADS,), (a, b, np.int64(m), np.int32(n), np.int32(k), c), shared_mem=shared,
     )  # fmt: skip
     return c
 

@@ -29,6 +29,7 @@ from .ordered_kernels import (
     ORDERED_SOURCE,
     ORDERED_THIN_SOURCE,
     ROWS_THREADS,
+    THIN_STAGES,
     THIN_THREADS,
 )
 
@@ -52,6 +53,7 @@ CONSTANTS = {
     "ORDERED_SEGMENT": ordered.SEGMENT,
     "ROWS_THREADS": ROWS_THREADS,
     "THIN_THREADS": THIN_THREADS,
+    "THIN_STAGES": THIN_STAGES,
     "COLUMN_TILE_K": COLUMN_TILE_K,
     "BLOCKS_K": blocks.BLOCK_K,
     "BLOCKS_SLICES": LEVELS[blocks.LEVEL].a_slices,

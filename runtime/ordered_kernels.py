@@ -6,7 +6,8 @@ module, with the contract's constants filled in (``${NAME}``)."""
 from __future__ import annotations
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
-THIN_THREADS = 256  # ... and of the thin ones (ordered_thin)
+THIN_THREADS = 128  # ... and of the thin ones (ordered_thin), ...
+THIN_STAGES = 3  # ... with this many tiles of rows in shared memory, all but one in flight
 # Split-k for outputs of at most T x T (ordered_chunks_<T>): T -> (chunks summed at once a
 # block, stages in shared memory).
 CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
@@ -899,62 +900,60 @@ ordered_rows_{g}{suffix}{vec_suffix}(
     for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 # Thin products in level fp32-ordered's order (TSM2L's shape: many rows of A, k and n at most a
-# chunk): one thread per row of A and G columns; B sits in shared memory (read by broadcast).
-# A block of rows is contiguous in A, so the block reads it as one run (16-byte loads where k
-# is a multiple of 4 and A aligned) into registers while it works on the previous block of
-# rows, which it has staged through shared memory; each thread runs its G FMA chains over its
-# row's k steps (one chunk: the total is that chain's sum), and the outputs go back through
-# shared memory for coalesced (16-byte where n is a multiple of 4) stores.
+# chunk): one thread per row of A and G columns, B in shared memory (read by broadcast). Blocks
+# walk tiles of THIN_THREADS rows: a tile is contiguous in A, copied as one run (cp.async,
+# 16-byte pieces where k is a multiple of 4 and A aligned) into one of THIN_STAGES stage
+# buffers, so that THIN_STAGES - 1 tiles are on their way while one is summed. Each thread runs
+# its G FMA chains over its row's k steps (one chunk: the total is that chain's sum); the
+# outputs go back through shared memory for coalesced (16-byte where n is a multiple of 4)
+# stores (each thread storing its own row measured 15% slower at 1048576 x 16 x 16 on an H100).
+# A stage row is k floats padded so that a warp's reads of its rows hit distinct banks: an odd
+# count of floats (4-byte reads) or of float4s (16-byte reads). The kernel was short of issue
+# slots (ncu): its loops do no divisions (RowWalk) and read A 16 bytes at a time.
 ORDERED_THIN_SOURCE = r"""
-// Rows row0.. of A (rows * k floats from a + row0 k) into registers: VEC, float4 l of thread t
-// is element 4 (t + ROWS l); else float l is element t + ROWS l. Zeros past the rows.
 template <bool VEC>
-__device__ __forceinline__ void thin_fetch(const float* __restrict__ a, long long row0, int rows,
-                                           int k, float (&next)[${ORDERED_CHUNK}])
+__device__ __forceinline__ int thin_stride(int k)
 {
-    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
-    const float* run = a + row0 * k;
-    const int size = rows * k, t = threadIdx.x;
-    if constexpr (VEC) {
-#pragma unroll
-        for (int l = 0; l < CH / 4; ++l) {
-            const int e = 4 * (t + ROWS * l);
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (e < size) v = *reinterpret_cast<const float4*>(run + e);
-            next[4 * l] = v.x; next[4 * l + 1] = v.y; next[4 * l + 2] = v.z; next[4 * l + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int l = 0; l < CH; ++l) {
-            const int e = t + ROWS * l;
-            next[l] = e < size ? run[e] : 0.0f;
-        }
-    }
+    return VEC ? 4 * ((k / 4) | 1) : k | 1;
 }
 
-template <bool VEC>
-__device__ __forceinline__ void thin_stage(float (*a_s)[${ORDERED_CHUNK} + 1], int rows, int k,
-                                           const float (&next)[${ORDERED_CHUNK}])
-{
-    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
-    const int size = rows * k, t = threadIdx.x;
-    if constexpr (VEC) {  // k % 4 == 0: a float4 never straddles two rows
-#pragma unroll
-        for (int l = 0; l < CH / 4; ++l) {
-            const int e = 4 * (t + ROWS * l);
-            if (e < size) {
-                const int r = e / k, q = e % k;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) a_s[r][q + j] = next[4 * l + j];
-            }
-        }
-    } else {
-#pragma unroll
-        for (int l = 0; l < CH; ++l) {
-            const int e = t + ROWS * l;
-            if (e < size) a_s[e / k][e % k] = next[l];
-        }
+// Where element e of rows `width` long lies (row r, column j) as e steps by `step`: the
+// divisions once, then an add and a carry a step.
+struct RowWalk {
+    int r, j, step_r, step_j, width;
+    __device__ RowWalk(int e, int step, int width)
+        : r(e / width), j(e % width), step_r(step / width), step_j(step % width), width(width) {}
+    __device__ __forceinline__ void next()
+    {
+        r += step_r;
+        j += step_j;
+        if (j >= width) { j -= width; ++r; }
     }
+};
+
+// Tile `tile`'s rows (rows * k floats from a + row0 k) into a stage, row r at stage + r stride,
+// in pieces of 4 floats where VEC (else 1); `walk`: this thread's first piece, by rows of pieces.
+template <bool VEC>
+__device__ __forceinline__ void thin_copy(const float* __restrict__ a, long long m, int k,
+                                          long long tile, float* stage, RowWalk walk)
+{
+    constexpr int ROWS = ${THIN_THREADS}, PIECE = VEC ? 4 : 1;
+    const long long row0 = tile * ROWS;
+    const float* run = a + row0 * k;
+    const int pieces = (int)min((long long)ROWS, m - row0) * (k / PIECE);
+    const int stride = thin_stride<VEC>(k);
+    for (int p = threadIdx.x; p < pieces; p += ROWS, walk.next())
+        copy_async<4 * PIECE>(stage + walk.r * stride + walk.j * PIECE, run + p * PIECE, true);
+    copies_commit();
+}
+
+// A float32 sum rounded as canonical(0.0 + widen(x)) rounds it: -0.0 becomes +0.0 (an IEEE add,
+// subnormals kept) and a NaN the canonical one.
+__device__ __forceinline__ float thin_finish(float x)
+{
+    float y;
+    asm("add.rn.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(x));
+    return y != y ? __uint_as_float(0x7fc00000u) : y;
 }
 
 template <int G, bool VEC>
@@ -962,56 +961,86 @@ __device__ __forceinline__ void ordered_thin_impl(
     const float* __restrict__ a, const float* __restrict__ b, long long m, int n, int k,
     float* __restrict__ c)
 {
-    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS};
-    __shared__ __align__(16) float b_s[CH][G];
-    static_assert(G <= CH, "the output rows fit where the rows of A were");
-    __shared__ float a_s[ROWS][CH + 1];  // padded: each thread reads its own row
-    for (int i = threadIdx.x; i < CH * G; i += blockDim.x) {
+    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS}, STAGES = ${THIN_STAGES};
+    extern __shared__ __align__(16) float shared[];
+    float* const b_s = shared;              // [CH][G]
+    float* const stages = shared + CH * G;  // [STAGES][ROWS][stride]
+    const int stride = thin_stride<VEC>(k);
+    float* const out_s = stages + STAGES * ROWS * stride;  // [ROWS][G + 1]
+    for (int i = threadIdx.x; i < CH * G; i += ROWS) {
         const int q = i / G, j = i % G;
-        b_s[q][j] = (q < k && j < n) ? b[q * n + j] : 0.0f;
+        b_s[i] = (q < k && j < n) ? b[q * n + j] : 0.0f;
     }
-    const long long stride = (long long)gridDim.x * ROWS;
-    long long row0 = (long long)blockIdx.x * ROWS;
-    float next[CH];
-    if (row0 < m) thin_fetch<VEC>(a, row0, (int)min((long long)ROWS, m - row0), k, next);
-    for (; row0 < m; row0 += stride) {
+    // This thread's first copied piece of a tile and first stored output (4 at a time where n
+    // is a multiple of 4), and their steps.
+    const RowWalk copy_walk(threadIdx.x, ROWS, VEC ? k / 4 : k);
+    const int run = n % 4 == 0 ? 4 : 1;
+    const RowWalk store_walk(run * threadIdx.x, run * ROWS, n);
+    const long long tiles = (m + ROWS - 1) / ROWS;
+    for (int s = 0; s < STAGES - 1; ++s) {
+        const long long tile = blockIdx.x + (long long)s * gridDim.x;
+        if (tile < tiles)
+            thin_copy<VEC>(a, m, k, tile, stages + s * ROWS * stride, copy_walk);
+        else
+            copies_commit();  // (an empty group: the same waits)
+    }
+    int s = 0;  // the stage of this block's i-th tile: i % STAGES
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        // The tile STAGES - 1 ahead goes into the stage summed last time round.
+        const long long ahead = tile + (long long)(STAGES - 1) * gridDim.x;
+        float* const free = stages + (s + STAGES - 1) % STAGES * ROWS * stride;
+        if (ahead < tiles)
+            thin_copy<VEC>(a, m, k, ahead, free, copy_walk);
+        else
+            copies_commit();
+        copies_wait<STAGES - 1>();  // this tile has landed ...
+        __syncthreads();            // ... for every thread's copies (and b_s is written)
+        const long long row0 = tile * ROWS;
         const int rows = (int)min((long long)ROWS, m - row0);
-        __syncthreads();  // b_s written; a_s free again
-        thin_stage<VEC>(a_s, rows, k, next);
-        __syncthreads();
-        const long long next_row0 = row0 + stride;
-        if (next_row0 < m)
-            thin_fetch<VEC>(a, next_row0, (int)min((long long)ROWS, m - next_row0), k, next);
         float acc[G];
 #pragma unroll
         for (int j = 0; j < G; ++j) acc[j] = 0.0f;
-        if (threadIdx.x < rows)
-            for (int q = 0; q < k; ++q) {
-                const float x = a_s[threadIdx.x][q];
+        const float* a_row = stages + s * ROWS * stride + threadIdx.x * stride;
+        if constexpr (VEC) {
+            for (int q = 0; q < k; q += 4) {
+                float x[4];
+                load_run<4>(a_row + q, x);
 #pragma unroll
-                for (int j = 0; j < G; ++j) acc[j] = fma_ieee(x, b_s[q][j], acc[j]);
-            }
-        __syncthreads();  // a_s read: it now stages the outputs, for coalesced stores
+                for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int j = 0; j < G; ++j) a_s[threadIdx.x][j] = canonical(0.0 + widen_ieee(acc[j]));
-        __syncthreads();
-        float* out = c + row0 * n;
-        if (n % 4 == 0) {  // C is fresh (aligned) and row0 n a multiple of 4
-            for (int e = 4 * threadIdx.x; e < rows * n; e += 4 * ROWS) {
-                const int r = e / n, j = e % n;
-                *reinterpret_cast<float4*>(out + e) =
-                    make_float4(a_s[r][j], a_s[r][j + 1], a_s[r][j + 2], a_s[r][j + 3]);
+                    for (int j = 0; j < G; j += 4) {
+                        float y[4];
+                        load_run<4>(b_s + (q + u) * G + j, y);
+#pragma unroll
+                        for (int v = 0; v < 4; ++v) acc[j + v] = fma_ieee(x[u], y[v], acc[j + v]);
+                    }
             }
         } else {
-            for (int e = threadIdx.x; e < rows * n; e += ROWS) out[e] = a_s[e / n][e % n];
+            for (int q = 0; q < k; ++q)
+#pragma unroll
+                for (int j = 0; j < G; ++j) acc[j] = fma_ieee(a_row[q], b_s[q * G + j], acc[j]);
         }
+#pragma unroll
+        for (int j = 0; j < G; ++j) out_s[threadIdx.x * (G + 1) + j] = thin_finish(acc[j]);
+        __syncthreads();  // the tile is read (its stage free again), the outputs staged
+        float* out = c + row0 * n;
+        RowWalk at = store_walk;
+        for (int e = run * threadIdx.x; e < rows * n; e += run * ROWS, at.next()) {
+            const float* o = out_s + at.r * (G + 1) + at.j;
+            if (run == 4)  // C is fresh (aligned) and row0 n a multiple of 4
+                *reinterpret_cast<float4*>(out + e) = make_float4(o[0], o[1], o[2], o[3]);
+            else
+                out[e] = o[0];
+        }
+        __syncthreads();  // out_s is read
+        s = (s + 1) % STAGES;
     }
 }
 """
 ORDERED_THIN_SOURCE += "".join(
     f"""
-extern "C" __global__ void ordered_thin_{g}{vec_suffix}(
-    const float* a, const float* b, long long m, int n, int k, float* c)
+extern "C" __global__ void __launch_bounds__(${{THIN_THREADS}})
+ordered_thin_{g}{vec_suffix}(const float* a, const float* b, long long m, int n, int k, float* c)
 {{
     ordered_thin_impl<{g}, {vec}>(a, b, m, n, k, c);
 }}

@@ -263,9 +263,9 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
 def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_around(
     monkeypatch,
 ) -> None:
-    """On a GPU whose blocks cannot have the split-k and pairs kernels' shared memory (a T4:
-    64 KiB), the products take the kernels that fit, with the same bits; asked for directly,
-    the kernel refuses clearly."""
+    """On a GPU whose blocks cannot have the split-k, pairs and thin kernels' shared memory (a
+    T4: 64 KiB), the products take the kernels that fit, with the same bits; asked for
+    directly, the kernel refuses clearly."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -277,13 +277,17 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     )
     x = rng.standard_normal((50, 30, 20)).astype(np.float32)
     y = rng.standard_normal((50, 20, 32)).astype(np.float32)
+    tall = rng.standard_normal((cuda.ROWS_MIN_M * 2 + 5, 32)).astype(np.float32)
+    thin = rng.standard_normal((32, 32)).astype(np.float32)
     monkeypatch.setattr(cuda, "shared_fits", lambda shared, device: shared <= 64 * 1024)
-    for left, right in ((a, b), (x, y)):
+    for left, right in ((a, b), (x, y), (tall, thin)):
         want = ordered.ordered_product(left, right)
         got = cuda.ordered_product(cp.asarray(left), cp.asarray(right)).get()
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     with pytest.raises(NotImplementedError, match="bytes of shared memory"):
         cuda.ordered_pairs_product(cp.asarray(x), cp.asarray(y))
+    with pytest.raises(NotImplementedError, match="ordered_thin needs"):
+        cuda.ordered_thin_product(cp.asarray(tall), cp.asarray(thin))
 
 
 @pytest.mark.gpu
@@ -408,3 +412,20 @@ def test_gpu_thin_products_have_the_cpu_bits(k, n, offset) -> None:
     want = ordered.ordered_product(a, b)
     got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.gpu
+def test_gpu_thin_kernel_launched_with_more_shared_memory_than_before_keeps_the_cpu_bits() -> None:
+    """One thin kernel (16 columns, 16-byte copies) takes more shared memory as k grows: each
+    launch, in any order, is allowed what it takes (a cached allowance once let k = 16 after
+    k = 4 fail to launch)."""
+    from mixpert.runtime import cuda
+
+    cp = device.cupy_module()
+    rng = np.random.default_rng(16)
+    b = rng.standard_normal((32, 16)).astype(np.float32)
+    for k in (4, 16, 32, 8, 28):
+        a = rng.standard_normal((cuda.ROWS_MIN_M + 129, k)).astype(np.float32)
+        want = ordered.ordered_product(a, b[:k])
+        got = cuda.ordered_thin_product(cp.asarray(a), cp.asarray(b[:k])).get()
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k
