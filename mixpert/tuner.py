@@ -14,9 +14,9 @@ scales the predicted seconds. On a GPU the walk's plan is then checked against m
 an op that ran slower at its tuned level than at "auto" (small, skinny and batched shapes, where
 the model's shape-free costs are wrong) goes to "auto" where the error allows
 (``_auto_where_faster``): the runtime's own float32-grade choice for the op's shape, which
-knows the paths the model does not (cuBLAS, fp32-ordered's small-stack, pairs, tall and split-k
-kernels, level IV). The tuned plan's speed is then measured (wall time of the function against
-all ops at native float32).
+knows the paths the model does not (cuBLAS, fp32-ordered's small-stack, pairs, tall, thin and
+split-k kernels, level IV). The tuned plan's speed is then measured (wall time of the function
+against all ops at native float32).
 
 The search: start with every op at the most accurate candidate level (if that misses ``tol``,
 return it with ``met_tol=False`` and a warning: a tol tighter than float32 can reach selects the

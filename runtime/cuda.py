@@ -46,7 +46,7 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
-from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K, THIN_STAGES
+from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K, THIN_MAX_N, THIN_STAGES
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -1124,9 +1124,6 @@ def _vector_suffix(a: cp.ndarray) -> str:
     C-contiguous A allows it: k a multiple of 4 and A 16-byte aligned (every row then starts
     aligned); else none."""
     return "_vec" if a.shape[1] % 4 == 0 and a.data.ptr % 16 == 0 else ""
-
-
-THIN_MAX_N = 32  # thin: k within one chunk, n within one thread's column group
 
 
 def thin_shared_bytes(k: int, group: int, vec: bool) -> int:

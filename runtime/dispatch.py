@@ -15,6 +15,7 @@ import numpy as np
 
 from . import batched, blocks, cpu, dask_products, device, equilibrate, ordered, pack_reuse
 from .levels import NATIVE_LEVEL, Level, get_level
+from .ordered_kernels import THIN_MAX_N
 from .precision import get_default_level
 from .validation import check_operand, check_pair
 
@@ -52,13 +53,14 @@ AUTO_SPLIT_MIN_K = 262144  # ... and k at least this
 AUTO_TALL_MIN_M = 65536
 AUTO_TALL_MAX_N = 16
 AUTO_TALL_MIN_K = 1024
-# ... and for one product with very many rows and k and n within a chunk (TSM2L's case), its thin
-# kernel (H100: 1.32x at 1048576 x 16 x 16 in skinny.md; in a probe, 2.1x at 4194304 x 8 x 8,
-# 1.06x at 1048576 x 7 x 5, 0.98x at 1048576 x 32 x 32, where each row's k n FMAs weigh more
-# than its bytes).
-AUTO_THIN_MIN_M = 1 << 20
-AUTO_THIN_MAX_N = 16  # (wider outputs leave the thin kernel for slower ones: 0.1x at k = 4, n = 64)
+# ... and for one product with many rows and k and n within a chunk (TSM2L's case), its thin
+# kernel: with k n at most AUTO_THIN_MAX_KN from AUTO_THIN_MIN_M rows, any such k and n from
+# AUTO_THIN_WIDE_MIN_M. H100, same-run probe against SGEMM: 1.17-1.46x at 2^17 rows (k x n in
+# 1x16 .. 32x8, 7x5, 20x9), 0.99-2.15x at 2^18 (but 0.93x at 24x24 and 1.01x at 32x32), 1.07-2.9x
+# at 2^20 (1.19x at 32x32, 1.16x at 24x24) and 1.03-3.9x at 2^22; skinny.md has 1048576 x 16 x 16.
+AUTO_THIN_MIN_M = 1 << 17
 AUTO_THIN_MAX_KN = 256
+AUTO_THIN_WIDE_MIN_M = 1 << 20
 # ... and, before those, for one tall product with few columns, a long k and rows enough to fill
 # the GPU, level IV-blocks (its kernel slices A in registers as it streams it; H100, same-run
 # probes against SGEMM: 1.45-1.74x at 65536 x 4096 x {8..32}, 1.38-1.86x at 262144 x 1024 x
@@ -265,14 +267,16 @@ def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether one product of this shape runs faster on one of fp32-ordered's kernels than on
     cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K),
     tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
-    or thin (m at least AUTO_THIN_MIN_M, k within a chunk, n at most AUTO_THIN_MAX_N, k n at
-    most AUTO_THIN_MAX_KN)."""
+    or thin (k within a chunk and n at most THIN_MAX_N; m at least AUTO_THIN_MIN_M with k n at
+    most AUTO_THIN_MAX_KN, or at least AUTO_THIN_WIDE_MIN_M)."""
     if m <= 0 or k <= 0 or n <= 0:
         return False
     split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
     tall = m >= AUTO_TALL_MIN_M and n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
-    thin = m >= AUTO_THIN_MIN_M and k <= ordered.CHUNK and n <= AUTO_THIN_MAX_N
-    thin = thin and k * n <= AUTO_THIN_MAX_KN
+    thin = k <= ordered.CHUNK and n <= THIN_MAX_N
+    thin = thin and (
+        m >= AUTO_THIN_WIDE_MIN_M or (m >= AUTO_THIN_MIN_M and k * n <= AUTO_THIN_MAX_KN)
+    )
     return split_k or tall or thin
 
 

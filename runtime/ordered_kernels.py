@@ -8,6 +8,7 @@ from __future__ import annotations
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
 THIN_THREADS = 128  # ... and of the thin ones (ordered_thin), ...
 THIN_STAGES = 3  # ... with this many tiles of rows in shared memory, all but one in flight
+THIN_MAX_N = 32  # ... and at most this many columns: one thread's column group
 # Split-k for outputs of at most T x T (ordered_chunks_<T>): T -> (chunks summed at once a
 # block, stages in shared memory).
 CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
