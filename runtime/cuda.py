@@ -1132,7 +1132,7 @@ def thin_shared_bytes(k: int, group: int, vec: bool) -> int:
     ``thin_stride``) and the staged outputs."""
     stride = 4 * ((k // 4) | 1) if vec else k | 1
     return 4 * (
-        ordered.CHUNK * group + THIN_STAGES * THIN_THREADS * stride + THIN_THREADS * (group + 1)
+        ordered.CHUNK * group + (THIN_STAGES * stride + 4 * ((group // 4) | 1)) * THIN_THREADS
     )
 
 

@@ -967,7 +967,10 @@ __device__ __forceinline__ void ordered_thin_impl(
     float* const b_s = shared;              // [CH][G]
     float* const stages = shared + CH * G;  // [STAGES][ROWS][stride]
     const int stride = thin_stride<VEC>(k);
-    float* const out_s = stages + STAGES * ROWS * stride;  // [ROWS][G + 1]
+    // The outputs, staged [ROWS][out_stride]: a row's G floats padded to an odd count of
+    // float4s, each thread writing and reading 16 bytes at a time.
+    constexpr int OUT_STRIDE = 4 * ((G / 4) | 1);
+    float* const out_s = stages + STAGES * ROWS * stride;
     for (int i = threadIdx.x; i < CH * G; i += ROWS) {
         const int q = i / G, j = i % G;
         b_s[i] = (q < k && j < n) ? b[q * n + j] : 0.0f;
@@ -1022,16 +1025,23 @@ __device__ __forceinline__ void ordered_thin_impl(
                 for (int j = 0; j < G; ++j) acc[j] = fma_ieee(a_row[q], b_s[q * G + j], acc[j]);
         }
 #pragma unroll
-        for (int j = 0; j < G; ++j) out_s[threadIdx.x * (G + 1) + j] = thin_finish(acc[j]);
+        for (int j = 0; j < G; j += 4) {
+            const float v[4] = {thin_finish(acc[j]), thin_finish(acc[j + 1]),
+                                thin_finish(acc[j + 2]), thin_finish(acc[j + 3])};
+            store_run<4>(out_s + threadIdx.x * OUT_STRIDE + j, v);
+        }
         __syncthreads();  // the tile is read (its stage free again), the outputs staged
         float* out = c + row0 * n;
         RowWalk at = store_walk;
         for (int e = run * threadIdx.x; e < rows * n; e += run * ROWS, at.next()) {
-            const float* o = out_s + at.r * (G + 1) + at.j;
-            if (run == 4)  // C is fresh (aligned) and row0 n a multiple of 4
-                *reinterpret_cast<float4*>(out + e) = make_float4(o[0], o[1], o[2], o[3]);
-            else
+            const float* o = out_s + at.r * OUT_STRIDE + at.j;
+            if (run == 4) {  // C is fresh (aligned) and row0 n a multiple of 4, as is at.j
+                float v[4];
+                load_run<4>(o, v);
+                store_run<4>(out + e, v);
+            } else {
                 out[e] = o[0];
+            }
         }
         __syncthreads();  // out_s is read
         s = (s + 1) % STAGES;

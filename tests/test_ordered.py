@@ -393,7 +393,9 @@ def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
-@pytest.mark.parametrize(("k", "n"), [(1, 1), (16, 16), (7, 5), (32, 32), (20, 9), (4, 12)])
+@pytest.mark.parametrize(
+    ("k", "n"), [(1, 1), (16, 16), (7, 5), (32, 32), (20, 9), (4, 12), (16, 4), (8, 8), (3, 32)]
+)
 def test_gpu_thin_products_have_the_cpu_bits(k, n, offset) -> None:
     """The thin kernel (k within one chunk, n <= 32: TSM2L's shape) keeps the level's order,
     with 16-byte and 4-byte loads of A, and with more row blocks than blocks that run at once."""
