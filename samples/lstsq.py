@@ -11,8 +11,8 @@ equations with refinement sweeps.
 Its products are the memory-bound shapes of the TSM2X seed: X is read once per product and
 each read does only 2 p or 2 q flops per entry. On the GPU level "auto" runs X W on
 fp32-ordered's thin kernel (k and n within a chunk), where cuBLAS leaves bandwidth unused, and
-the p x n x p and p x n x q products on cuBLAS (at n = 2^21 its own split-k ties with
-fp32-ordered's); on the CPU the ops are native float32.
+the p x n x p and p x n x q products on its split-k kernel (k of 2^18 and more); on the CPU the
+ops are native float32.
 
 tol = 1e-5: the coefficients W are the result. The normal equations square X's condition number
 (below 4 here, so G's is below 16), and each sweep corrects W from the residual of the last, so
