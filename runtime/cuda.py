@@ -1142,9 +1142,19 @@ def _thin_group(n: int) -> int:
 
 
 def _thin_fits(a: cp.ndarray, n: int) -> bool:
-    """Whether a block of the current GPU may have the thin kernel's shared memory for A and n."""
-    vec = bool(_vector_suffix(_c_contiguous(a)))
-    return shared_fits(thin_shared_bytes(a.shape[1], _thin_group(n), vec), cp.cuda.Device().id)
+    """Whether a block of the current GPU may have the thin kernel's shared memory for A and n
+    (16-byte copies where k is a multiple of 4 and A aligned, or A not C-contiguous: its copy
+    will be; A itself is not copied here)."""
+    k = a.shape[1]
+    vec = k % 4 == 0 and (not a.flags.c_contiguous or a.data.ptr % 16 == 0)
+    return shared_fits(thin_shared_bytes(k, _thin_group(n), vec), cp.cuda.Device().id)
+
+
+def thin_fits(k: int, n: int) -> bool:
+    """Whether a block of the current GPU may have the thin kernel's shared memory for k and n,
+    with either copy width (a T4's 64 KiB is too little at k = n = 32)."""
+    shared = max(thin_shared_bytes(k, _thin_group(n), vec) for vec in (False, True))
+    return shared_fits(shared, cp.cuda.Device().id)
 
 
 def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:

@@ -55,9 +55,10 @@ AUTO_TALL_MAX_N = 16
 AUTO_TALL_MIN_K = 1024
 # ... and for one product with many rows and k and n within a chunk (TSM2L's case), its thin
 # kernel: with k n at most AUTO_THIN_MAX_KN from AUTO_THIN_MIN_M rows, any such k and n from
-# AUTO_THIN_WIDE_MIN_M. H100, same-run probe against SGEMM: 1.17-1.46x at 2^17 rows (k x n in
-# 1x16 .. 32x8, 7x5, 20x9), 0.99-2.15x at 2^18 (but 0.93x at 24x24 and 1.01x at 32x32), 1.07-2.9x
-# at 2^20 (1.19x at 32x32, 1.16x at 24x24) and 1.03-3.9x at 2^22; skinny.md has 1048576 x 16 x 16.
+# AUTO_THIN_WIDE_MIN_M. H100, same-run probe against SGEMM (k x n in 1x16 .. 32x32, 7x5, 20x9,
+# 8x32, 4x32): 1.17-1.46x at 2^17 rows (but 0.88x at 32x32), 0.99-2.15x at 2^18 (but 0.93x at
+# 24x24), 0.99-2.23x at 2^19 (0.99x at 8x32), 1.07-2.9x at 2^20 (1.19x at 32x32, 1.16x at 24x24)
+# and 1.03-3.9x at 2^22; skinny.md has 1048576 x 16 x 16.
 AUTO_THIN_MIN_M = 1 << 17
 AUTO_THIN_MAX_KN = 256
 AUTO_THIN_WIDE_MIN_M = 1 << 20
@@ -263,12 +264,18 @@ def _blocks_supported() -> bool:
     return device.gpu_available() and _cuda().blocks_supported()
 
 
+def _thin_kernel_fits(k: int, n: int) -> bool:
+    """Whether the current GPU's blocks can have fp32-ordered's thin kernel's shared memory."""
+    return device.gpu_available() and _cuda().thin_fits(k, n)
+
+
 def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether one product of this shape runs faster on one of fp32-ordered's kernels than on
     cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K),
     tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
     or thin (k within a chunk and n at most THIN_MAX_N; m at least AUTO_THIN_MIN_M with k n at
-    most AUTO_THIN_MAX_KN, or at least AUTO_THIN_WIDE_MIN_M)."""
+    most AUTO_THIN_MAX_KN, or at least AUTO_THIN_WIDE_MIN_M; where the GPU's blocks can have
+    the thin kernel's shared memory: elsewhere its stand-in was never measured against SGEMM)."""
     if m <= 0 or k <= 0 or n <= 0:
         return False
     split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
@@ -277,6 +284,7 @@ def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     thin = thin and (
         m >= AUTO_THIN_WIDE_MIN_M or (m >= AUTO_THIN_MIN_M and k * n <= AUTO_THIN_MAX_KN)
     )
+    thin = thin and _thin_kernel_fits(k, n)
     return split_k or tall or thin
 
 

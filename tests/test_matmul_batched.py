@@ -234,24 +234,30 @@ def test_auto_routes_tall_products_with_a_long_k_to_iv_blocks(monkeypatch) -> No
     assert level(area // 4096, 4096, 16) == "fp32-ordered"
 
 
-def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_kernel() -> None:
+def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_kernel(
+    monkeypatch,
+) -> None:
     from mixpert.runtime import dispatch
 
     def level(m: int, k: int, n: int) -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), "cuda").name
 
+    monkeypatch.setattr(dispatch, "_thin_kernel_fits", lambda k, n: True)
     rows, wide = dispatch.AUTO_THIN_MIN_M, dispatch.AUTO_THIN_WIDE_MIN_M
     most = dispatch.AUTO_THIN_MAX_KN
     assert level(rows, 16, 16) == level(4 * rows, 8, 8) == dispatch.AUTO_SMALL
     assert level(rows, ordered.CHUNK, most // ordered.CHUNK) == "fp32-ordered"
+    assert level(rows, most // 32, 32) == "fp32-ordered"  # up to 32 columns within k n
     assert level(rows - 1, 16, 16) == "fp32"
-    assert (
-        level(rows, 16, most // 16 + 1) == "fp32"
-    )  # k n past the rule: the FMAs outweigh the bytes
+    past = level(rows, 16, most // 16 + 1)
+    assert past == "fp32"  # k n past the rule: the FMAs outweigh the bytes
     assert level(wide - 1, ordered.CHUNK, ordered.CHUNK) == "fp32"
     assert level(wide, ordered.CHUNK, ordered.CHUNK) == "fp32-ordered"  # any k n from `wide` rows
     assert level(wide, 4, 64) == "fp32"  # n past the thin kernel's columns
     assert level(wide, ordered.CHUNK + 1, 1) == "fp32"  # k past one chunk
+    # A GPU whose blocks cannot have the kernel's shared memory keeps cuBLAS.
+    monkeypatch.setattr(dispatch, "_thin_kernel_fits", lambda k, n: False)
+    assert level(wide, 16, 16) == "fp32"
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((3, 5, 6), (3, 6, 4)), ((5, 6), (6, 4))])
