@@ -856,13 +856,7 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
         r = tile_size(m, n)
     if not stack and _splits_k(m, n, k, r):
         return ordered_split_product(a, b)
-    if (
-        not stack
-        and m >= ROWS_MIN_M
-        and k <= ordered.CHUNK
-        and n <= THIN_MAX_N
-        and _thin_fits(a, n)
-    ):
+    if not stack and m >= ROWS_MIN_M and k <= ordered.CHUNK and n <= THIN_MAX_N and thin_fits(k, n):
         return ordered_thin_product(a, b)
     if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
         return ordered_rows_product(a, b)
@@ -1141,18 +1135,10 @@ def _thin_group(n: int) -> int:
     return 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
 
 
-def _thin_fits(a: cp.ndarray, n: int) -> bool:
-    """Whether a block of the current GPU may have the thin kernel's shared memory for A and n
-    (16-byte copies where k is a multiple of 4 and A aligned, or A not C-contiguous: its copy
-    will be; A itself is not copied here)."""
-    k = a.shape[1]
-    vec = k % 4 == 0 and (not a.flags.c_contiguous or a.data.ptr % 16 == 0)
-    return shared_fits(thin_shared_bytes(k, _thin_group(n), vec), cp.cuda.Device().id)
-
-
 def thin_fits(k: int, n: int) -> bool:
     """Whether a block of the current GPU may have the thin kernel's shared memory for k and n,
-    with either copy width (a T4's 64 KiB is too little at k = n = 32)."""
+    with either copy width (a T4's 64 KiB is too little at k = n = 32): where it may not,
+    ``ordered_product`` takes the tall kernel and "auto" cuBLAS."""
     shared = max(thin_shared_bytes(k, _thin_group(n), vec) for vec in (False, True))
     return shared_fits(shared, cp.cuda.Device().id)
 
