@@ -967,7 +967,7 @@ __device__ __forceinline__ void ordered_thin_impl(
     float* const b_s = shared;              // [CH][G]
     float* const stages = shared + CH * G;  // [STAGES][ROWS][stride]
     const int stride = thin_stride<VEC>(k);
-    // The outputs, staged [ROWS][out_stride]: a row's G floats padded to an odd count of
+    // The outputs, staged [ROWS][OUT_STRIDE]: a row's G floats padded to an odd count of
     // float4s, each thread writing and reading 16 bytes at a time.
     constexpr int OUT_STRIDE = 4 * ((G / 4) | 1);
     float* const out_s = stages + STAGES * ROWS * stride;
