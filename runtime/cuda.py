@@ -941,8 +941,7 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
             f"T ({PAIRS_MAX_K}); got {m} x {k} x {n}"
         )
     a, b = _c_contiguous(a), _c_contiguous(b)
-    aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
-    vec = "_vec" if aligned and k % 4 == 0 and n % 4 == 0 else ""
+    vec = _vector_suffix((a, b), (k, n))
     device = cp.cuda.Device().id
     shared = pairs_shared_bytes(t)
     _refuse_unless_shared_fits("the small-pairs kernel", shared, device)
@@ -1025,9 +1024,7 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     t = min((t for t in CHUNKS_SHAPES if t >= max(m, n)), default=None)
     shared = chunks_shared_bytes(t, transposed) if t is not None else 0
     if t is not None and shared_fits(shared, device):
-        a_line = m if transposed else k
-        aligned = a.data.ptr % 16 == 0 and b.data.ptr % 16 == 0
-        vec = "_vec" if aligned and a_line % 4 == 0 and n % 4 == 0 else ""
+        vec = _vector_suffix((a, b), (m if transposed else k, n))
         kernel = _ordered_kernel_named(f"ordered_chunks_{t}{at}{vec}")
         blocks = min(count, _resident_blocks(kernel, chunks_threads(t), device, shared))
         kernel(
@@ -1104,7 +1101,7 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     m, k = a.shape
     n = b.shape[1]
     group = 4 if n <= 4 else 8 if n <= 8 else 16
-    vec = _vector_suffix(a)
+    vec = _vector_suffix((a,), (k,))
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}{vec}")(
         (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
@@ -1113,11 +1110,13 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return c
 
 
-def _vector_suffix(a: cp.ndarray) -> str:
-    """The suffix of the kernel variant reading A's rows in 16-byte pieces ("_vec"), where a
-    C-contiguous A allows it: k a multiple of 4 and A 16-byte aligned (every row then starts
-    aligned); else none."""
-    return "_vec" if a.shape[1] % 4 == 0 and a.data.ptr % 16 == 0 else ""
+def _vector_suffix(arrays: tuple[cp.ndarray, ...], lines: tuple[int, ...]) -> str:
+    """The suffix of a kernel variant that moves its operands 16 bytes at a time ("_vec"),
+    where they allow it: every array 16-byte aligned and each one's line in memory (the floats
+    from one stored row's start to the next) a multiple of 4, so that every row starts aligned
+    too; else none."""
+    aligned = all(x.data.ptr % 16 == 0 for x in arrays)
+    return "_vec" if aligned and all(line % 4 == 0 for line in lines) else ""
 
 
 def thin_shared_bytes(k: int, group: int, vec: bool) -> int:
@@ -1151,7 +1150,7 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    group, vec, device = _thin_group(n), _vector_suffix(a), cp.cuda.Device().id
+    group, vec, device = _thin_group(n), _vector_suffix((a,), (k,)), cp.cuda.Device().id
     shared = thin_shared_bytes(k, group, bool(vec))
     _refuse_unless_shared_fits("ordered_thin", shared, device)
     kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")

@@ -40,6 +40,7 @@ from .cuda import (
     _multiprocessors,
     _pack_module,
     _resident_blocks,
+    _vector_suffix,
     free_bytes,
 )
 from .levels import Level, triangle
@@ -140,7 +141,7 @@ def blocks_product(
     )  # fmt: skip
     counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
     nt = n_tiles_per_block(n_tiles)
-    vec = "_vec" if k % 4 == 0 and a.data.ptr % 16 == 0 else ""
+    vec = _vector_suffix((a,), (k,))
     kernel = _rows_kernel(nt, vec)
     shared = BLOCKS_STAGES * stage_bytes(nt, blocks.BLOCK_K, level.b_slices)
     groups = -(-n_tiles // nt)
