@@ -7,10 +7,15 @@ from __future__ import annotations
 
 BLOCKS_THREADS = 128  # 4 warps, 16 rows of A each
 BLOCKS_TILE_ROWS = 16 * BLOCKS_THREADS // 32  # rows of A per block of threads
-BLOCKS_STAGES = 3  # tiles in shared memory: the one in use and two arriving
 BLOCKS_ROW_PAD = 16  # floats after each staged row of A: conflict-free 16-byte reads
 BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may take
-BLOCKS_MIN_BLOCKS = 1  # __launch_bounds__'s blocks per SM (register cap)
+# n-tiles a block -> (stages: tiles of A in shared memory, the one in use and the rest arriving;
+# blocks per SM that __launch_bounds__ caps the registers for). H100, same run against (3, 1):
+# (2, 3) gave 1.60x -> 1.67x SGEMM at 65536 x 4096 x 16 (2 n-tiles) and 1.37x -> 1.59x at
+# 262144 x 1024 x 32 (4): 4 and 3 blocks an SM instead of 3 and 2; at 8 n-tiles it took 1.00x ->
+# 0.93x at 65536 x 4096 x 64 and 1.24x -> 1.18x at 16384^2 x 64 (0.95x -> 1.00x at n = 128).
+# 1 n-tile was not measured and keeps (3, 1). The bits are the same for every choice.
+BLOCKS_SHAPES = {1: (3, 1), 2: (2, 3), 4: (2, 3), 8: (3, 1)}
 BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed rows, or 256 rows of A, a block
 
 
@@ -33,7 +38,6 @@ BLOCKS_SOURCE = r"""
 #define STEPS (BK / 32)  // m16n8k32 k-steps per scale block
 #define ROW_STRIDE (BK + ${BLOCKS_ROW_PAD})
 #define TILE_ROWS ${BLOCKS_TILE_ROWS}
-#define STAGES ${BLOCKS_STAGES}
 #define FRAGMENT_WORDS (BSL * STEPS * 64)  // one n-tile's B fragments for one block
 
 __device__ __forceinline__ void mma_s8(int (&d)[4], const unsigned int (&a)[4], unsigned int b0,
@@ -413,7 +417,7 @@ __device__ __forceinline__ void blocks_step(
 // k one block at a time, the next STAGES - 1 blocks' copies in flight (cp.async), so A is read
 // from DRAM once, at its own pace, and never written back. C gets the rounded totals; the rows
 // to recompute (NaN/Inf, or unresolved) are listed in flagged_rows, *flagged their count.
-template <int NT, bool VEC>
+template <int NT, bool VEC, int STAGES>
 __device__ __forceinline__ void blocks_rows_impl(
     const float* __restrict__ a, long long m, int k, int n, int n_tiles,
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
@@ -647,14 +651,14 @@ extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_by
 """
 BLOCKS_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, ${{BLOCKS_MIN_BLOCKS}})
+extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {BLOCKS_SHAPES[nt][1]})
 blocks_rows_{nt}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
     const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
     int* flagged)
 {{
-    blocks_rows_impl<{nt}, {vec}>(a, m, k, n, n_tiles, fragments, exps, col_top, deep, k_slack,
-                                  c, flagged_rows, flagged);
+    blocks_rows_impl<{nt}, {vec}, {BLOCKS_SHAPES[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
+                                  col_top, deep, k_slack, c, flagged_rows, flagged);
 }}
 """
     for nt in BLOCKS_N_TILES
@@ -667,7 +671,6 @@ BLOCKS_SOURCE += """
 #undef STEPS
 #undef ROW_STRIDE
 #undef TILE_ROWS
-#undef STAGES
 #undef FRAGMENT_WORDS
 #undef TOP_BIAS
 """

@@ -24,7 +24,7 @@ from . import blocks, bypass, workspace
 from .blocks_kernels import (
     BLOCKS_BYPASS_THREADS,
     BLOCKS_N_TILES,
-    BLOCKS_STAGES,
+    BLOCKS_SHAPES,
     BLOCKS_THREADS,
     BLOCKS_TILE_ROWS,
     stage_bytes,
@@ -143,7 +143,7 @@ def blocks_product(
     nt = n_tiles_per_block(n_tiles)
     vec = _vector_suffix((a,), (k,))
     kernel = _rows_kernel(nt, vec)
-    shared = BLOCKS_STAGES * stage_bytes(nt, blocks.BLOCK_K, level.b_slices)
+    shared = BLOCKS_SHAPES[nt][0] * stage_bytes(nt, blocks.BLOCK_K, level.b_slices)
     groups = -(-n_tiles // nt)
     tiles = -(-m // BLOCKS_TILE_ROWS)
     resident = _resident_blocks(kernel, BLOCKS_THREADS, device, shared)

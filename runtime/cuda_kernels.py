@@ -16,10 +16,8 @@ from string import Template
 from . import blocks, bypass, combine, equilibrate, fp16split, ordered, packer
 from .blocks_kernels import (
     BLOCKS_BYPASS_THREADS,
-    BLOCKS_MIN_BLOCKS,
     BLOCKS_ROW_PAD,
     BLOCKS_SOURCE,
-    BLOCKS_STAGES,
     BLOCKS_THREADS,
     BLOCKS_TILE_ROWS,
 )
@@ -60,8 +58,6 @@ CONSTANTS = {
     "BLOCKS_MAX_SUM": max(LEVELS[blocks.LEVEL].groups),
     "BLOCKS_ROW_PAD": BLOCKS_ROW_PAD,
     "BLOCKS_TILE_ROWS": BLOCKS_TILE_ROWS,
-    "BLOCKS_STAGES": BLOCKS_STAGES,
-    "BLOCKS_MIN_BLOCKS": BLOCKS_MIN_BLOCKS,
     "BLOCKS_THREADS": BLOCKS_THREADS,
     "BLOCKS_BYPASS_THREADS": BLOCKS_BYPASS_THREADS,
 }
