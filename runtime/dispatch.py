@@ -67,7 +67,9 @@ AUTO_THIN_WIDE_MIN_M = 1 << 20
 # probes against SGEMM: 1.45-1.74x at 65536 x 4096 x {8..32}, 1.38-1.86x at 262144 x 1024 x
 # {8..32}, 1.08-1.4x at 16384 x 16384 x {8..32} and 1.25x there at n = 48 and 64; but 1.04x at
 # 65536 x 4096 x 64, 0.84-0.91x at 65536 x 1024 x {16..64}, 0.87-0.89x at 1048576 x 512 x 32,
-# and 0.4x at 4096 x 65536 x 64, where 64 row tiles leave most SMs idle).
+# and 0.4x at 4096 x 65536 x 64, where 64 row tiles leave most SMs idle. After BLOCKS_SHAPES
+# gave n <= 32 more blocks an SM, k = 512 stays mixed as "auto" would call it: 1.02-1.15x at
+# 1048576 x 512 x {16, 32}, 0.91-0.95x at 2^18 .. 2^21 x 512 x 32, 0.93x at k = 256).
 AUTO_BLOCKS = blocks.LEVEL
 AUTO_BLOCKS_MIN_M = 16384
 AUTO_BLOCKS_MIN_K = 1024
