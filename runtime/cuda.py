@@ -46,7 +46,7 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
-from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K, THIN_MAX_N, THIN_STAGES
+from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K, PAIRS_THREADS, THIN_MAX_N, THIN_STAGES
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -903,9 +903,6 @@ def ordered_stack_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     grid = min(count, _resident_blocks(kernel, 256, cp.cuda.Device().id))
     kernel((grid,), (16, 16), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c))
     return c
-
-
-PAIRS_THREADS = 256  # a block of ``ordered_pairs`` (its PairsLayout's THREADS)
 
 
 def _pairs_per_group(t: int) -> int:

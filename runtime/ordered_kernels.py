@@ -16,6 +16,10 @@ CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
 # to 64 measured 0.65x cuBLAS's batched SGEMM at 1024 x 64^3 on an H100, below the tile
 # kernel's 0.83x: its FMAs no longer hide behind the copies.)
 PAIRS_MAX_K = {32: 32}
+# Threads of a block of ordered_pairs_<T>. (H100, 1.07-1.54x faster than 256 threads with the
+# old copies and stores: 4096 x 32^3 25.5 -> 23.4 us, 4096 x 24^3 18.8 -> 13.3 us, 8192 x 20 x
+# 32 x 20 38.5 -> 28.9 us; a stage of 2 pairs, 4 blocks an SM. 3 and 4 stages were slower.)
+PAIRS_THREADS = 128
 
 # Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
 # steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
@@ -33,6 +37,16 @@ __device__ __forceinline__ double widen_ieee(float x)  // exact, subnormals incl
     double d;
     asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
     return d;
+}
+
+// The rounded total of an entry whose k is one chunk, from its float32 chunk sum x: as
+// canonical(0.0 + widen(x)) rounds it, -0.0 becomes +0.0 (an IEEE add, subnormals kept) and a
+// NaN the canonical one.
+__device__ __forceinline__ float one_chunk_total(float x)
+{
+    float y;
+    asm("add.rn.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(x));
+    return y != y ? __uint_as_float(0x7fc00000u) : y;
 }
 
 // R consecutive floats from 16-byte aligned shared memory (R = 1, 2 or 4).
@@ -535,116 +549,199 @@ __device__ __forceinline__ void ordered_chunks_impl(
     }
 }
 
+// Where element e of rows `width` long lies (row r, column j) as e steps by `step`: the
+// divisions once, then an add and a carry a step.
+struct RowWalk {
+    int r, j, step_r, step_j, width;
+    __device__ RowWalk(int e, int step, int width)
+        : r(e / width), j(e % width), step_r(step / width), step_j(step % width), width(width) {}
+    __device__ __forceinline__ void next()
+    {
+        r += step_r;
+        j += step_j;
+        if (j >= width) { j -= width; ++r; }
+    }
+};
+
+// ... and in a stack of matrices of `rows` such rows (matrix z, its row at.r, column at.j).
+struct StackWalk {
+    RowWalk at;
+    int z, step_z, rows;
+    __device__ StackWalk(int e, int step, int rows, int width)
+        : at(e, step, width), z(at.r / rows), step_z(at.step_r / rows), rows(rows)
+    {
+        at.r %= rows;
+        at.step_r %= rows;
+    }
+    __device__ __forceinline__ void next()
+    {
+        at.next();  // at.r < 2 rows: at most one carry into z
+        z += step_z;
+        if (at.r >= rows) { at.r -= rows; ++z; }
+    }
+};
+
 // Stacks of small pairs (m, n <= T, k <= KMAX; C-contiguous): a block walks groups of PAIRS
 // consecutive pairs (group blockIdx.x, + gridDim.x, ...), each group's operands copied
-// asynchronously into one of two stages while the previous group is summed: as the split-k
+// asynchronously into one of STAGES stages while the previous group is summed: as the split-k
 // kernel above, with pairs in place of chunks. Each thread takes a 4 x 4 block of one pair's
-// outputs and walks its k in chunks, each chunk's float32 sum added into a float64 total,
-// rounded once: the level's order for k within a segment.
-template <int T, int KMAX>
+// outputs (rows T / 4 apart, 4 neighbouring columns; a warp's stores are whole rows) and walks
+// its k in chunks, each chunk's float32 sum added into a float64 total, rounded once: the
+// level's order for k within a segment (for k <= KMAX <= CHUNK the one chunk's sums give the
+// totals). The copies' shared-memory offsets are worked out once (CopyPlan): ncu counted 33
+// instructions a 16-byte copy when each copy divided its way to them, and the float64 totals
+// cost 23 instructions an output, against 32 FMAs.
+template <int T, int KMAX, int W, int THREADS_ = 256, int STAGES_ = 2>
 struct PairsLayout {
-    static constexpr int THREADS = 256, GROUP = T * T / 16, PAIRS = THREADS / GROUP;
+    static constexpr int THREADS = THREADS_, STAGES = STAGES_;
+    static constexpr int GROUP = T * T / 16, PAIRS = THREADS / GROUP;
     static constexpr int A_ROW = KMAX + 4;  // (a warp's 16-byte reads of 8 rows: distinct banks)
     static constexpr int A_PAIR = T * A_ROW, B_PAIR = KMAX * T;
     static constexpr int STAGE_FLOATS = PAIRS * (A_PAIR + B_PAIR);
+    // A thread's copies of a group's A and B, at most (pieces of W floats)
+    static constexpr int A_COPIES = (PAIRS * T * KMAX / W + THREADS - 1) / THREADS;
+    static constexpr int B_COPIES = (PAIRS * KMAX * T / W + THREADS - 1) / THREADS;
+    static_assert(PAIRS * A_PAIR <= 0xffff && PAIRS * B_PAIR <= 0xffff, "CopyPlan's offsets");
+};
+
+// Where a thread's copies of a group go in a stage: copy l takes piece threadIdx.x + THREADS l
+// of the group's A (or B), one contiguous run of the stack, to float offset (*this)[l] of the
+// stage's A (B). The same for every group, so worked out once (a StackWalk over [pair][line]
+// [piece]) and kept in registers, two 16-bit offsets a word.
+template <int COPIES>
+struct CopyPlan {
+    unsigned int packed[(COPIES + 1) / 2];
+    __device__ CopyPlan(StackWalk walk, int line_floats, int pair_floats, int piece)
+    {
+#pragma unroll
+        for (int l = 0; l < COPIES; ++l, walk.next()) {
+            // (pieces past the stage, never copied, may wrap: masked to their half)
+            const int to = walk.z * pair_floats + walk.at.r * line_floats + walk.at.j * piece;
+            if (l % 2 == 0)
+                packed[l / 2] = to & 0xffffu;
+            else
+                packed[l / 2] |= (to & 0xffffu) << 16;
+        }
+    }
+    __device__ __forceinline__ int operator[](int l) const
+    {
+        return (packed[l / 2] >> (16 * (l % 2))) & 0xffff;
+    }
 };
 
 // Group z0's pairs (those below count) into one stage, in pieces of W floats: A's rows to
-// a_s[pair][row][A_ROW], B's k-rows to b_s[pair][q][T]; commits one group of copies. A group's
-// A (and B) is one contiguous run of the stack: piece i is row i / (k / W) of the run.
-template <int T, int KMAX, int W>
+// a_s[pair][row][A_ROW], B's k-rows to b_s[pair][q][T] (the plans: PairsLayout's); commits one
+// group of copies.
+template <class L, int W>
 __device__ __forceinline__ void pairs_copy(const float* __restrict__ a, const float* __restrict__ b,
                                            int m, int n, int k, long long z0, int pairs,
-                                           float* a_s, float* b_s)
+                                           float* a_s, float* b_s,
+                                           const CopyPlan<L::A_COPIES>& a_plan,
+                                           const CopyPlan<L::B_COPIES>& b_plan)
 {
-    using L = PairsLayout<T, KMAX>;
-    const float* const a_run = a + z0 * m * k;
-    const int a_pieces = k / W, a_count = pairs * m * a_pieces;
-    for (int i = threadIdx.x; i < a_count; i += L::THREADS) {
-        const int row = i / a_pieces, q = i % a_pieces * W;  // row of the run: pair row / m
-        float* const to = a_s + row / m * L::A_PAIR + row % m * L::A_ROW + q;
-        copy_async<4 * W>(to, a_run + (long long)row * k + q, true);
-    }
-    const float* const b_run = b + z0 * k * n;
-    const int b_pieces = n / W, b_count = pairs * k * b_pieces;
-    for (int i = threadIdx.x; i < b_count; i += L::THREADS) {
-        const int row = i / b_pieces, j = i % b_pieces * W;  // k-row of the run: pair row / k
-        float* const to = b_s + row / k * L::B_PAIR + row % k * T + j;
-        copy_async<4 * W>(to, b_run + (long long)row * n + j, true);
-    }
+    const float* const a_run = a + z0 * m * k + threadIdx.x * W;
+    const int a_left = pairs * m * (k / W) - threadIdx.x;  // pieces from this thread's first
+#pragma unroll
+    for (int l = 0; l < L::A_COPIES; ++l)
+        if (l * L::THREADS < a_left)
+            copy_async<4 * W>(a_s + a_plan[l], a_run + l * L::THREADS * W, true);
+    const float* const b_run = b + z0 * k * n + threadIdx.x * W;
+    const int b_left = pairs * k * (n / W) - threadIdx.x;
+#pragma unroll
+    for (int l = 0; l < L::B_COPIES; ++l)
+        if (l * L::THREADS < b_left)
+            copy_async<4 * W>(b_s + b_plan[l], b_run + l * L::THREADS * W, true);
     copies_commit();
 }
 
-template <int T, int KMAX, bool VEC>
+template <int T, int KMAX, bool VEC, int THREADS = 256, int STAGES = 2>
 __device__ __forceinline__ void ordered_pairs_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
     long long count, float* __restrict__ c)
 {
-    using L = PairsLayout<T, KMAX>;
     constexpr int CH = ${ORDERED_CHUNK}, W = VEC ? 4 : 1;
-    extern __shared__ __align__(16) float shared[];  // [2][PAIRS][A_PAIR], [2][PAIRS][B_PAIR]
+    using L = PairsLayout<T, KMAX, W, THREADS, STAGES>;
+    extern __shared__ __align__(16) float shared[];  // [STAGES][PAIRS][A_PAIR], ...[B_PAIR]
     float* const a_s = shared;
-    float* const b_s = shared + 2 * L::PAIRS * L::A_PAIR;
+    float* const b_s = shared + STAGES * L::PAIRS * L::A_PAIR;
     const int p = threadIdx.x / L::GROUP, g = threadIdx.x % L::GROUP;
-    const int rsel = g % (T / 4), c4 = g / (T / 4) * 4;
+    // A warp takes whole rows (T / 4 threads a row): its stores of C are whole 128-byte lines
+    const int rsel = g / (T / 4), c4 = g % (T / 4) * 4;
     const long long groups = (count + L::PAIRS - 1) / L::PAIRS;
+    const CopyPlan<L::A_COPIES> a_plan(StackWalk(threadIdx.x, THREADS, m, k / W), L::A_ROW,
+                                       L::A_PAIR, W);
+    const CopyPlan<L::B_COPIES> b_plan(StackWalk(threadIdx.x, THREADS, k, n / W), T, L::B_PAIR,
+                                       W);
     const auto copy_group = [&](long long group, int buffer) {
         const long long z0 = group * L::PAIRS;
-        pairs_copy<T, KMAX, W>(a, b, m, n, k, z0, (int)min((long long)L::PAIRS, count - z0),
-                               a_s + buffer * L::PAIRS * L::A_PAIR,
-                               b_s + buffer * L::PAIRS * L::B_PAIR);
+        pairs_copy<L, W>(a, b, m, n, k, z0, (int)min((long long)L::PAIRS, count - z0),
+                         a_s + buffer * L::PAIRS * L::A_PAIR, b_s + buffer * L::PAIRS * L::B_PAIR,
+                         a_plan, b_plan);
     };
-    for (int t = 0; t < 2; ++t) {
+    for (int t = 0; t < STAGES; ++t) {
         if (blockIdx.x + t * (long long)gridDim.x < groups)
             copy_group(blockIdx.x + t * (long long)gridDim.x, t);
         else
             copies_commit();  // (an empty group: the same waits)
     }
-    int t = 0;
-    for (long long group = blockIdx.x; group < groups; group += gridDim.x, ++t) {
-        const float* const a_pair = a_s + (t & 1) * L::PAIRS * L::A_PAIR + p * L::A_PAIR;
-        const float* const b_pair = b_s + (t & 1) * L::PAIRS * L::B_PAIR + p * L::B_PAIR;
+    int slot = 0;
+    for (long long group = blockIdx.x; group < groups; group += gridDim.x) {
+        const float* const a_pair = a_s + slot * L::PAIRS * L::A_PAIR + p * L::A_PAIR;
+        const float* const b_pair = b_s + slot * L::PAIRS * L::B_PAIR + p * L::B_PAIR;
         const long long z = group * L::PAIRS + p;
-        copies_wait<1>();  // this group has landed ...
+        copies_wait<STAGES - 1>();  // this group has landed ...
         __syncthreads();   // ... for every thread's copies
         if (z < count) {
-            double total[4][4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) total[i][j] = 0.0;
-            for (int c0 = 0; c0 < k; c0 += CH) {
+            float out[4][4];
+            if constexpr (KMAX <= CH) {  // k is one chunk: its sums give the totals
                 float acc[4][4];
-                chunks_sum<T, L::A_ROW, false>(a_pair, b_pair, c0, min(CH, k - c0), rsel, c4,
-                                               acc);
+                chunks_sum<T, L::A_ROW, false>(a_pair, b_pair, 0, k, rsel, c4, acc);
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                    for (int j = 0; j < 4; ++j) out[i][j] = one_chunk_total(acc[i][j]);
+            } else {
+                double total[4][4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) total[i][j] = 0.0;
+                for (int c0 = 0; c0 < k; c0 += CH) {
+                    float acc[4][4];
+                    chunks_sum<T, L::A_ROW, false>(a_pair, b_pair, c0, min(CH, k - c0), rsel, c4,
+                                                   acc);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j)
+                            total[i][j] = total[i][j] + widen_ieee(acc[i][j]);
+                }
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) out[i][j] = canonical(total[i][j]);
             }
             float* const c_pair = c + z * m * n;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int row = rsel + T / 4 * i;
                 if (row >= m) continue;
-                float out[4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) out[j] = canonical(total[i][j]);
                 if (VEC && c4 + 4 <= n) {
-                    store_run<4>(c_pair + row * n + c4, out);
+                    store_run<4>(c_pair + row * n + c4, out[i]);
                 } else {
 #pragma unroll
                     for (int j = 0; j < 4; ++j)
-                        if (c4 + j < n) c_pair[row * n + c4 + j] = out[j];
+                        if (c4 + j < n) c_pair[row * n + c4 + j] = out[i][j];
                 }
             }
         }
-        __syncthreads();  // the stage is read: it may take the group after next
-        const long long next = group + 2 * (long long)gridDim.x;
+        __syncthreads();  // the stage is read: it may take the group STAGES on
+        const long long next = group + STAGES * (long long)gridDim.x;
         if (next < groups)
-            copy_group(next, t & 1);
+            copy_group(next, slot);
         else
             copies_commit();
+        if (++slot == STAGES) slot = 0;
     }
 }
 
@@ -730,11 +827,11 @@ ordered_chunks_{t}{suffix}{vec_suffix}(
 )
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__({PAIRS_THREADS})
 ordered_pairs_{t}{vec_suffix}(
     const float* a, const float* b, int m, int n, int k, long long count, float* c)
 {{
-    ordered_pairs_impl<{t}, {kmax}, {vec}>(a, b, m, n, k, count, c);
+    ordered_pairs_impl<{t}, {kmax}, {vec}, {PAIRS_THREADS}>(a, b, m, n, k, count, c);
 }}
 """
     for t, kmax in PAIRS_MAX_K.items()
@@ -918,20 +1015,6 @@ __device__ __forceinline__ int thin_stride(int k)
     return VEC ? 4 * ((k / 4) | 1) : k | 1;
 }
 
-// Where element e of rows `width` long lies (row r, column j) as e steps by `step`: the
-// divisions once, then an add and a carry a step.
-struct RowWalk {
-    int r, j, step_r, step_j, width;
-    __device__ RowWalk(int e, int step, int width)
-        : r(e / width), j(e % width), step_r(step / width), step_j(step % width), width(width) {}
-    __device__ __forceinline__ void next()
-    {
-        r += step_r;
-        j += step_j;
-        if (j >= width) { j -= width; ++r; }
-    }
-};
-
 // Tile `tile`'s rows (rows * k floats from a + row0 k) into a stage, row r at stage + r stride,
 // in pieces of 4 floats where VEC (else 1); `walk`: this thread's first piece, by rows of pieces.
 template <bool VEC>
@@ -946,15 +1029,6 @@ __device__ __forceinline__ void thin_copy(const float* __restrict__ a, long long
     for (int p = threadIdx.x; p < pieces; p += ROWS, walk.next())
         copy_async<4 * PIECE>(stage + walk.r * stride + walk.j * PIECE, run + p * PIECE, true);
     copies_commit();
-}
-
-// A float32 sum rounded as canonical(0.0 + widen(x)) rounds it: -0.0 becomes +0.0 (an IEEE add,
-// subnormals kept) and a NaN the canonical one.
-__device__ __forceinline__ float thin_finish(float x)
-{
-    float y;
-    asm("add.rn.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(x));
-    return y != y ? __uint_as_float(0x7fc00000u) : y;
 }
 
 template <int G, bool VEC>
@@ -1026,8 +1100,8 @@ __device__ __forceinline__ void ordered_thin_impl(
         }
 #pragma unroll
         for (int j = 0; j < G; j += 4) {
-            const float v[4] = {thin_finish(acc[j]), thin_finish(acc[j + 1]),
-                                thin_finish(acc[j + 2]), thin_finish(acc[j + 3])};
+            const float v[4] = {one_chunk_total(acc[j]), one_chunk_total(acc[j + 1]),
+                                one_chunk_total(acc[j + 2]), one_chunk_total(acc[j + 3])};
             store_run<4>(out_s + threadIdx.x * OUT_STRIDE + j, v);
         }
         __syncthreads();  // the tile is read (its stage free again), the outputs staged

@@ -238,11 +238,21 @@ def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
 @pytest.mark.parametrize("offset", [0, 1])  # 1: A starts 4 bytes past a 16-byte boundary
 @pytest.mark.parametrize(
     ("count", "m", "k", "n"),
-    [(4099, 32, 32, 32), (1027, 17, 32, 32), (301, 30, 28, 20), (7, 20, 8, 24), (66, 19, 5, 7)],
+    [
+        (4099, 32, 32, 32),
+        (1027, 17, 32, 32),
+        (301, 30, 28, 20),
+        (7, 20, 8, 24),
+        (66, 19, 5, 7),
+        (9, 32, 1, 32),
+        (5, 1, 32, 1),
+        (130, 32, 32, 3),
+    ],
 )
 def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
-    """The small-pairs kernel (blocks walking groups of pairs through two stages): 16-byte and
-    4-byte copies, one and two chunks, a last group cut short, more groups than blocks."""
+    """The small-pairs kernel (blocks walking groups of pairs through two stages, k one chunk):
+    16-byte and 4-byte copies, a last group cut short, more groups than blocks, single rows and
+    columns; chains that end at -0.0 (the total is +0) and at a subnormal (kept)."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -251,6 +261,9 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
     b = rng.standard_normal((count, k, n)).astype(np.float32)
     a[0, 0, 0], a[-1, -1, -1], b[count // 2, 0, -1] = np.float32(1e-40), -np.inf, np.nan
     b[1] = -0.0  # a pair of -0.0 columns: the chains start from +0
+    if count > 3:
+        a[2, 0], b[2, :, 0] = 1e-30, -1e-30  # each product rounds to -0.0: the chain ends at -0
+        a[3, -1], b[3, :, -1] = 1e-20, 1e-20  # products of 1e-40: a subnormal sum
     a_gpu = cp.empty(a.size + offset, dtype=cp.float32)[offset:].reshape(a.shape)
     a_gpu[...] = cp.asarray(a)
     assert cuda.pairs_tile(m, n, k) is not None
@@ -263,9 +276,9 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
 def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_around(
     monkeypatch,
 ) -> None:
-    """On a GPU whose blocks cannot have the split-k, pairs and thin kernels' shared memory (a
-    T4: 64 KiB), the products take the kernels that fit, with the same bits; asked for
-    directly, the kernel refuses clearly."""
+    """On a GPU whose blocks cannot have the split-k, pairs and thin kernels' shared memory (32
+    KiB here; a T4's 64 KiB is short of the split-k and thin kernels'), the products take the
+    kernels that fit, with the same bits; asked for directly, the kernel refuses clearly."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -279,7 +292,8 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     y = rng.standard_normal((50, 20, 32)).astype(np.float32)
     tall = rng.standard_normal((cuda.ROWS_MIN_M * 2 + 5, 32)).astype(np.float32)
     thin = rng.standard_normal((32, 32)).astype(np.float32)
-    monkeypatch.setattr(cuda, "shared_fits", lambda shared, device: shared <= 64 * 1024)
+    assert cuda.pairs_shared_bytes(32) > 32 * 1024
+    monkeypatch.setattr(cuda, "shared_fits", lambda shared, device: shared <= 32 * 1024)
     for left, right in ((a, b), (x, y), (tall, thin)):
         want = ordered.ordered_product(left, right)
         got = cuda.ordered_product(cp.asarray(left), cp.asarray(right)).get()
