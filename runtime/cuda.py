@@ -46,7 +46,7 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
-from .ordered_kernels import CHUNKS_SHAPES, PAIRS_MAX_K, PAIRS_THREADS, THIN_MAX_N, THIN_STAGES
+from .ordered_kernels import CHUNKS_SHAPES, PAIRS_SHAPES, THIN_MAX_N, THIN_STAGES
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -845,9 +845,9 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     segments (``ordered_split_product``); a tall one (m >= ROWS_MIN_M) through
     ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
     (n <= ROWS_MAX_N); a stack of pairs of at most 16 x 16 outputs with k <= STACK_MAX_K
-    through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 through
-    ``ordered_pairs_product`` (where the GPU's blocks can have its shared memory); else a
-    16 R x 16 R output tile per block (R: ``tile_size`` by default), each block walking the
+    through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 or 64 x 64 with k <= 64
+    through ``ordered_pairs_product`` (where the GPU's blocks can have its shared memory); else
+    a 16 R x 16 R output tile per block (R: ``tile_size`` by default), each block walking the
     whole k."""
     stack = a.ndim == 3
     m, k = a.shape[-2:]
@@ -907,35 +907,37 @@ def ordered_stack_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 
 def _pairs_per_group(t: int) -> int:
     """Pairs a block of ``ordered_pairs_<t>`` sums at once: a 4 x 4 block of outputs a thread."""
-    return PAIRS_THREADS // (t * t // 16)
+    return PAIRS_SHAPES[t][1] // (t * t // 16)
 
 
 def pairs_tile(m: int, n: int, k: int) -> int | None:
     """T of the ``ordered_pairs`` kernel for pairs of m x k x n (the smallest that covers m and
-    n and holds k), or None where none does."""
-    fitting = [t for t, kmax in PAIRS_MAX_K.items() if max(m, n) <= t and 0 < k <= kmax]
-    return min(fitting, default=None)
+    n, if it holds k), or None. (T = 64 for 32 x 64 x 32 pairs ran at 0.6x the tile kernel on an
+    H100: three quarters of its threads idle.)"""
+    t = min((t for t in PAIRS_SHAPES if max(m, n) <= t), default=None)
+    return t if t is not None and 0 < k <= PAIRS_SHAPES[t][0] else None
 
 
 def pairs_shared_bytes(t: int) -> int:
     """Dynamic shared memory of ``ordered_pairs_<t>`` (its PairsLayout): two stages of a
     group's pairs, A's rows padded by 4 floats."""
-    kmax = PAIRS_MAX_K[t]
+    kmax = PAIRS_SHAPES[t][0]
     return 4 * 2 * _pairs_per_group(t) * (t * (kmax + 4) + kmax * t)
 
 
 def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp32-ordered for a stack of small pairs (m, n <= T, k <= PAIRS_MAX_K[T]; the
-    ``ordered_pairs`` kernels): as many blocks as fit on the GPU at once, each walking groups of
-    pairs through two shared-memory stages (cp.async), a 4 x 4 block of outputs a thread; in
-    16-byte pieces where k and n are multiples of 4 and both stacks 16-byte aligned."""
+    """Level fp32-ordered for a stack of small pairs (m, n <= T, k <= the longest k for T in
+    PAIRS_SHAPES; the ``ordered_pairs`` kernels): as many blocks as fit on the GPU at once,
+    each walking groups of pairs through two shared-memory stages (cp.async), a 4 x 4 block of
+    outputs a thread; in 16-byte pieces where k and n are multiples of 4 and both stacks
+    16-byte aligned."""
     count, m, k = a.shape
     n = b.shape[2]
     t = pairs_tile(m, n, k)
     if t is None:
         raise ValueError(
             f"the small-pairs kernel takes pairs with m, n <= T and 0 < k <= the longest k for "
-            f"T ({PAIRS_MAX_K}); got {m} x {k} x {n}"
+            f"T ({ {t: kmax for t, (kmax, _) in PAIRS_SHAPES.items()} }); got {m} x {k} x {n}"
         )
     a, b = _c_contiguous(a), _c_contiguous(b)
     vec = _vector_suffix((a, b), (k, n))
@@ -944,10 +946,11 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     _refuse_unless_shared_fits("the small-pairs kernel", shared, device)
     kernel = _ordered_kernel_named(f"ordered_pairs_{t}{vec}")
     c = cp.empty((count, m, n), dtype=cp.float32)
+    threads = PAIRS_SHAPES[t][1]
     groups = -(-count // _pairs_per_group(t))
-    grid = min(groups, _resident_blocks(kernel, PAIRS_THREADS, device, shared))
+    grid = min(groups, _resident_blocks(kernel, threads, device, shared))
     kernel(
-        (grid,), (PAIRS_THREADS,),
+        (grid,), (threads,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c),
         shared_mem=shared,
     )  # fmt: skip

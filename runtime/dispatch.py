@@ -32,10 +32,13 @@ AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
 # SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3, 1.0x at
-# 64 x 1024^3); fp32-ordered's small-stack kernel only for pairs of at most 16 x 16 x 16
-# (1.3-2.3x at 4096 x 16^3; its pairs kernel reached only 1.03-1.09x at 32^3, and 0.65x at
-# 64^3 where the tile kernel takes 0.5-0.9x).
+# 64 x 1024^3); fp32-ordered's small-stack kernel for pairs of at most 16 x 16 x 16 (1.3-2.3x
+# at 4096 x 16^3), and its pairs kernel for pairs of at most 32 x 32 x 32 where it copies 16
+# bytes at a time (k and n multiples of 4; H100, GPU time of 512 and 4096 pairs of each of m,
+# n in {8, 17, 32}, k in {8, 20, 32}: 1.02-1.64x; with n = 17's 4-byte copies 0.71-0.98x). Its
+# 64 x 64 kernel stays below cuBLAS (0.72-0.92x at 33-64 a side).
 AUTO_ORDERED_MAX_DIM = 16
+AUTO_PAIRS_MAX_DIM = 32
 AUTO_SMALL = "fp32-ordered"
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
 # kernel for outputs of at most 32 a side (ordered_chunks; H100, ordered_long_k.py in one run:
@@ -221,13 +224,21 @@ def _cuda() -> ModuleType:
     return cuda
 
 
+def _small_pairs_kernel_wins(m: int, k: int, n: int) -> bool:
+    """Whether fp32-ordered's small-stack or pairs kernel beats cuBLAS's batched SGEMM on a
+    stack of m x k x n pairs (the crossovers above)."""
+    if max(m, k, n) <= AUTO_ORDERED_MAX_DIM:
+        return True
+    return max(m, k, n) <= AUTO_PAIRS_MAX_DIM and k % 4 == 0 and n % 4 == 0
+
+
 def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     """The level a call runs: ``level`` itself, or for "auto" the fastest float32-grade one.
 
     "auto" means float32-grade at the lowest time: native float32 on the CPU (where emulation
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
-    tensor cores to win; on the GPU, fp32-ordered for stacks whose pairs are at most
-    AUTO_ORDERED_MAX_DIM in every dimension, and level IV where every dimension is at least
+    tensor cores to win; on the GPU, fp32-ordered for stacks of small pairs
+    (``_small_pairs_kernel_wins``), and level IV where every dimension is at least
     AUTO_MIN_DIM; IV-blocks for one tall product with few columns (``_blocks_kernel_wins``),
     fp32-ordered for one product of the shapes where one of its kernels wins
     (``_ordered_kernel_wins``).
@@ -239,7 +250,7 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     n = b.shape[-1]
     if backend != "cuda":
         return get_level(NATIVE_LEVEL)
-    if a.ndim >= 3 and b.ndim >= 3 and max(m, k, n) <= AUTO_ORDERED_MAX_DIM:  # small pairs
+    if a.ndim >= 3 and b.ndim >= 3 and _small_pairs_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
     if a.ndim == 2 and b.ndim == 2 and _blocks_kernel_wins(m, k, n):
         return get_level(AUTO_BLOCKS)

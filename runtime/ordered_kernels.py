@@ -12,14 +12,12 @@ THIN_MAX_N = 32  # ... and at most this many columns: one thread's column group
 # Split-k for outputs of at most T x T (ordered_chunks_<T>): T -> (chunks summed at once a
 # block, stages in shared memory).
 CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
-# Stacks of small pairs (ordered_pairs_<T>): T -> the longest k a stage holds. (T = 64 with k up
-# to 64 measured 0.65x cuBLAS's batched SGEMM at 1024 x 64^3 on an H100, below the tile
-# kernel's 0.83x: its FMAs no longer hide behind the copies.)
-PAIRS_MAX_K = {32: 32}
-# Threads of a block of ordered_pairs_<T>. (H100, 1.07-1.54x faster than 256 threads with the
-# old copies and stores: 4096 x 32^3 25.5 -> 23.4 us, 4096 x 24^3 18.8 -> 13.3 us, 8192 x 20 x
-# 32 x 20 38.5 -> 28.9 us; a stage of 2 pairs, 4 blocks an SM. 3 and 4 stages were slower.)
-PAIRS_THREADS = 128
+# Stacks of small pairs (ordered_pairs_<T>): T -> (the longest k a stage holds, threads of a
+# block). H100: T = 32 with 128 threads (a stage of 2 pairs, 4 blocks an SM) ran 1.07-1.54x
+# faster than with 256, the copies and stores as now (4096 x 32^3 25.5 -> 23.4 us, 4096 x 24^3
+# 18.8 -> 13.3 us, 8192 x 20x32x20 38.5 -> 28.9 us); 3 and 4 stages were slower. T = 64 (a
+# stage of one pair) ran 1024 x 64^3 in 32 us against the tile kernel's 42 (cuBLAS 27).
+PAIRS_SHAPES = {32: (32, 128), 64: (64, 256)}
 
 # Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
 # steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
@@ -827,14 +825,14 @@ ordered_chunks_{t}{suffix}{vec_suffix}(
 )
 ORDERED_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__({PAIRS_THREADS})
+extern "C" __global__ void __launch_bounds__({threads})
 ordered_pairs_{t}{vec_suffix}(
     const float* a, const float* b, int m, int n, int k, long long count, float* c)
 {{
-    ordered_pairs_impl<{t}, {kmax}, {vec}, {PAIRS_THREADS}>(a, b, m, n, k, count, c);
+    ordered_pairs_impl<{t}, {kmax}, {vec}, {threads}>(a, b, m, n, k, count, c);
 }}
 """
-    for t, kmax in PAIRS_MAX_K.items()
+    for t, (kmax, threads) in PAIRS_SHAPES.items()
     for vec_suffix, vec in (("", "false"), ("_vec", "true"))
 )
 ORDERED_SOURCE += "".join(

@@ -162,6 +162,10 @@ def test_auto_routes_stacks_by_their_shape() -> None:
     assert level(4096, small, small, small) == dispatch.AUTO_SMALL
     assert level(4096, small, small, small, backend="cpu") == "fp32"
     assert level(4096, small, small + 1, small) == "fp32"
+    pairs = dispatch.AUTO_PAIRS_MAX_DIM  # the pairs kernel, where it copies 16 bytes at a time
+    assert level(4096, pairs, pairs, pairs) == level(512, 17, 20, 8) == dispatch.AUTO_SMALL
+    assert level(4096, pairs, pairs - 2, pairs) == level(4096, pairs, pairs, 17) == "fp32"
+    assert level(4096, pairs + 1, pairs, pairs) == "fp32"
     assert level(16, large, large, large) == dispatch.AUTO_EMULATED
     assert level(64, large, small, large) == "fp32"  # thin k: the packs cost more than they save
 

@@ -247,12 +247,17 @@ def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
         (9, 32, 1, 32),
         (5, 1, 32, 1),
         (130, 32, 32, 3),
+        (1025, 64, 64, 64),
+        (77, 33, 60, 48),
+        (130, 40, 50, 36),
+        (9, 64, 40, 17),
     ],
 )
 def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
-    """The small-pairs kernel (blocks walking groups of pairs through two stages, k one chunk):
-    16-byte and 4-byte copies, a last group cut short, more groups than blocks, single rows and
-    columns; chains that end at -0.0 (the total is +0) and at a subnormal (kept)."""
+    """The small-pairs kernels (blocks walking groups of pairs through two stages; T = 32: k one
+    chunk, T = 64: one or two): 16-byte and 4-byte copies, a last group cut short, more groups
+    than blocks, single rows and columns; chains that end at -0.0 (the total is +0) and at a
+    subnormal (kept)."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -305,7 +310,7 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "k", "n"), [(33, 8, 8), (8, 33, 8), (8, 8, 40)])
+@pytest.mark.parametrize(("m", "k", "n"), [(65, 8, 8), (8, 65, 8), (8, 8, 72)])
 def test_gpu_pairs_kernel_refuses_pairs_past_its_tiles(m, k, n) -> None:
     from mixpert.runtime import cuda
 
