@@ -46,7 +46,13 @@ from .cuda_kernels import (
     render,
 )
 from .levels import LEVELS, Kind, Level
-from .ordered_kernels import CHUNKS_SHAPES, PAIRS_SHAPES, THIN_MAX_N, THIN_STAGES
+from .ordered_kernels import (
+    CHUNKS_SHAPES,
+    PAIRS_SHAPES,
+    ROWS_MAX_GROUP,
+    THIN_MAX_N,
+    THIN_STAGES,
+)
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
 
@@ -1058,6 +1064,7 @@ def chunks_shared_bytes(t: int, transposed: bool) -> int:
 
 
 @functools.cache
+@functools.cache  # (a device attribute: a runtime call each time, asked on every thin call)
 def _shared_limit(device: int) -> int:
     """The most dynamic shared memory a block of GPU ``device`` may ask for (227 KiB on an
     H100, 163 KiB on an A100, 64 KiB on a T4)."""
@@ -1100,7 +1107,7 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    group = 4 if n <= 4 else 8 if n <= 8 else 16
+    group = _column_group(n, ROWS_MAX_GROUP)
     vec = _vector_suffix((a,), (k,))
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}{vec}")(
@@ -1129,16 +1136,17 @@ def thin_shared_bytes(k: int, group: int, vec: bool) -> int:
     )
 
 
-def _thin_group(n: int) -> int:
-    """The columns G a thread of the thin kernels sums: the least of 4, 8, 16, 32 covering n."""
-    return 4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32
+def _column_group(n: int, most: int) -> int:
+    """The columns a thread of the tall (``most``: ROWS_MAX_GROUP) or thin (THIN_MAX_N) kernels
+    sums: the least of 4, 8, 16, 32 covering n, at most ``most``."""
+    return min(4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32, most)
 
 
 def thin_fits(k: int, n: int) -> bool:
     """Whether a block of the current GPU may have the thin kernel's shared memory for k and n,
     with either copy width (a T4's 64 KiB is too little at k = n = 32): where it may not,
     ``ordered_product`` takes the tall kernel and "auto" cuBLAS."""
-    shared = max(thin_shared_bytes(k, _thin_group(n), vec) for vec in (False, True))
+    shared = max(thin_shared_bytes(k, _column_group(n, THIN_MAX_N), vec) for vec in (False, True))
     return shared_fits(shared, cp.cuda.Device().id)
 
 
@@ -1150,7 +1158,8 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     a, b = _c_contiguous(a), _c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    group, vec, device = _thin_group(n), _vector_suffix((a,), (k,)), cp.cuda.Device().id
+    group, vec = _column_group(n, THIN_MAX_N), _vector_suffix((a,), (k,))
+    device = cp.cuda.Device().id
     shared = thin_shared_bytes(k, group, bool(vec))
     _refuse_unless_shared_fits("ordered_thin", shared, device)
     kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")

@@ -7,6 +7,7 @@ module decides which one runs and, for the "auto" policy, which level.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Literal
@@ -40,6 +41,12 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_PAIRS_MAX_DIM = 32
 AUTO_SMALL = "fp32-ordered"
+# ... and level IV for stacks of pairs of at least 1024 a side that hold at least 32 x 1024^3
+# multiply-adds together (H100, best of three medians against cuBLAS strided-batched SGEMM: 1.17x
+# at 32 x 1024^3, 1.21x at 64 x 1024^3, 1.47x at 64 x 1024x2048x1024, 1.68-1.95x at 4-16 x
+# 2048^3; 1.03x at 16 x 1024^3 left out; 0.64x at 256 x 512^3, 0.32x at 1024 x 256^3).
+AUTO_STACK_MIN_DIM = 1024
+AUTO_STACK_MIN_WORK = 32 * 1024**3
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
 # kernel for outputs of at most 32 a side (ordered_chunks; H100, ordered_long_k.py in one run:
 # 1.3-1.4x SGEMM at 16 x 262144 x 16, 1.4-1.6x at 32 x 262144 x 32, 1.8x at 32 x 524288 x 32,
@@ -224,6 +231,15 @@ def _cuda() -> ModuleType:
     return cuda
 
 
+def _stack_emulation_wins(a: Any, b: Any, m: int, k: int, n: int) -> bool:
+    """Whether level IV beats cuBLAS's batched SGEMM on the stack a @ b of m x k x n pairs
+    (its pairs at least AUTO_STACK_MIN_DIM a side, AUTO_STACK_MIN_WORK multiply-adds in all)."""
+    if min(m, k, n) < AUTO_STACK_MIN_DIM:  # (first: small stacks' calls take ~20 us)
+        return False
+    count = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    return count * m * k * n >= AUTO_STACK_MIN_WORK
+
+
 def _small_pairs_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether fp32-ordered's small-stack or pairs kernel beats cuBLAS's batched SGEMM on a
     stack of m x k x n pairs (the crossovers above)."""
@@ -238,7 +254,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     "auto" means float32-grade at the lowest time: native float32 on the CPU (where emulation
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; on the GPU, fp32-ordered for stacks of small pairs
-    (``_small_pairs_kernel_wins``), and level IV where every dimension is at least
+    (``_small_pairs_kernel_wins``), level IV for stacks of large ones
+    (``_stack_emulation_wins``), and level IV where every dimension is at least
     AUTO_MIN_DIM; IV-blocks for one tall product with few columns (``_blocks_kernel_wins``),
     fp32-ordered for one product of the shapes where one of its kernels wins
     (``_ordered_kernel_wins``).
@@ -252,6 +269,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3 and _small_pairs_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
+    if a.ndim >= 3 and b.ndim >= 3 and _stack_emulation_wins(a, b, m, k, n):
+        return get_level(AUTO_EMULATED)
     if a.ndim == 2 and b.ndim == 2 and _blocks_kernel_wins(m, k, n):
         return get_level(AUTO_BLOCKS)
     if a.ndim == 2 and b.ndim == 2 and _ordered_kernel_wins(m, k, n):

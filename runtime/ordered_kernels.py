@@ -6,6 +6,7 @@ module, with the contract's constants filled in (``${NAME}``)."""
 from __future__ import annotations
 
 ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
+ROWS_MAX_GROUP = 16  # ... and the most columns a thread of them sums (ordered_rows_<G>)
 THIN_THREADS = 128  # ... and of the thin ones (ordered_thin), ...
 THIN_STAGES = 3  # ... with this many tiles of rows in shared memory, all but one in flight
 THIN_MAX_N = 32  # ... and at most this many columns: one thread's column group

@@ -166,6 +166,15 @@ def test_auto_routes_stacks_by_their_shape() -> None:
     assert level(4096, pairs, pairs, pairs) == level(512, 17, 20, 8) == dispatch.AUTO_SMALL
     assert level(4096, pairs, pairs - 2, pairs) == level(4096, pairs, pairs, 17) == "fp32"
     assert level(4096, pairs + 1, pairs, pairs) == "fp32"
+    side = dispatch.AUTO_STACK_MIN_DIM  # level IV for stacks of large pairs, enough of them
+    count = dispatch.AUTO_STACK_MIN_WORK // side**3
+    assert level(count, side, side, side) == level(4, 2 * side, 2 * side, 2 * side) == "IV"
+    assert level(count // 2, side, side, side) == "fp32"
+    assert (
+        level(16 * count, side, side // 2, side)
+        == level(8 * count, side // 2, side, side)
+        == "fp32"
+    )
     assert level(16, large, large, large) == dispatch.AUTO_EMULATED
     assert level(64, large, small, large) == "fp32"  # thin k: the packs cost more than they save
 
