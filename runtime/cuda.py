@@ -49,6 +49,7 @@ from .levels import LEVELS, Kind, Level
 from .ordered_kernels import (
     CHUNKS_SHAPES,
     PAIRS_SHAPES,
+    PAIRS_STAGES,
     ROWS_MAX_GROUP,
     THIN_MAX_N,
     THIN_STAGES,
@@ -851,10 +852,10 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     segments (``ordered_split_product``); a tall one (m >= ROWS_MIN_M) through
     ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
     (n <= ROWS_MAX_N); a stack of pairs of at most 16 x 16 outputs with k <= STACK_MAX_K
-    through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 or 64 x 64 with k <= 64
-    through ``ordered_pairs_product`` (where the GPU's blocks can have its shared memory); else
-    a 16 R x 16 R output tile per block (R: ``tile_size`` by default), each block walking the
-    whole k."""
+    through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 or of 33 to 64 (the larger
+    of m and n) with k <= 64 through ``ordered_pairs_product`` (where the GPU's blocks can have
+    its shared memory); else a 16 R x 16 R output tile per block (R: ``tile_size`` by default),
+    each block walking the whole k."""
     stack = a.ndim == 3
     m, k = a.shape[-2:]
     n = b.shape[-1]
@@ -925,10 +926,10 @@ def pairs_tile(m: int, n: int, k: int) -> int | None:
 
 
 def pairs_shared_bytes(t: int) -> int:
-    """Dynamic shared memory of ``ordered_pairs_<t>`` (its PairsLayout): two stages of a
-    group's pairs, A's rows padded by 4 floats."""
+    """Dynamic shared memory of ``ordered_pairs_<t>`` (its PairsLayout): PAIRS_STAGES stages of
+    a group's pairs, A's rows padded by 4 floats."""
     kmax = PAIRS_SHAPES[t][0]
-    return 4 * 2 * _pairs_per_group(t) * (t * (kmax + 4) + kmax * t)
+    return 4 * PAIRS_STAGES * _pairs_per_group(t) * (t * (kmax + 4) + kmax * t)
 
 
 def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -943,7 +944,8 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     if t is None:
         raise ValueError(
             f"the small-pairs kernel takes pairs with m, n <= T and 0 < k <= the longest k for "
-            f"T ({ {t: kmax for t, (kmax, _) in PAIRS_SHAPES.items()} }); got {m} x {k} x {n}"
+            f"T, T the least of {list(PAIRS_SHAPES)} covering m and n "
+            f"({ {t: kmax for t, (kmax, _) in PAIRS_SHAPES.items()} }); got {m} x {k} x {n}"
         )
     a, b = _c_contiguous(a), _c_contiguous(b)
     vec = _vector_suffix((a, b), (k, n))
@@ -1064,7 +1066,6 @@ def chunks_shared_bytes(t: int, transposed: bool) -> int:
 
 
 @functools.cache
-@functools.cache  # (a device attribute: a runtime call each time, asked on every thin call)
 def _shared_limit(device: int) -> int:
     """The most dynamic shared memory a block of GPU ``device`` may ask for (227 KiB on an
     H100, 163 KiB on an A100, 64 KiB on a T4)."""

@@ -34,10 +34,10 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
 # SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3, 1.0x at
 # 64 x 1024^3); fp32-ordered's small-stack kernel for pairs of at most 16 x 16 x 16 (1.3-2.3x
-# at 4096 x 16^3), and its pairs kernel for pairs of at most 32 x 32 x 32 where it copies 16
-# bytes at a time (k and n multiples of 4; H100, GPU time of 512 and 4096 pairs of each of m,
-# n in {8, 17, 32}, k in {8, 20, 32}: 1.02-1.64x; with n = 17's 4-byte copies 0.71-0.98x). Its
-# 64 x 64 kernel stays below cuBLAS (0.72-0.92x at 33-64 a side).
+# at 4096 x 16^3), and its small-stack or pairs kernel for pairs of at most 32 x 32 x 32 where
+# it copies 16 bytes at a time (k and n multiples of 4; H100, GPU time of 512 and 4096 pairs of
+# each of m, n in {8, 17, 32}, k in {8, 20, 32}: 1.02-1.64x; with n = 17's 4-byte copies
+# 0.71-0.98x). Its 64 x 64 kernel stays below cuBLAS (0.72-0.92x at 33-64 a side).
 AUTO_ORDERED_MAX_DIM = 16
 AUTO_PAIRS_MAX_DIM = 32
 AUTO_SMALL = "fp32-ordered"
@@ -231,13 +231,28 @@ def _cuda() -> ModuleType:
     return cuda
 
 
+def _pair_count(a: Any, b: Any) -> int:
+    """Products in a @ b: 1 for two matrices, the broadcast stack's size for stacks."""
+    return math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+
+
 def _stack_emulation_wins(a: Any, b: Any, m: int, k: int, n: int) -> bool:
     """Whether level IV beats cuBLAS's batched SGEMM on the stack a @ b of m x k x n pairs
     (its pairs at least AUTO_STACK_MIN_DIM a side, AUTO_STACK_MIN_WORK multiply-adds in all)."""
     if min(m, k, n) < AUTO_STACK_MIN_DIM:  # (first: small stacks' calls take ~20 us)
         return False
-    count = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    return count * m * k * n >= AUTO_STACK_MIN_WORK
+    return _pair_count(a, b) * m * k * n >= AUTO_STACK_MIN_WORK
+
+
+def _emulation_fits(a: Any, b: Any, m: int, k: int, n: int) -> bool:
+    """Whether the GPU has room for level AUTO_EMULATED's workspace for a @ b (all pairs of a
+    stack at once): where it has not, "auto" runs native float32, which needs none, rather than
+    raise MemoryError. (No GPU at hand, as when routing is asked about shapes alone: True.)"""
+    if not device.gpu_available():
+        return True
+    cuda = _cuda()
+    level = get_level(AUTO_EMULATED)
+    return cuda.workspace_bytes(level, m, k, n, _pair_count(a, b)) <= cuda.free_bytes()
 
 
 def _small_pairs_kernel_wins(m: int, k: int, n: int) -> bool:
@@ -269,14 +284,13 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
         return get_level(NATIVE_LEVEL)
     if a.ndim >= 3 and b.ndim >= 3 and _small_pairs_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
-    if a.ndim >= 3 and b.ndim >= 3 and _stack_emulation_wins(a, b, m, k, n):
+    stack_wins = a.ndim >= 3 and b.ndim >= 3 and _stack_emulation_wins(a, b, m, k, n)
+    if (stack_wins or min(m, k, n) >= AUTO_MIN_DIM) and _emulation_fits(a, b, m, k, n):
         return get_level(AUTO_EMULATED)
     if a.ndim == 2 and b.ndim == 2 and _blocks_kernel_wins(m, k, n):
         return get_level(AUTO_BLOCKS)
     if a.ndim == 2 and b.ndim == 2 and _ordered_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
-    if min(m, k, n) >= AUTO_MIN_DIM:
-        return get_level(AUTO_EMULATED)
     return get_level(NATIVE_LEVEL)
 
 

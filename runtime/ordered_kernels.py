@@ -19,6 +19,7 @@ CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
 # 18.8 -> 13.3 us, 8192 x 20x32x20 38.5 -> 28.9 us); 3 and 4 stages were slower. T = 64 (a
 # stage of one pair) ran 1024 x 64^3 in 32 us against the tile kernel's 42 (cuBLAS 27).
 PAIRS_SHAPES = {32: (32, 128), 64: (64, 256)}
+PAIRS_STAGES = 2
 
 # Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
 # steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
@@ -590,7 +591,7 @@ struct StackWalk {
 // totals). The copies' shared-memory offsets are worked out once (CopyPlan): ncu counted 33
 // instructions a 16-byte copy when each copy divided its way to them, and the float64 totals
 // cost 23 instructions an output, against 32 FMAs.
-template <int T, int KMAX, int W, int THREADS_ = 256, int STAGES_ = 2>
+template <int T, int KMAX, int W, int THREADS_, int STAGES_>
 struct PairsLayout {
     static constexpr int THREADS = THREADS_, STAGES = STAGES_;
     static constexpr int GROUP = T * T / 16, PAIRS = THREADS / GROUP;
@@ -653,7 +654,7 @@ __device__ __forceinline__ void pairs_copy(const float* __restrict__ a, const fl
     copies_commit();
 }
 
-template <int T, int KMAX, bool VEC, int THREADS = 256, int STAGES = 2>
+template <int T, int KMAX, bool VEC, int THREADS, int STAGES>
 __device__ __forceinline__ void ordered_pairs_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
     long long count, float* __restrict__ c)
@@ -830,7 +831,7 @@ extern "C" __global__ void __launch_bounds__({threads})
 ordered_pairs_{t}{vec_suffix}(
     const float* a, const float* b, int m, int n, int k, long long count, float* c)
 {{
-    ordered_pairs_impl<{t}, {kmax}, {vec}, {threads}>(a, b, m, n, k, count, c);
+    ordered_pairs_impl<{t}, {kmax}, {vec}, {threads}, {PAIRS_STAGES}>(a, b, m, n, k, count, c);
 }}
 """
     for t, (kmax, threads) in PAIRS_SHAPES.items()

@@ -155,7 +155,7 @@ def test_auto_routes_stacks_by_their_shape() -> None:
     from mixpert.runtime import dispatch
 
     def level(count: int, m: int, k: int, n: int, backend: str = "cuda") -> str:
-        a, b = np.empty((count, m, k), np.float32), np.empty((count, k, n), np.float32)
+        a, b = shaped(count, m, k), shaped(count, k, n)
         return dispatch.resolve_level("auto", a, b, backend).name
 
     small, large = dispatch.AUTO_ORDERED_MAX_DIM, dispatch.AUTO_MIN_DIM
@@ -177,6 +177,33 @@ def test_auto_routes_stacks_by_their_shape() -> None:
     )
     assert level(16, large, large, large) == dispatch.AUTO_EMULATED
     assert level(64, large, small, large) == "fp32"  # thin k: the packs cost more than they save
+
+
+def test_auto_runs_native_where_level_iv_workspace_does_not_fit(monkeypatch) -> None:
+    """Where "auto" would take level IV (one large product, or a stack of large pairs) but the
+    GPU has less free memory than IV's workspace, it runs native float32, which needs none,
+    rather than raise MemoryError."""
+    from types import SimpleNamespace
+
+    from mixpert.runtime import device, dispatch
+
+    free = {"bytes": 0}
+    fake_cuda = SimpleNamespace(
+        workspace_bytes=lambda level, m, k, n, count=1: 1000 * count,
+        free_bytes=lambda: free["bytes"],
+    )
+    monkeypatch.setattr(device, "gpu_available", lambda: True)
+    monkeypatch.setattr(dispatch, "_cuda", lambda: fake_cuda)
+    big, side = dispatch.AUTO_MIN_DIM, dispatch.AUTO_STACK_MIN_DIM
+    count = dispatch.AUTO_STACK_MIN_WORK // side**3
+    for a, b, pairs in (
+        (shaped(big, big), shaped(big, big), 1),
+        (shaped(count, side, side), shaped(count, side, side), count),
+    ):
+        free["bytes"] = 1000 * pairs
+        assert dispatch.resolve_level("auto", a, b, "cuda").name == dispatch.AUTO_EMULATED
+        free["bytes"] = 1000 * pairs - 1
+        assert dispatch.resolve_level("auto", a, b, "cuda").name == "fp32"
 
 
 def shaped(*shape: int) -> np.ndarray:

@@ -215,12 +215,15 @@ def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n
         (5000, 32, 17, 31),
         (3000, 33, 32, 64),
         (9, 64, 30, 2),
+        (40, 32, 40, 32),
+        (5, 70, 30, 65),
     ],
 )
 def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
     """The stack kernels: small-stack (pairs of at most 16 x 16, blocks walking pairs, the next
-    pair in flight) for both stage sizes (k <= 16, 32), pairs (at most 32 x 32), and the tile
-    kernel beyond; stacks longer than the blocks that run at once."""
+    pair in flight) for both stage sizes (k <= 16, 32), pairs (at most 32 x 32 with k <= 32, or
+    33 to 64 a side with k <= 64), and the tile kernel beyond (32 x 40 x 32: past T = 32's k);
+    stacks longer than the blocks that run at once."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -264,9 +267,9 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
     rng = np.random.default_rng(count + m + k + n + offset)
     a = rng.standard_normal((count, m, k)).astype(np.float32)
     b = rng.standard_normal((count, k, n)).astype(np.float32)
-    a[0, 0, 0], a[-1, -1, -1], b[count // 2, 0, -1] = np.float32(1e-40), -np.inf, np.nan
+    a[0, 0, 0], a[-1, -1, -1], b[0, 0, -1] = np.float32(1e-40), -np.inf, np.nan
     b[1] = -0.0  # a pair of -0.0 columns: the chains start from +0
-    if count > 3:
+    if count > 4:  # (pairs 2 and 3, clear of the NaN and the infinity)
         a[2, 0], b[2, :, 0] = 1e-30, -1e-30  # each product rounds to -0.0: the chain ends at -0
         a[3, -1], b[3, :, -1] = 1e-20, 1e-20  # products of 1e-40: a subnormal sum
     a_gpu = cp.empty(a.size + offset, dtype=cp.float32)[offset:].reshape(a.shape)
@@ -282,8 +285,9 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     monkeypatch,
 ) -> None:
     """On a GPU whose blocks cannot have the split-k, pairs and thin kernels' shared memory (32
-    KiB here; a T4's 64 KiB is short of the split-k and thin kernels'), the products take the
-    kernels that fit, with the same bits; asked for directly, the kernel refuses clearly."""
+    KiB here; a T4's 64 KiB is short of the split-k, thin and 64 x 64 pairs kernels'), the
+    products take the kernels that fit, with the same bits; asked for directly, the kernel
+    refuses clearly."""
     from mixpert.runtime import cuda
 
     cp = device.cupy_module()
@@ -295,11 +299,12 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     )
     x = rng.standard_normal((50, 30, 20)).astype(np.float32)
     y = rng.standard_normal((50, 20, 32)).astype(np.float32)
+    x64 = rng.standard_normal((3, 64, 64)).astype(np.float32)
     tall = rng.standard_normal((cuda.ROWS_MIN_M * 2 + 5, 32)).astype(np.float32)
     thin = rng.standard_normal((32, 32)).astype(np.float32)
     assert cuda.pairs_shared_bytes(32) > 32 * 1024
     monkeypatch.setattr(cuda, "shared_fits", lambda shared, device: shared <= 32 * 1024)
-    for left, right in ((a, b), (x, y), (tall, thin)):
+    for left, right in ((a, b), (x, y), (x64, x64), (tall, thin)):
         want = ordered.ordered_product(left, right)
         got = cuda.ordered_product(cp.asarray(left), cp.asarray(right)).get()
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
@@ -310,7 +315,7 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("m", "k", "n"), [(65, 8, 8), (8, 65, 8), (8, 8, 72)])
+@pytest.mark.parametrize(("m", "k", "n"), [(65, 8, 8), (8, 65, 8), (8, 8, 72), (32, 40, 32)])
 def test_gpu_pairs_kernel_refuses_pairs_past_its_tiles(m, k, n) -> None:
     from mixpert.runtime import cuda
 
