@@ -32,8 +32,8 @@ OFFLOAD_MIN_FLOPS = 2 * 512**3
 AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
-# SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3, 1.0x at
-# 64 x 1024^3); fp32-ordered's small-stack kernel for pairs of at most 16 x 16 x 16 (1.3-2.3x
+# SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3) or the
+# stack rule below; fp32-ordered's small-stack kernel for pairs of at most 16 x 16 x 16 (1.3-2.3x
 # at 4096 x 16^3), and its small-stack or pairs kernel for pairs of at most 32 x 32 x 32 where
 # it copies 16 bytes at a time (k and n multiples of 4; H100, GPU time of 512 and 4096 pairs of
 # each of m, n in {8, 17, 32}, k in {8, 20, 32}: 1.02-1.64x; with n = 17's 4-byte copies

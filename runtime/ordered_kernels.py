@@ -595,7 +595,9 @@ template <int T, int KMAX, int W, int THREADS_, int STAGES_>
 struct PairsLayout {
     static constexpr int THREADS = THREADS_, STAGES = STAGES_;
     static constexpr int GROUP = T * T / 16, PAIRS = THREADS / GROUP;
-    static constexpr int A_ROW = KMAX + 4;  // (a warp's 16-byte reads of 8 rows: distinct banks)
+    // A's rows padded by 4 floats (from when a quarter-warp read 8 rows; it now reads one row,
+    // by broadcast, and kept as measured)
+    static constexpr int A_ROW = KMAX + 4;
     static constexpr int A_PAIR = T * A_ROW, B_PAIR = KMAX * T;
     static constexpr int STAGE_FLOATS = PAIRS * (A_PAIR + B_PAIR);
     // A thread's copies of a group's A and B, at most (pieces of W floats)
