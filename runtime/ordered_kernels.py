@@ -591,15 +591,14 @@ struct StackWalk {
 // totals). The copies' shared-memory offsets are worked out once (CopyPlan): ncu counted 33
 // instructions a 16-byte copy when each copy divided its way to them, and the float64 totals
 // cost 23 instructions an output, against 32 FMAs.
-template <int T, int KMAX, int W, int THREADS_, int STAGES_>
+template <int T, int KMAX, int W, int THREADS_>
 struct PairsLayout {
-    static constexpr int THREADS = THREADS_, STAGES = STAGES_;
+    static constexpr int THREADS = THREADS_;
     static constexpr int GROUP = T * T / 16, PAIRS = THREADS / GROUP;
     // A's rows padded by 4 floats (from when a quarter-warp read 8 rows; it now reads one row,
     // by broadcast, and kept as measured)
     static constexpr int A_ROW = KMAX + 4;
     static constexpr int A_PAIR = T * A_ROW, B_PAIR = KMAX * T;
-    static constexpr int STAGE_FLOATS = PAIRS * (A_PAIR + B_PAIR);
     // A thread's copies of a group's A and B, at most (pieces of W floats)
     static constexpr int A_COPIES = (PAIRS * T * KMAX / W + THREADS - 1) / THREADS;
     static constexpr int B_COPIES = (PAIRS * KMAX * T / W + THREADS - 1) / THREADS;
@@ -662,7 +661,7 @@ __device__ __forceinline__ void ordered_pairs_impl(
     long long count, float* __restrict__ c)
 {
     constexpr int CH = ${ORDERED_CHUNK}, W = VEC ? 4 : 1;
-    using L = PairsLayout<T, KMAX, W, THREADS, STAGES>;
+    using L = PairsLayout<T, KMAX, W, THREADS>;
     extern __shared__ __align__(16) float shared[];  // [STAGES][PAIRS][A_PAIR], ...[B_PAIR]
     float* const a_s = shared;
     float* const b_s = shared + STAGES * L::PAIRS * L::A_PAIR;
