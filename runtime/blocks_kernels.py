@@ -14,8 +14,16 @@ BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may tak
 # (2, 3) gave 1.60x -> 1.67x SGEMM at 65536 x 4096 x 16 (2 n-tiles) and 1.37x -> 1.59x at
 # 262144 x 1024 x 32 (4): 4 and 3 blocks an SM instead of 3 and 2; at 8 n-tiles it took 1.00x ->
 # 0.93x at 65536 x 4096 x 64 and 1.24x -> 1.18x at 16384^2 x 64 (0.95x -> 1.00x at n = 128).
-# 1 n-tile was not measured and keeps (3, 1). The bits are the same for every choice.
-BLOCKS_SHAPES = {1: (3, 1), 2: (2, 3), 4: (2, 3), 8: (3, 1)}
+# Later, 2 n-tiles at (2, 4) against (2, 3), GPU time: 430 -> 391 us at 65536 x 4096 x 16 (the
+# registers, 121-123, fit under either cap), 397 -> 400 at 262144 x 1024 x 16. 1 n-tile was not
+# measured and keeps (3, 1). The bits are the same for every choice.
+BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
+# ... and a variant capped for more blocks an SM, which the host takes where its extra blocks
+# save a round of row tiles (``cuda_blocks._rows_launch``): 4 n-tiles squeezed into 128
+# registers (from 156) ran 496 -> 449 us at 65536 x 4096 x 32 (1024 row tiles: 2 rounds, not 3)
+# and 922 -> 907 at 1048576 x 512 x 32, but 495 -> 533 at 16384^2 x 32 (256 row tiles: one
+# round either way) and 335 -> 350 at 40000 x 4096 x 24 (two rounds either way).
+BLOCKS_BUSY_SHAPES = {4: (2, 4)}
 BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed rows, or 256 rows of A, a block
 
 
@@ -651,17 +659,18 @@ extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_by
 """
 BLOCKS_SOURCE += "".join(
     f"""
-extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {BLOCKS_SHAPES[nt][1]})
-blocks_rows_{nt}{suffix}(
+extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {shapes[nt][1]})
+blocks_rows_{nt}{busy}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
     const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
     int* flagged)
 {{
-    blocks_rows_impl<{nt}, {vec}, {BLOCKS_SHAPES[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
+    blocks_rows_impl<{nt}, {vec}, {shapes[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
                                   col_top, deep, k_slack, c, flagged_rows, flagged);
 }}
 """
-    for nt in BLOCKS_N_TILES
+    for busy, shapes in (("", BLOCKS_SHAPES), ("_busy", BLOCKS_BUSY_SHAPES))
+    for nt in shapes
     for suffix, vec in (("", "false"), ("_vec", "true"))
 )
 BLOCKS_SOURCE += """
