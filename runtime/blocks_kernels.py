@@ -22,8 +22,10 @@ BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # save a round of row tiles (``cuda_blocks._rows_launch``): 4 n-tiles squeezed into 128
 # registers (from 156) ran 496 -> 449 us at 65536 x 4096 x 32 (1024 row tiles: 2 rounds, not 3)
 # and 922 -> 907 at 1048576 x 512 x 32, but 495 -> 533 at 16384^2 x 32 (256 row tiles: one
-# round either way) and 335 -> 350 at 40000 x 4096 x 24 (two rounds either way).
-BLOCKS_BUSY_SHAPES = {4: (2, 4)}
+# round either way) and 335 -> 350 at 40000 x 4096 x 24 (two rounds either way); 1 n-tile at
+# (2, 4) against (3, 1): 418 -> 385 us at 65536 x 4096 x 8 (and x 4), 389 -> 388 at 262144 x
+# 1024 x 8, but 381 -> 400 at 16384^2 x 8 and 149 -> 155 at 40000 x 2048 x 8.
+BLOCKS_BUSY_SHAPES = {1: (2, 4), 4: (2, 4)}
 BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed rows, or 256 rows of A, a block
 
 

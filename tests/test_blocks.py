@@ -138,32 +138,32 @@ def test_gpu_blocks_give_the_cpu_bits(shape: tuple[int, int, int], phi: float) -
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", [200, 99])  # 16-byte copies of A, and element copies
-def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(k: int) -> None:
-    """4 n-tiles a block: the variant capped for 4 blocks an SM where its extra blocks save a
-    round of A's row tiles, the plain one where both take as many rounds; the CPU model's bits."""
+@pytest.mark.parametrize(("k", "n"), [(200, 30), (99, 30), (200, 7)])  # 16-byte copies or not
+def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
+    k: int, n: int
+) -> None:
+    """1 and 4 n-tiles a block: the variant capped for 4 blocks an SM where its extra blocks save
+    a round of A's row tiles, the plain one where both take as many rounds; the CPU model's
+    bits."""
     from mixpert.runtime import cuda, cuda_blocks
 
     vec = "_vec" if k % 4 == 0 else ""
-    stage = cuda_blocks.stage_bytes(4, blocks.BLOCK_K, LEVEL.b_slices)
-    resident = {}  # blocks each variant runs at once
-    for name, shapes in (
-        ("_busy", cuda_blocks.BLOCKS_BUSY_SHAPES),
-        ("", cuda_blocks.BLOCKS_SHAPES),
-    ):
-        kernel = cuda_blocks._rows_kernel(f"blocks_rows_4{name}{vec}")
-        shared = shapes[4][0] * stage
-        resident[name] = (
-            kernel,
-            cuda._resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, 0, shared),
-        )
-    (busy, busy_rows), (plain, plain_rows) = resident["_busy"], resident[""]
+    nt = cuda_blocks.n_tiles_per_block(-(-n // 8))
+
+    def variant(name: str, shapes: dict[int, tuple[int, int]]) -> tuple[object, int]:
+        """The kernel, and the blocks of it the GPU runs at once."""
+        kernel = cuda_blocks._rows_kernel(f"blocks_rows_{nt}{name}{vec}")
+        shared = shapes[nt][0] * cuda_blocks.stage_bytes(nt, blocks.BLOCK_K, LEVEL.b_slices)
+        return kernel, cuda._resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, 0, shared)
+
+    busy, busy_rows = variant("_busy", cuda_blocks.BLOCKS_BUSY_SHAPES)
+    plain, plain_rows = variant("", cuda_blocks.BLOCKS_SHAPES)
     if busy_rows <= plain_rows:
         pytest.skip(f"the capped variant runs no more blocks here ({busy_rows}, {plain_rows})")
     tile = cuda_blocks.BLOCKS_TILE_ROWS
 
     def chosen(m: int) -> object:
-        return cuda_blocks._rows_launch(4, vec, m, 1, LEVEL)[0]
+        return cuda_blocks._rows_launch(nt, vec, m, 1, LEVEL)[0]
 
     assert chosen(tile) is plain  # one round each
     if busy_rows < 2 * plain_rows:
@@ -171,7 +171,7 @@ def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(k: 
     m = busy_rows * tile - tile // 2  # one round for the capped variant, two for the plain one
     assert chosen(m) is busy
     rng = np.random.default_rng(k)
-    _gpu_matches_cpu(gemmul8(np, rng, (m, k), 1.0), gemmul8(np, rng, (k, 30), 1.0))
+    _gpu_matches_cpu(gemmul8(np, rng, (m, k), 1.0), gemmul8(np, rng, (k, n), 1.0))
 
 
 @pytest.mark.gpu
