@@ -15,8 +15,8 @@ BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may tak
 # 262144 x 1024 x 32 (4): 4 and 3 blocks an SM instead of 3 and 2; at 8 n-tiles it took 1.00x ->
 # 0.93x at 65536 x 4096 x 64 and 1.24x -> 1.18x at 16384^2 x 64 (0.95x -> 1.00x at n = 128).
 # Later, 2 n-tiles at (2, 4) against (2, 3), GPU time: 430 -> 391 us at 65536 x 4096 x 16 (the
-# registers, 121-123, fit under either cap), 397 -> 400 at 262144 x 1024 x 16. 1 n-tile was not
-# measured and keeps (3, 1). The bits are the same for every choice.
+# registers, 121-123, fit under either cap), 397 -> 400 at 262144 x 1024 x 16. 1 n-tile keeps
+# (3, 1), 4 n-tiles (2, 3), each beside a variant below. The bits are the same for every choice.
 BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # ... and a variant capped for more blocks an SM, which the host takes where its extra blocks
 # save a round of row tiles (``cuda_blocks._rows_launch``): 4 n-tiles squeezed into 128
