@@ -31,6 +31,16 @@ OFFLOAD_MIN_FLOPS = 2 * 512**3
 # below peak, and packing reads every input once, so skinny and small shapes stay native.
 AUTO_EMULATED = "IV"
 AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n = 4096
+# ... or every dimension at least AUTO_LARGE_MIN_DIM and at least AUTO_LARGE_MIN_WORK
+# multiply-adds. H100, against SGEMM over two to five processes each (the INT8 algorithm is
+# chosen per process, and some processes run IV a third slower throughout): level IV 1.40-2.0x
+# and "auto" 1.24-1.79x at 16384 x 2048 x 2048, IV 2.17-2.21x and "auto" 2.16-2.19x at 2048 x
+# 16384 x 2048, IV 2.33-2.37x at 8192 x 2048 x 8192, 2.03-2.05x at 2048 x 2048 x 16384. With
+# 32 x 1024^3 multiply-adds "auto" fell to 0.90x in a slow process (8192 x 2048 x 2048; IV
+# 1.07-1.85x), and IV ran 0.52-1.40x at 16 x 1024^3 (2048 x 2048 x 4096 and its turns) and
+# 0.40-0.81x at 16384-65536 x 1024 x 1024, where 1024 a side stays native.
+AUTO_LARGE_MIN_DIM = 2048
+AUTO_LARGE_MIN_WORK = 64 * 1024**3
 # ... and for stacks (benchmarks/results/<gpu>/batched.md, against cuBLAS strided-batched
 # SGEMM): level IV where each pair passes the 2-D rule (H100: 1.8x at 16 x 4096^3) or the
 # stack rule below; fp32-ordered's small-stack kernel for pairs of at most 16 x 16 x 16 (1.3-2.3x
@@ -187,7 +197,7 @@ def _gpu_auto_fast_path(a: Any, b: Any) -> Any | None:
         return None
     m, k = a.shape
     k_b, n = b.shape
-    if k != k_b or min(m, k, n) >= AUTO_MIN_DIM:
+    if k != k_b or _emulation_wins(m, k, n):
         return None
     if _blocks_kernel_wins(m, k, n):
         return _cuda().matmul(a, b, get_level(AUTO_BLOCKS), native_when_bypassed=True)
@@ -244,6 +254,15 @@ def _stack_emulation_wins(a: Any, b: Any, m: int, k: int, n: int) -> bool:
     return _pair_count(a, b) * m * k * n >= AUTO_STACK_MIN_WORK
 
 
+def _emulation_wins(m: int, k: int, n: int) -> bool:
+    """Whether level IV beats cuBLAS SGEMM on one m x k x n product (or on each pair of a
+    stack): every dimension at least AUTO_MIN_DIM, or at least AUTO_LARGE_MIN_DIM with
+    AUTO_LARGE_MIN_WORK multiply-adds."""
+    least = min(m, k, n)
+    large = least >= AUTO_LARGE_MIN_DIM and m * k * n >= AUTO_LARGE_MIN_WORK
+    return least >= AUTO_MIN_DIM or large
+
+
 def _emulation_fits(a: Any, b: Any, m: int, k: int, n: int) -> bool:
     """Whether the GPU has room for level AUTO_EMULATED's workspace for a @ b (all pairs of a
     stack at once): where it has not, "auto" runs native float32, which needs none, rather than
@@ -270,8 +289,8 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     is the exact oracle, not a speed-up) and on GPU shapes too small or skinny for the INT8
     tensor cores to win; on the GPU, fp32-ordered for stacks of small pairs
     (``_small_pairs_kernel_wins``), level IV for stacks of large ones
-    (``_stack_emulation_wins``), and level IV where every dimension is at least
-    AUTO_MIN_DIM; IV-blocks for one tall product with few columns (``_blocks_kernel_wins``),
+    (``_stack_emulation_wins``), and level IV for large products (``_emulation_wins``);
+    IV-blocks for one tall product with few columns (``_blocks_kernel_wins``),
     fp32-ordered for one product of the shapes where one of its kernels wins
     (``_ordered_kernel_wins``).
     """
@@ -285,7 +304,7 @@ def resolve_level(level: str | Level, a: Any, b: Any, backend: str) -> Level:
     if a.ndim >= 3 and b.ndim >= 3 and _small_pairs_kernel_wins(m, k, n):
         return get_level(AUTO_SMALL)
     stack_wins = a.ndim >= 3 and b.ndim >= 3 and _stack_emulation_wins(a, b, m, k, n)
-    if (stack_wins or min(m, k, n) >= AUTO_MIN_DIM) and _emulation_fits(a, b, m, k, n):
+    if (stack_wins or _emulation_wins(m, k, n)) and _emulation_fits(a, b, m, k, n):
         return get_level(AUTO_EMULATED)
     if a.ndim == 2 and b.ndim == 2 and _blocks_kernel_wins(m, k, n):
         return get_level(AUTO_BLOCKS)

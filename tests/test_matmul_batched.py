@@ -211,6 +211,27 @@ def shaped(*shape: int) -> np.ndarray:
     return np.broadcast_to(np.float32(0), shape)
 
 
+def test_auto_routes_large_products_to_level_iv() -> None:
+    """One product: level IV on the GPU where every dimension is at least AUTO_MIN_DIM, or at
+    least AUTO_LARGE_MIN_DIM with AUTO_LARGE_MIN_WORK multiply-adds; native float32 one step
+    short of either rule, and on the CPU."""
+    from mixpert.runtime import dispatch
+
+    def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
+        return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
+
+    big, side = dispatch.AUTO_MIN_DIM, dispatch.AUTO_LARGE_MIN_DIM
+    long = dispatch.AUTO_LARGE_MIN_WORK // side**2  # side x long x side: just enough work
+    assert level(big, big, big) == level(side, long, side) == dispatch.AUTO_EMULATED
+    assert level(long, side, side) == level(side, side, long) == dispatch.AUTO_EMULATED
+    assert level(2 * side, 2 * side, long // 4) == dispatch.AUTO_EMULATED
+    assert level(side, long - 1, side) == "fp32"  # one multiply-add row short
+    assert level(side - 1, 2 * long, side) == level(long, side, side - 1) == "fp32"
+    assert level(big, big, big - 1) == "fp32"  # 3071 a side: too little work for the second rule
+    assert level(big, big, big, backend="cpu") == "fp32"
+    assert level(16 * side, side // 2, side // 2) == "fp32"  # 1024 a side stays native
+
+
 def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
     """One product with tiny m and n and a very long k: fp32-ordered's split-k on the GPU."""
     from mixpert.runtime import dispatch
