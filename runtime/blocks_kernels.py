@@ -26,6 +26,7 @@ BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # (2, 4) against (3, 1): 418 -> 385 us at 65536 x 4096 x 8 (and x 4), 389 -> 388 at 262144 x
 # 1024 x 8, but 381 -> 400 at 16384^2 x 8 and 149 -> 155 at 40000 x 2048 x 8.
 BLOCKS_BUSY_SHAPES = {1: (2, 4), 4: (2, 4)}
+assert set(BLOCKS_SHAPES) == set(BLOCKS_N_TILES) >= set(BLOCKS_BUSY_SHAPES)
 BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed rows, or 256 rows of A, a block
 
 

@@ -1145,8 +1145,9 @@ def _column_group(n: int, most: int) -> int:
 
 def thin_fits(k: int, n: int) -> bool:
     """Whether a block of the current GPU may have the thin kernel's shared memory for k and n,
-    with either copy width (a T4's 64 KiB is too little at k = n = 32): where it may not,
-    ``ordered_product`` takes the tall kernel and "auto" cuBLAS."""
+    with either copy width (at most 59392 bytes, at k = n = 32: a T4's 64 KiB is enough since
+    the kernel went down to two stages): where it may not, ``ordered_product`` takes the tall
+    kernel and "auto" cuBLAS."""
     shared = max(thin_shared_bytes(k, _column_group(n, THIN_MAX_N), vec) for vec in (False, True))
     return shared_fits(shared, cp.cuda.Device().id)
 

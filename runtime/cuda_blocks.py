@@ -2,7 +2,7 @@
 
 1. ``blocks_pack_b`` slices B per (block of k, column) into MMA fragments (B is the small
    operand of the shapes this level serves: k x n with n <= 128 or so);
-2. ``blocks_rows_<NT>`` streams A once, slicing it in registers per (row, block) and summing
+2. ``blocks_rows_<NT>[_busy]`` streams A once, slicing it in registers per (row, block) and summing
    the class products on the INT8 tensor cores (``mma.sync``) into float64 totals;
 3. ``blocks_bypass_rows`` and ``blocks_bypass_columns`` recompute the flagged rows and columns
    (NaN/Inf, unresolved; listed by the two kernels above) in order, without a host
@@ -143,7 +143,8 @@ def blocks_product(
     counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
     nt = n_tiles_per_block(n_tiles)
     groups = -(-n_tiles // nt)
-    kernel, shared, rows_grid = _rows_launch(nt, _vector_suffix((a,), (k,)), m, groups, level)
+    vec = _vector_suffix((a,), (k,))
+    kernel, shared, rows_grid = _rows_launch(nt, vec, m, groups, level, device)
     c = cp.empty((m, n), dtype=cp.float32)
     kernel(
         (groups, rows_grid), (BLOCKS_THREADS,),
@@ -193,14 +194,15 @@ def _sampled_counts(
     return _flag_counts(sampled, flagged_cols)
 
 
-def _rows_launch(nt: int, vec: str, m: int, groups: int, level: Level) -> tuple[Any, int, int]:
+def _rows_launch(
+    nt: int, vec: str, m: int, groups: int, level: Level, device: int
+) -> tuple[Any, int, int]:
     """The rows kernel for ``nt`` n-tiles a block, its shared memory and its grid's rows (each
     grid row walks A's row tiles in turn): the variant capped for more blocks an SM
     (``BLOCKS_BUSY_SHAPES``) where its extra blocks save a round of tiles, else the plain one
     (``BLOCKS_SHAPES``; with as many rounds, its blocks, sharing an SM with fewer, are faster:
     H100, 40000 x 4096 x 24, 625 row tiles in two rounds either way, 335 against 347 us)."""
     tiles = -(-m // BLOCKS_TILE_ROWS)
-    device = cp.cuda.Device().id
     launches = []
     for busy in ("", "_busy") if nt in BLOCKS_BUSY_SHAPES else ("",):
         stages = (BLOCKS_BUSY_SHAPES if busy else BLOCKS_SHAPES)[nt][0]

@@ -248,10 +248,12 @@ def _pair_count(a: Any, b: Any) -> int:
 
 def _stack_emulation_wins(a: Any, b: Any, m: int, k: int, n: int) -> bool:
     """Whether level IV beats cuBLAS's batched SGEMM on the stack a @ b of m x k x n pairs
-    (its pairs at least AUTO_STACK_MIN_DIM a side, AUTO_STACK_MIN_WORK multiply-adds in all)."""
+    (its pairs at least AUTO_STACK_MIN_DIM a side, AUTO_STACK_MIN_WORK multiply-adds in all,
+    two pairs or more: level IV runs one pair as a matrix product, under the 2-D rule)."""
     if min(m, k, n) < AUTO_STACK_MIN_DIM:  # (first: small stacks' calls take ~20 us)
         return False
-    return _pair_count(a, b) * m * k * n >= AUTO_STACK_MIN_WORK
+    pairs = _pair_count(a, b)
+    return pairs > 1 and pairs * m * k * n >= AUTO_STACK_MIN_WORK
 
 
 def _emulation_wins(m: int, k: int, n: int) -> bool:

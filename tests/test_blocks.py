@@ -142,34 +142,44 @@ def test_gpu_blocks_give_the_cpu_bits(shape: tuple[int, int, int], phi: float) -
 def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
     k: int, n: int
 ) -> None:
-    """1 and 4 n-tiles a block: the variant capped for 4 blocks an SM where its extra blocks save
-    a round of A's row tiles, the plain one where both take as many rounds; the CPU model's
-    bits."""
+    """1 and 4 n-tiles a block: the variant capped for 4 blocks an SM, with its own shared
+    memory and grid, where its extra blocks save a round of A's row tiles; the plain one where
+    both take as many rounds; the CPU model's bits."""
     from mixpert.runtime import cuda, cuda_blocks
 
+    cp = device.cupy_module()
+    gpu = cp.cuda.Device().id
     vec = "_vec" if k % 4 == 0 else ""
     nt = cuda_blocks.n_tiles_per_block(-(-n // 8))
 
-    def variant(name: str, shapes: dict[int, tuple[int, int]]) -> tuple[object, int]:
-        """The kernel, and the blocks of it the GPU runs at once."""
+    def variant(name: str, shapes: dict[int, tuple[int, int]]) -> tuple[object, int, int]:
+        """The kernel, its shared memory, and the blocks of it the GPU runs at once."""
         kernel = cuda_blocks._rows_kernel(f"blocks_rows_{nt}{name}{vec}")
         shared = shapes[nt][0] * cuda_blocks.stage_bytes(nt, blocks.BLOCK_K, LEVEL.b_slices)
-        return kernel, cuda._resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, 0, shared)
+        return (
+            kernel,
+            shared,
+            cuda._resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, gpu, shared),
+        )
 
-    busy, busy_rows = variant("_busy", cuda_blocks.BLOCKS_BUSY_SHAPES)
-    plain, plain_rows = variant("", cuda_blocks.BLOCKS_SHAPES)
+    busy, plain = (
+        variant("_busy", cuda_blocks.BLOCKS_BUSY_SHAPES),
+        variant("", cuda_blocks.BLOCKS_SHAPES),
+    )
+    busy_rows, plain_rows = busy[2], plain[2]
     if busy_rows <= plain_rows:
+        assert cp.cuda.Device().compute_capability != "90", "an H100 runs more capped blocks"
         pytest.skip(f"the capped variant runs no more blocks here ({busy_rows}, {plain_rows})")
     tile = cuda_blocks.BLOCKS_TILE_ROWS
 
-    def chosen(m: int) -> object:
-        return cuda_blocks._rows_launch(nt, vec, m, 1, LEVEL)[0]
+    def launch(m: int) -> tuple[object, int, int]:
+        return cuda_blocks._rows_launch(nt, vec, m, 1, LEVEL, gpu)
 
-    assert chosen(tile) is plain  # one round each
+    assert launch(tile) == (plain[0], plain[1], 1)  # one round each
     if busy_rows < 2 * plain_rows:
-        assert chosen((busy_rows + 1) * tile) is plain  # two rounds each
+        assert launch((busy_rows + 1) * tile) == (plain[0], plain[1], plain_rows)  # two each
     m = busy_rows * tile - tile // 2  # one round for the capped variant, two for the plain one
-    assert chosen(m) is busy
+    assert launch(m) == (busy[0], busy[1], busy_rows)
     rng = np.random.default_rng(k)
     _gpu_matches_cpu(gemmul8(np, rng, (m, k), 1.0), gemmul8(np, rng, (k, n), 1.0))
 

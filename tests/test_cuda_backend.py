@@ -405,6 +405,26 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
     assert told == [1] and cp.array_equal(got, cuda._native_gemm(a, b, cuda.CUDA_R_32F))
 
 
+def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> None:
+    """CuPy operands of 2048 x k x 2048 with AUTO_LARGE_MIN_WORK multiply-adds: "auto" (its
+    fast path for CuPy matrices included) gives level IV's bits, not cuBLAS SGEMM's; one
+    column fewer, it runs SGEMM."""
+    import mixpert
+
+    rng = np.random.default_rng(21)
+    side = dispatch.AUTO_LARGE_MIN_DIM
+    k = dispatch.AUTO_LARGE_MIN_WORK // side**2
+    a = cp.asarray(rng.standard_normal((side, k), dtype=np.float32))
+    b = cp.asarray(rng.standard_normal((k, side), dtype=np.float32))
+    got = mixpert.matmul(a, b, level="auto")
+    want = cuda.matmul(a, b, get_level("IV"))
+    assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
+    assert not cp.array_equal(got, cuda._native_gemm(a, b, cuda.CUDA_R_32F))
+    narrow = b[:, : side - 1]
+    got = mixpert.matmul(a, narrow, level="auto")
+    assert cp.array_equal(got, cp.matmul(a, narrow))
+
+
 def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     """An outlier column flags most lines at IV (each recomputed in float64): "auto" runs
     cuBLAS SGEMM there, within the same componentwise bound; on N(0,1) data, and where the

@@ -224,12 +224,16 @@ def test_auto_routes_large_products_to_level_iv() -> None:
     long = dispatch.AUTO_LARGE_MIN_WORK // side**2  # side x long x side: just enough work
     assert level(big, big, big) == level(side, long, side) == dispatch.AUTO_EMULATED
     assert level(long, side, side) == level(side, side, long) == dispatch.AUTO_EMULATED
-    assert level(2 * side, 2 * side, long // 4) == dispatch.AUTO_EMULATED
+    assert level(side, 2 * side, long // 2) == dispatch.AUTO_EMULATED  # 2048 x 4096 x 8192
     assert level(side, long - 1, side) == "fp32"  # one multiply-add row short
     assert level(side - 1, 2 * long, side) == level(long, side, side - 1) == "fp32"
     assert level(big, big, big - 1) == "fp32"  # 3071 a side: too little work for the second rule
     assert level(big, big, big, backend="cpu") == "fp32"
-    assert level(16 * side, side // 2, side // 2) == "fp32"  # 1024 a side stays native
+    assert level(64 * side, side // 2, side // 2) == "fp32"  # 1024 a side stays native
+    stack = dispatch.resolve_level(
+        "auto", shaped(1, 64 * side, side // 2), shaped(1, side // 2, side // 2), "cuda"
+    )
+    assert stack.name == "fp32"  # ... in a stack of one pair too
 
 
 def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:

@@ -285,7 +285,7 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     monkeypatch,
 ) -> None:
     """On a GPU whose blocks cannot have the split-k, pairs and thin kernels' shared memory (32
-    KiB here; a T4's 64 KiB is short of the split-k, thin and 64 x 64 pairs kernels'), the
+    KiB here; a T4's 64 KiB is short of the split-k and 64 x 64 pairs kernels'), the
     products take the kernels that fit, with the same bits; asked for directly, the kernel
     refuses clearly."""
     from mixpert.runtime import cuda
