@@ -1,4 +1,4 @@
-"""Why ``cuda.gemm_tn`` runs tall outputs as 4096-row blocks: one INT8 GEMM timed whole and blocked.
+"""Why ``cuda.gemm_tn`` runs wide outputs as 4096-row blocks: one INT8 GEMM timed whole, blocked.
 
 On the H100 of 2026-11-22 cuBLAS's own choice ran 16384^3 at 780 TOPS, four 4096-row GEMMs at
 1640 TOPS (12288: 1323 vs 1456; 8192: equal). Clocks stayed at 1920-1980 MHz: not power.
@@ -26,11 +26,12 @@ def int8_tops(n: int, row_block: int) -> float:
     a = cuda.pack_int8(x, kexp, cuda.A_SIDE, 1, reversed_slots=False)
     b = cuda.pack_int8(x, kexp, cuda.B_SIDE, 1, reversed_slots=True)
     out = cp.empty((n, n), dtype=cp.int32)
-    saved, cuda.GEMM_ROW_BLOCK = cuda.GEMM_ROW_BLOCK, row_block
+    saved = cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N
+    cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N = row_block, 0  # blocks at any n
     try:
         seconds = median_seconds(lambda: cuda.gemm_tn(a, 0, b, 0, a.k_pad, out), 2.0 * n**3)
     finally:
-        cuda.GEMM_ROW_BLOCK = saved
+        cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N = saved
     return 2.0 * n**3 / seconds / 1e12
 
 

@@ -9,7 +9,11 @@ import pytest
 from mixpert.runtime import get_level, workspace
 from mixpert.runtime.combine import int32_k_block
 
-ROW_BLOCK = 4096  # cuda.GEMM_ROW_BLOCK
+ROW_BLOCK, ROW_BLOCK_MIN_N = 4096, 8192  # cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N
+
+
+def row_block(n: int) -> int:  # cuda.gemm_row_block
+    return ROW_BLOCK if n >= ROW_BLOCK_MIN_N else 1 << 62
 
 
 def padded(k: int) -> int:  # cuda._padded
@@ -40,7 +44,7 @@ def test_gpu_workspace_is_within_4x_operands_and_output(level: str, shape: tuple
     *stack, m, k, n = shape
     count = stack[0] if stack else 1
     long_k = padded(k) > int32_k_block(lv)
-    sums = workspace.sum_blocking(lv, m, k, n, count, long_k, ROW_BLOCK)[1]
+    sums = workspace.sum_blocking(lv, m, k, n, count, long_k, row_block(n))[1]
     needed = workspace.gpu_bytes(lv, m, k, n, padded(k), long_k, count, sums)
     assert needed <= 4 * count * workspace.block_budget(m, k, n)
 
@@ -48,7 +52,7 @@ def test_gpu_workspace_is_within_4x_operands_and_output(level: str, shape: tuple
 def test_small_k_is_cut_into_row_blocks() -> None:
     """8192 x 64 x 8192 at IV: all the class sums at once took ~4.9x the operands and output."""
     iv = get_level("IV")
-    rows, sums = workspace.sum_blocking(iv, 8192, 64, 8192, 1, False, ROW_BLOCK)
+    rows, sums = workspace.sum_blocking(iv, 8192, 64, 8192, 1, False, row_block(8192))
     assert rows < 8192 and sums <= workspace.SUMS_BUDGET * workspace.block_budget(8192, 64, 8192)
     whole = workspace.gpu_bytes(iv, 8192, 64, 8192, 64, False)  # every row's sums at once
     assert whole > 4 * workspace.block_budget(8192, 64, 8192)
