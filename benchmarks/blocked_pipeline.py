@@ -10,8 +10,8 @@ cuBLAS SGEMM and TF32:
   the cost of issue 11's handling is this row's time against ``IV``'s;
 - ``V``: the floor-grade level, as shipped.
 
-Blocks run the same GEMMs (``gemm_tn`` already cut A into GEMM_ROW_BLOCK rows) and one combine
-launch per block: predicted within noise. Rounds are interleaved so clock drift hits every
+Blocks run the same GEMMs (``gemm_tn`` cuts A into ``workspace.gemm_row_block`` rows) and one
+combine launch per block: predicted within noise. Rounds are interleaved so clock drift hits every
 variant alike; each variant keeps its best median. Writes ``blocked-pipeline.json``, ``.md``
 and ``.png``.
 

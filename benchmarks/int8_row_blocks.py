@@ -16,7 +16,7 @@ device.exit_without_gpu("benchmarks/int8_row_blocks.py")
 
 import cupy as cp
 
-from mixpert.runtime import cuda
+from mixpert.runtime import cuda, workspace
 from mixpert.timing import gpu_median_seconds as median_seconds
 
 
@@ -26,12 +26,12 @@ def int8_tops(n: int, row_block: int) -> float:
     a = cuda.pack_int8(x, kexp, cuda.A_SIDE, 1, reversed_slots=False)
     b = cuda.pack_int8(x, kexp, cuda.B_SIDE, 1, reversed_slots=True)
     out = cp.empty((n, n), dtype=cp.int32)
-    saved = cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N
-    cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N = row_block, 0  # blocks at any n
+    saved = workspace.GEMM_ROW_BLOCK, workspace.GEMM_ROW_BLOCK_MIN_N
+    workspace.GEMM_ROW_BLOCK, workspace.GEMM_ROW_BLOCK_MIN_N = row_block, 0  # blocks at any n
     try:
         seconds = median_seconds(lambda: cuda.gemm_tn(a, 0, b, 0, a.k_pad, out), 2.0 * n**3)
     finally:
-        cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N = saved
+        workspace.GEMM_ROW_BLOCK, workspace.GEMM_ROW_BLOCK_MIN_N = saved
     return 2.0 * n**3 / seconds / 1e12
 
 

@@ -64,14 +64,6 @@ K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA ke
 # 2.5e-6 at 2048, 9.7e-6 unblocked at n = 8192 (3.3x); SGEMM 1.1e-6 / 1.6e-6. 1024 keeps the
 # level near SGEMM's error and still faster; level IV is both more accurate and faster there.
 FP16_K_BLOCK = 1024
-# Rows of A per GEMM and per block of class sums, for outputs at least GEMM_ROW_BLOCK_MIN_N
-# wide; narrower outputs run all rows at once (``gemm_row_block``). H100, level IV against SGEMM
-# in one run, blocks of 4096 rows against none: 2.97x / 2.75x at 8192^3, but 0.61x / 1.07x at
-# 16384 x 1024 x 1024, 0.69x / 1.57x at 65536 x 1024 x 1024, 1.97x / 2.14x at 16384 x 2048 x
-# 2048, 1.40x / 1.69x at 131072 x 768 x 3072, 1.62x / 2.05x at 131072 x 3072 x 768, 2.59x /
-# 2.62x at 16384 x 4096 x 4096, 1.79x either way at 8192 x 1024 x 8192.
-GEMM_ROW_BLOCK = 4096
-GEMM_ROW_BLOCK_MIN_N = 8192
 # "auto"'s fallback check waits for the packs' flag counts once the GEMMs of this many weight
 # classes are queued (3 of level IV's 8 products), so the GPU has work while the host waits.
 # On an H100, one class or two measured alike at n = 3072-8192; where the check falls back to
@@ -403,9 +395,9 @@ def gemm_tn(
 
     cuBLAS is column-major: the row-major (m, n) output is its (n, m) matrix
     B_span (n x depth, transposed) times A_span^T, both operands k-contiguous ("TN").
-    Tall and wide outputs run as blocks of rows (``gemm_row_block``): at m = 16384 cuBLAS's own
-    choice ran INT8 at 780 TOPS on an H100, four 4096-row GEMMs at 1640
-    (benchmarks/int8_row_blocks.py).
+    Outputs run as blocks of rows: INT8 ones as ``workspace.gemm_row_block`` says (at m = n =
+    16384 cuBLAS's own choice ran at 780 TOPS on an H100, four 4096-row GEMMs at 1640:
+    benchmarks/int8_row_blocks.py), FP16 ones in blocks of ``workspace.GEMM_ROW_BLOCK`` rows.
     A stack (``out`` (s, m, n), s > 1) is one strided-batched GEMM over its pairs.
     """
     types = tn_gemm.INT8 if a.data.dtype == cp.int8 else tn_gemm.FP16
@@ -417,7 +409,8 @@ def gemm_tn(
         shape = tn_gemm.Gemm(n, m, depth, b.ld, a.ld, count, n * b.ld, m * a.ld, m * n)
         tn_gemm.gemm(shape, b_span, a_span, out.data.ptr, accumulate, types)
         return
-    block = gemm_row_block(n)
+    int8 = types is tn_gemm.INT8
+    block = workspace.gemm_row_block(n) if int8 else workspace.GEMM_ROW_BLOCK
     for first in range(0, m, block):
         rows = min(block, m - first)
         a_rows = a_span + first * a.ld * a.data.itemsize
@@ -583,21 +576,12 @@ class _Block:
     c: cp.ndarray
 
 
-def gemm_row_block(n: int) -> int:
-    """Rows of A per GEMM for outputs ``n`` wide: GEMM_ROW_BLOCK where n is at least
-    GEMM_ROW_BLOCK_MIN_N, else no limit."""
-    return GEMM_ROW_BLOCK if n >= GEMM_ROW_BLOCK_MIN_N else MAX_ROWS
-
-
-MAX_ROWS = 1 << 62  # (no limit)
-
-
 def _sum_blocking(level: Level, m: int, k: int, n: int, count: int = 1) -> tuple[int, int]:
     """(units per block, bytes of the class-sum buffer) of an INT8 product: units are A's rows
-    (up to the GEMMs' own row block, ``gemm_row_block``), or the pairs of a stack of
-    ``count``."""
+    (up to the GEMMs' own row block, ``workspace.gemm_row_block``), or the pairs of a stack
+    of ``count``."""
     long_k = _padded(k) > int32_k_block(level)
-    return workspace.sum_blocking(level, m, k, n, count, long_k, gemm_row_block(n))
+    return workspace.sum_blocking(level, m, k, n, count, long_k, workspace.gemm_row_block(n))
 
 
 def _sums_and_combine(

@@ -39,6 +39,26 @@ def cpu_bytes(level: Level, m: int, k: int, n: int) -> int:
 
 
 SUMS_BUDGET = 2  # GPU class sums: at most twice the bytes of the operands and the output
+# Rows of A per INT8 GEMM and per block of class sums on the GPU (``gemm_row_block``): blocks
+# of GEMM_ROW_BLOCK rows for outputs at least GEMM_ROW_BLOCK_MIN_N wide, else blocks of up to
+# NARROW_BLOCK_ENTRIES outputs (so a GEMM's output stays far below 2^31 entries, and a block's
+# class sums within 1 GiB at level IV). H100, level IV against SGEMM in one run, blocks of 4096
+# rows against blocks of all rows (within SUMS_BUDGET): 2.97x / 2.75x at 8192^3, but 0.61x /
+# 1.07x at 16384 x 1024 x 1024, 0.69x / 1.57x at 65536 x 1024 x 1024, 1.97x / 2.14x at 16384 x
+# 2048 x 2048, 1.40x / 1.69x at 131072 x 768 x 3072, 1.62x / 2.05x at 131072 x 3072 x 768,
+# 2.59x / 2.62x at 16384 x 4096 x 4096, 1.79x either way at 8192 x 1024 x 8192.
+GEMM_ROW_BLOCK = 4096
+GEMM_ROW_BLOCK_MIN_N = 8192
+NARROW_BLOCK_ENTRIES = 1 << 26
+
+
+def gemm_row_block(n: int) -> int:
+    """Rows of A per INT8 GEMM (and the most per block of class sums) for outputs ``n`` wide."""
+    if n >= GEMM_ROW_BLOCK_MIN_N:
+        return GEMM_ROW_BLOCK
+    return max(GEMM_ROW_BLOCK, NARROW_BLOCK_ENTRIES // max(n, 1))
+
+
 GEMM_WORKSPACE = 32 << 20  # the most workspace one cuBLASLt GEMM may take (tn_gemm)
 
 

@@ -55,8 +55,8 @@ def operands(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.
 @pytest.mark.parametrize("blocks", [1, 3, None])  # rows (pairs) per block; None: the budget's
 @pytest.mark.parametrize("n", [44, 45])  # 44: four entries per combine thread
 def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, blocks, n) -> None:
-    monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK", 24)
-    monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK_MIN_N", 0)  # blocks of rows at any n
+    monkeypatch.setattr(workspace, "GEMM_ROW_BLOCK", 24)
+    monkeypatch.setattr(workspace, "GEMM_ROW_BLOCK_MIN_N", 0)  # blocks of rows at any n
     if blocks is not None:
         monkeypatch.setattr(workspace, "gpu_block", lambda units, *_: min(units, blocks))
     rng = np.random.default_rng(zlib.crc32(f"{level} {kind} {n}".encode()))
@@ -85,8 +85,8 @@ def test_blocked_long_k_keeps_the_oracles_bits(monkeypatch) -> None:
 
 def test_the_result_is_ready_on_the_callers_stream(monkeypatch) -> None:
     """Every block runs on the caller's own stream, the result ordered there."""
-    monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK", 256)
-    monkeypatch.setattr(cuda, "GEMM_ROW_BLOCK_MIN_N", 0)
+    monkeypatch.setattr(workspace, "GEMM_ROW_BLOCK", 256)
+    monkeypatch.setattr(workspace, "GEMM_ROW_BLOCK_MIN_N", 0)
     rng = np.random.default_rng(4)
     a, b = operands(rng, (2048, 512), "normal"), operands(rng, (512, 1024), "normal")
     expected = dispatch.matmul(a, b, "IV", backend="cpu")

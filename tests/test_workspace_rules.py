@@ -9,12 +9,6 @@ import pytest
 from mixpert.runtime import get_level, workspace
 from mixpert.runtime.combine import int32_k_block
 
-ROW_BLOCK, ROW_BLOCK_MIN_N = 4096, 8192  # cuda.GEMM_ROW_BLOCK, cuda.GEMM_ROW_BLOCK_MIN_N
-
-
-def row_block(n: int) -> int:  # cuda.gemm_row_block
-    return ROW_BLOCK if n >= ROW_BLOCK_MIN_N else 1 << 62
-
 
 def padded(k: int) -> int:  # cuda._padded
     return max(16, -(-k // 16) * 16)
@@ -44,15 +38,33 @@ def test_gpu_workspace_is_within_4x_operands_and_output(level: str, shape: tuple
     *stack, m, k, n = shape
     count = stack[0] if stack else 1
     long_k = padded(k) > int32_k_block(lv)
-    sums = workspace.sum_blocking(lv, m, k, n, count, long_k, row_block(n))[1]
+    sums = workspace.sum_blocking(lv, m, k, n, count, long_k, workspace.gemm_row_block(n))[1]
     needed = workspace.gpu_bytes(lv, m, k, n, padded(k), long_k, count, sums)
     assert needed <= 4 * count * workspace.block_budget(m, k, n)
 
 
-def test_small_k_is_cut_into_row_blocks() -> None:
-    """8192 x 64 x 8192 at IV: all the class sums at once took ~4.9x the operands and output."""
+@pytest.mark.parametrize("shape", [(8192, 64, 8192), (16384, 64, 4096)])
+def test_small_k_is_cut_into_row_blocks(shape: tuple[int, int, int]) -> None:
+    """At IV all the class sums at once would take ~4.9-5x the operands and output: they come in
+    blocks of rows within the budget (at n = 4096 the budget's, below the GEMMs' own limit)."""
     iv = get_level("IV")
-    rows, sums = workspace.sum_blocking(iv, 8192, 64, 8192, 1, False, row_block(8192))
-    assert rows < 8192 and sums <= workspace.SUMS_BUDGET * workspace.block_budget(8192, 64, 8192)
-    whole = workspace.gpu_bytes(iv, 8192, 64, 8192, 64, False)  # every row's sums at once
-    assert whole > 4 * workspace.block_budget(8192, 64, 8192)
+    m, k, n = shape
+    rows, sums = workspace.sum_blocking(iv, m, k, n, 1, False, workspace.gemm_row_block(n))
+    assert rows < m
+    assert sums <= workspace.SUMS_BUDGET * workspace.block_budget(m, k, n)
+    whole = workspace.gpu_bytes(iv, m, k, n, k, False)  # every row's sums at once
+    assert whole > 4 * workspace.block_budget(m, k, n)
+
+
+@pytest.mark.parametrize("n", [1, 3, 768, 1024, 4096, 8191, 8192, 16384])
+def test_gemm_row_blocks_keep_a_gemm_far_below_2_to_the_31_outputs(n: int) -> None:
+    """Outputs at least GEMM_ROW_BLOCK_MIN_N wide: GEMM_ROW_BLOCK rows a GEMM; narrower ones:
+    as many as make NARROW_BLOCK_ENTRIES outputs, and never fewer than GEMM_ROW_BLOCK."""
+    rows = workspace.gemm_row_block(n)
+    if n >= workspace.GEMM_ROW_BLOCK_MIN_N:
+        assert rows == workspace.GEMM_ROW_BLOCK
+    else:
+        assert rows >= workspace.GEMM_ROW_BLOCK
+        assert rows * n <= max(workspace.NARROW_BLOCK_ENTRIES, workspace.GEMM_ROW_BLOCK * n)
+        assert (rows + 1) * n > workspace.NARROW_BLOCK_ENTRIES or rows == workspace.GEMM_ROW_BLOCK
+    assert rows * n < 2**31
