@@ -39,7 +39,7 @@ AUTO_MIN_DIM = 3072  # H100: IV ran at 1.0x SGEMM at n = 2048 and at 2.1x at n =
 # 32 x 1024^3 multiply-adds "auto" fell to 0.90x in a slow process (8192 x 2048 x 2048; IV
 # 1.07-1.85x), and IV ran 0.52-1.40x at 16 x 1024^3 (2048 x 2048 x 4096 and its turns).
 # 1024 a side stays native: IV ran 0.40-0.81x at 16384-65536 x 1024 x 1024 while its GEMMs went
-# in blocks of 4096 rows, 1.14x / 1.59x in one process since (cuda.gemm_row_block): not yet
+# in blocks of 4096 rows, 1.14x / 1.59x in one process since (workspace.gemm_row_block): not yet
 # measured across processes.
 AUTO_LARGE_MIN_DIM = 2048
 AUTO_LARGE_MIN_WORK = 64 * 1024**3
