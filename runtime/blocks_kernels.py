@@ -17,6 +17,11 @@ BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may tak
 # Later, 2 n-tiles at (2, 4) against (2, 3), GPU time: 430 -> 391 us at 65536 x 4096 x 16 (the
 # registers, 121-123, fit under either cap), 397 -> 400 at 262144 x 1024 x 16. 1 n-tile keeps
 # (3, 1), 4 n-tiles (2, 3), each beside a variant below. The bits are the same for every choice.
+# 8 n-tiles: one warp per 16 rows and all 8 (240 registers: 8 warps an SM, issuing in 48% of
+# the cycles, ncu) beat warps sharing their rows' slicing through shared memory, each summing
+# 4 or 2 of the n-tiles at 128 registers (same bits), H100: 695 -> 854 us (4 n-tiles a warp, 2
+# warps a row group) and 1268 (2 n-tiles, 4 warps) at 65536 x 4096 x 64; 16 n-tiles a block (4
+# a warp, 4 warps) 1346 -> 1732 us at x 128. (Source: git history, "column warps".)
 BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # ... and a variant capped for more blocks an SM, which the host takes where its extra blocks
 # save a round of row tiles (``cuda_blocks._rows_launch``): 4 n-tiles squeezed into 128
