@@ -21,7 +21,7 @@ BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may tak
 # the cycles, ncu) beat warps sharing their rows' slicing through shared memory, each summing
 # 4 or 2 of the n-tiles at 128 registers (same bits), H100: 695 -> 854 us (4 n-tiles a warp, 2
 # warps a row group) and 1268 (2 n-tiles, 4 warps) at 65536 x 4096 x 64; 16 n-tiles a block (4
-# a warp, 4 warps) 1346 -> 1732 us at x 128. (Source: git history, "column warps".)
+# a warp, 4 warps) 1346 -> 1732 us at x 128.
 BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # ... and a variant capped for more blocks an SM, which the host takes where its extra blocks
 # save a round of row tiles (``cuda_blocks._rows_launch``): 4 n-tiles squeezed into 128
@@ -503,51 +503,62 @@ __device__ __forceinline__ void blocks_rows_impl(
     copies_wait<0>();
 }
 
-// bypass.recompute_lines for the rows blocks_rows listed: each warp of a block takes one
-// listed row, lane l summing columns l (and l + 32, COLUMNS = 2) of a pass of 32 COLUMNS, over k
-// in order in float64 (each product exact, each sum rounded once: bypass.in_order's sums), NaN
-// canonical. The block stages a chunk of B (as doubles, shared by its rows) and of each row
-// at a time. A warp a row, where bypass_lines takes whole 64 x 64 output tiles: a few wide
-// rows scattered over a tall A then cost their own rows, not a float64 product of all of A.
-template <int COLUMNS>
-__device__ __forceinline__ void bypass_rows_impl(
+// float32 -> float64 in one instruction: cvt without .ftz keeps subnormals, so it is exact
+// (exact_double's bit assembly also keeps NaN payloads, which in-order sums, written as the
+// canonical NaN, never show).
+__device__ __forceinline__ double widen(float x)
+{
+    double d;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(d) : "f"(x));
+    return d;
+}
+
+// bypass.recompute_lines for the rows blocks_rows listed: a warp per (listed row, 32 columns),
+// lane l summing column c0 + l over k in order in float64 (each product exact, each sum rounded
+// once: bypass.in_order's sums), NaN canonical. The warps stride over the (row, columns) items,
+// so a few listed rows spread over as many SMs as they have items. B's entries come straight
+// from global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is summed; the
+// row's entries are read a lane each and shuffled out. (A block per 8 listed rows, staging B
+// in shared memory a load at a time, took 0.6 ms at 65536 x 4096 x 64 and 11 ms at 4096 x
+// 65536 x 64 for two listed rows, on an H100: one block did it all, waiting on each load.)
+extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows(
     const int* __restrict__ rows, const int* __restrict__ count, const float* __restrict__ a,
     const float* __restrict__ b, int n, int k, float* __restrict__ c)
 {
-    constexpr int CHUNK = 64, WIDTH = 32 * COLUMNS, ROWS = ${BLOCKS_BYPASS_THREADS} / 32;
-    __shared__ double b_s[CHUNK][WIDTH];
-    __shared__ double a_s[ROWS][CHUNK];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, listed = *count;
-    for (int first = blockIdx.x * ROWS; first < listed; first += gridDim.x * ROWS) {  // uniform
-        const long long r = first + warp < listed ? rows[first + warp] : -1;
-        for (int c0 = 0; c0 < n; c0 += WIDTH) {
-            double acc[COLUMNS];
+    constexpr int WARPS = ${BLOCKS_BYPASS_THREADS} / 32, CHUNK = 32;
+    const int lane = threadIdx.x & 31, chunks = (n + 31) / 32, whole = k / CHUNK * CHUNK;
+    const long long items = (long long)*count * chunks, stride = (long long)gridDim.x * WARPS;
+    for (long long item = blockIdx.x * WARPS + (threadIdx.x >> 5); item < items; item += stride) {
+        const long long r = rows[item / chunks];  // (uniform over the warp: shuffles below)
+        const int col = (int)(item % chunks) * 32 + lane;
+        const float* row = a + r * k;
+        const float* column = b + min(col, n - 1);  // (lanes past n sum a real column, unused)
+        float y[CHUNK], x = 0.0f;  // the next whole chunk's B entries (this lane's column), A's
+        if (whole) {
 #pragma unroll
-            for (int j = 0; j < COLUMNS; ++j) acc[j] = 0.0;
-            for (int q0 = 0; q0 < k; q0 += CHUNK) {
-                __syncthreads();  // the previous chunk is read
-                for (int i = threadIdx.x; i < CHUNK * WIDTH; i += blockDim.x) {
-                    const int q = q0 + i / WIDTH, col = c0 + i % WIDTH;
-                    b_s[i / WIDTH][i % WIDTH] =
-                        q < k && col < n ? exact_double(b[(long long)q * n + col]) : 0.0;
-                }
-                for (int i = lane; i < CHUNK; i += 32)
-                    a_s[warp][i] = r >= 0 && q0 + i < k ? exact_double(a[r * k + q0 + i]) : 0.0;
-                __syncthreads();
-                const int depth = min(CHUNK, k - q0);  // (no padded steps)
-                for (int q = 0; q < depth; ++q) {
-                    const double x = a_s[warp][q];
-#pragma unroll
-                    for (int j = 0; j < COLUMNS; ++j)
-                        acc[j] = fma(x, b_s[q][lane + 32 * j], acc[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < COLUMNS; ++j) {
-                const int col = c0 + lane + 32 * j;
-                if (r >= 0 && col < n) c[r * n + col] = canonical(acc[j]);
-            }
+            for (int j = 0; j < CHUNK; ++j) y[j] = column[(long long)j * n];
+            x = row[lane];
         }
+        double acc = 0.0;
+        for (int q0 = 0; q0 < whole; q0 += CHUNK) {
+            float y_here[CHUNK];
+#pragma unroll
+            for (int j = 0; j < CHUNK; ++j) y_here[j] = y[j];
+            const float x_here = x;
+            if (q0 + CHUNK < whole) {
+#pragma unroll
+                for (int j = 0; j < CHUNK; ++j) y[j] = column[(long long)(q0 + CHUNK + j) * n];
+                x = row[q0 + CHUNK + lane];
+            }
+#pragma unroll
+            for (int j = 0; j < CHUNK; ++j)
+                acc = fma(widen(__shfl_sync(0xffffffffu, x_here, j)), widen(y_here[j]), acc);
+        }
+        x = whole + lane < k ? row[whole + lane] : 0.0f;
+        for (int j = 0; whole + j < k; ++j)  // (the last k % 32 steps)
+            acc = fma(widen(__shfl_sync(0xffffffffu, x, j)),
+                      widen(column[(long long)(whole + j) * n]), acc);
+        if (col < n) c[r * n + col] = canonical(acc);
     }
 }
 
@@ -648,17 +659,6 @@ extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_by
     bypass_columns_impl(columns, count, a, b, m, n, k, c);
 }
 
-extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows_1(
-    const int* rows, const int* count, const float* a, const float* b, int n, int k, float* c)
-{
-    bypass_rows_impl<1>(rows, count, a, b, n, k, c);
-}
-
-extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows_2(
-    const int* rows, const int* count, const float* a, const float* b, int n, int k, float* c)
-{
-    bypass_rows_impl<2>(rows, count, a, b, n, k, c);
-}
 """
 BLOCKS_SOURCE += "".join(
     f"""

@@ -161,9 +161,10 @@ def blocks_product(
             return cp.matmul(a, b)
     # The flagged lines, recomputed in order (each kernel stops at the count left on the device).
     listed = 2 * _multiprocessors(device)  # (blocks: an empty list's launch stays cheap)
-    rows_per_block = BLOCKS_BYPASS_THREADS // 32
-    _pack_module().get_function(f"blocks_bypass_rows_{1 if n <= 32 else 2}")(
-        (min(-(-m // rows_per_block), listed),), (BLOCKS_BYPASS_THREADS,),
+    row_items = m * -(-n // 32)  # (listed row, 32 columns): a warp each
+    _pack_module().get_function("blocks_bypass_rows")(
+        (min(-(-row_items // (BLOCKS_BYPASS_THREADS // 32)), 2 * listed),),
+        (BLOCKS_BYPASS_THREADS,),
         (flagged_rows, flagged[:1], a, b, np.int32(n), np.int32(k), c),
     )  # fmt: skip
     _pack_module().get_function("blocks_bypass_columns")(

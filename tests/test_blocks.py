@@ -269,6 +269,22 @@ def test_gpu_recomputes_scattered_and_all_wide_rows_with_the_cpu_bits(phi: float
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("k", [31, 1000])  # within one chunk of 32 k-steps; whole ones and a tail
+@pytest.mark.parametrize("n", [1, 33, 100])  # one lane of a warp; a second warp for 1 column
+def test_gpu_recomputes_a_few_listed_rows_with_the_cpu_bits(k: int, n: int) -> None:
+    """A NaN row, an Inf row and two wide-range rows among narrow ones (a warp per listed row and
+    32 columns, over k in order): the CPU model's bits, NaN canonical."""
+    rng = np.random.default_rng(k + n)
+    a, b = gemmul8(np, rng, (300, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
+    a[3, k // 2] = np.nan
+    a[150, 0] = -np.inf
+    a[[7, 299]] = gemmul8(np, rng, (2, k), 6.0)
+    a[7, ::2] *= np.float32(2.0**-90)  # (deep entries beside the row's top: unresolved)
+    assert dispatch.unresolved_lines(a, b, LEVEL)[0] >= 1
+    _gpu_matches_cpu(a, b)
+
+
+@pytest.mark.gpu
 def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     """Under "auto" (native_when_bypassed), IV-blocks runs cuBLAS SGEMM where its exactly
     recomputed lines would cover more than AUTO_EXACT_SHARE of C (A's rows estimated from a
