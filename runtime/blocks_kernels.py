@@ -17,7 +17,7 @@ BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may tak
 # Later, 2 n-tiles at (2, 4) against (2, 3), GPU time: 430 -> 391 us at 65536 x 4096 x 16 (the
 # registers, 121-123, fit under either cap), 397 -> 400 at 262144 x 1024 x 16. 1 n-tile keeps
 # (3, 1), 4 n-tiles (2, 3), each beside a variant below. The bits are the same for every choice.
-# 8 n-tiles: one warp per 16 rows and all 8 (240 registers: 8 warps an SM, issuing in 48% of
+# 8 n-tiles: one warp per 16 rows and all 8 (240-254 registers: 8 warps an SM, issuing in 48% of
 # the cycles, ncu) beat warps sharing their rows' slicing through shared memory, each summing
 # 4 or 2 of the n-tiles at 128 registers (same bits), H100: 695 -> 854 us (4 n-tiles a warp, 2
 # warps a row group) and 1268 (2 n-tiles, 4 warps) at 65536 x 4096 x 64; 16 n-tiles a block (4
@@ -32,7 +32,7 @@ BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # 1024 x 8, but 381 -> 400 at 16384^2 x 8 and 149 -> 155 at 40000 x 2048 x 8.
 BLOCKS_BUSY_SHAPES = {1: (2, 4), 4: (2, 4)}
 assert set(BLOCKS_SHAPES) == set(BLOCKS_N_TILES) >= set(BLOCKS_BUSY_SHAPES)
-BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed rows, or 256 rows of A, a block
+BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 (listed row, 32 columns), or 256 rows of A
 
 
 def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
@@ -503,9 +503,10 @@ __device__ __forceinline__ void blocks_rows_impl(
     copies_wait<0>();
 }
 
-// float32 -> float64 in one instruction: cvt without .ftz keeps subnormals, so it is exact
-// (exact_double's bit assembly also keeps NaN payloads, which in-order sums, written as the
-// canonical NaN, never show).
+// float32 -> float64 in one instruction: cvt without .ftz keeps subnormals, so it is exact.
+// (Inline PTX: CuPy compiles with -ftz=true, under which a plain cast is cvt.ftz.f64.f32.
+// exact_double's bit assembly also keeps NaN payloads, which in-order sums, written as the
+// canonical NaN, never show.)
 __device__ __forceinline__ double widen(float x)
 {
     double d;
@@ -514,10 +515,10 @@ __device__ __forceinline__ double widen(float x)
 }
 
 // bypass.recompute_lines for the rows blocks_rows listed: a warp per (listed row, 32 columns),
-// lane l summing column c0 + l over k in order in float64 (each product exact, each sum rounded
-// once: bypass.in_order's sums), NaN canonical. The warps stride over the (row, columns) items,
-// so a few listed rows spread over as many SMs as they have items. B's entries come straight
-// from global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is summed; the
+// lane l summing the group's column l over k in order in float64 (each product exact, each sum
+// rounded once: bypass.in_order's sums), NaN canonical. The warps stride over the items, so a
+// few listed rows spread over as many SMs as they have items. B's entries come straight from
+// global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is summed; the
 // row's entries are read a lane each and shuffled out. (A block per 8 listed rows, staging B
 // in shared memory a load at a time, took 0.6 ms at 65536 x 4096 x 64 and 11 ms at 4096 x
 // 65536 x 64 for two listed rows, on an H100: one block did it all, waiting on each load.)

@@ -974,10 +974,9 @@ def _resident_blocks(kernel: Any, threads: int, device: int, shared: int = 0) ->
     once, each with ``shared`` bytes of dynamic shared memory. A kernel that takes any is
     allowed the device's whole opt-in limit (beyond the 48 KiB a kernel gets unasked; a
     permission, not a reservation): one allowance for every amount, so that this cache never
-    leaves a kernel launched with several (``ordered_thin``: by k) allowed too few. (The
-    limit counts the kernel's static shared memory too.)"""
+    leaves a kernel launched with several (``ordered_thin``: by k) allowed too few."""
     if shared:
-        kernel.max_dynamic_shared_size_bytes = _shared_limit(device) - kernel.shared_size_bytes
+        kernel.max_dynamic_shared_size_bytes = _shared_limit(device)
     function = kernel.kernel  # (RawKernel: the Function of the current device)
     per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, shared)
     return max(1, per_sm) * _multiprocessors(device)

@@ -160,15 +160,17 @@ def blocks_product(
                 on_native()
             return cp.matmul(a, b)
     # The flagged lines, recomputed in order (each kernel stops at the count left on the device).
-    listed = 2 * _multiprocessors(device)  # (blocks: an empty list's launch stays cheap)
-    row_items = m * -(-n // 32)  # (listed row, 32 columns): a warp each
+    # (Blocks capped: an empty list's launch stays cheap. The rows kernel's items, a warp each,
+    # are serial float64 chains k long: twice the blocks keep more of them running at once.)
+    bypass_blocks = 2 * _multiprocessors(device)
+    row_items = m * -(-n // 32)  # (listed row, 32 columns)
     _pack_module().get_function("blocks_bypass_rows")(
-        (min(-(-row_items // (BLOCKS_BYPASS_THREADS // 32)), 2 * listed),),
+        (min(-(-row_items // (BLOCKS_BYPASS_THREADS // 32)), 2 * bypass_blocks),),
         (BLOCKS_BYPASS_THREADS,),
         (flagged_rows, flagged[:1], a, b, np.int32(n), np.int32(k), c),
     )  # fmt: skip
     _pack_module().get_function("blocks_bypass_columns")(
-        (min(-(-m // BLOCKS_BYPASS_THREADS), listed),), (BLOCKS_BYPASS_THREADS,),
+        (min(-(-m // BLOCKS_BYPASS_THREADS), bypass_blocks),), (BLOCKS_BYPASS_THREADS,),
         (flagged_cols, flagged[1:], a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c

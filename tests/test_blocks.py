@@ -268,19 +268,46 @@ def test_gpu_recomputes_scattered_and_all_wide_rows_with_the_cpu_bits(phi: float
     _gpu_matches_cpu(a, b)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("k", [31, 1000])  # within one chunk of 32 k-steps; whole ones and a tail
-@pytest.mark.parametrize("n", [1, 33, 100])  # one lane of a warp; a second warp for 1 column
-def test_gpu_recomputes_a_few_listed_rows_with_the_cpu_bits(k: int, n: int) -> None:
-    """A NaN row, an Inf row and two wide-range rows among narrow ones (a warp per listed row and
-    32 columns, over k in order): the CPU model's bits, NaN canonical."""
+def _listed_rows_in_order_case(k: int, n: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A NaN row, an Inf row and two unresolved rows among narrow ones; row 7 also holds
+    +-2^64 pairs (B's two rows equal) at the starts of k, of its second chunk of 32 and of its
+    tail, which absorb the running sum's low bits: only the in-order sum gives its bits."""
     rng = np.random.default_rng(k + n)
     a, b = gemmul8(np, rng, (300, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
     a[3, k // 2] = np.nan
     a[150, 0] = -np.inf
     a[[7, 299]] = gemmul8(np, rng, (2, k), 6.0)
     a[7, ::2] *= np.float32(2.0**-90)  # (deep entries beside the row's top: unresolved)
-    assert dispatch.unresolved_lines(a, b, LEVEL)[0] >= 1
+    for q in {1, 32, k // 32 * 32} & set(range(1, k)):
+        a[7, q - 1 : q + 1] = 2.0**64, -(2.0**64)
+        b[q] = b[q - 1]
+    return a, b, 7
+
+
+def test_the_listed_rows_case_tells_the_order_apart() -> None:
+    """The GPU test below fails a kernel that sums a chunk of 32 k-steps out of order: row 7's
+    in-order sums differ from those of each chunk reversed."""
+    for k, n in ((31, 1), (40, 33), (1000, 100)):
+        a, b, row = _listed_rows_in_order_case(k, n)
+        got = cpu.matmul(a, b, LEVEL)[row]
+        reversed_chunks = np.concatenate(
+            [np.arange(q, min(q + 32, k))[::-1] for q in range(0, k, 32)]
+        )
+        products = a[row, reversed_chunks, None].astype(np.float64) * b[reversed_chunks]
+        out_of_order = np.zeros(n)
+        for p in products:
+            out_of_order = out_of_order + p
+        assert dispatch.unresolved_lines(a, b, LEVEL)[0] >= 1
+        assert np.any(got != out_of_order.astype(np.float32)), (k, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [31, 40, 1000])  # within one chunk of 32; one and a tail; many
+@pytest.mark.parametrize("n", [1, 33, 100])  # one lane of a warp; a second warp for 1 column
+def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int) -> None:
+    """Listed rows (a warp per row and 32 columns, over k in order; NaN canonical) beside
+    narrow ones: the CPU model's bits."""
+    a, b, _ = _listed_rows_in_order_case(k, n)
     _gpu_matches_cpu(a, b)
 
 
