@@ -7,6 +7,7 @@
 #   bash benchmarks/device_run.sh batched|skinny [--quick]                 (stacks / memory-bound shapes)
 #   bash benchmarks/device_run.sh pack-once                                (kept packs, samples)
 #   bash benchmarks/device_run.sh blocked                                  (blocks, wide-range cost)
+#   bash benchmarks/device_run.sh flagged [--quick]                        (IV-blocks, unresolved rows)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -31,6 +32,9 @@ if [[ $what == e2e ]]; then
 fi
 if [[ $what == blocked ]]; then
   python "$repo/benchmarks/blocked_pipeline.py" "$@" --out "$out/results" 2>&1 | tee "$out/blocked.log"
+fi
+if [[ $what == flagged ]]; then
+  python "$repo/benchmarks/blocks_flagged_rows.py" "$@" --out "$out/results" 2>&1 | tee "$out/flagged.log"
 fi
 if [[ $what == pack-once ]]; then
   python "$repo/benchmarks/pack_once.py" "$@" --out "$out/results" 2>&1 | tee "$out/pack-once.log"
