@@ -22,7 +22,7 @@ from mixpert.runtime import device
 device.exit_without_gpu("benchmarks/blocks_flagged_rows.py")
 
 from mixpert import family_report  # noqa: E402
-from mixpert.benchmark import measure_methods, summary  # noqa: E402
+from mixpert.benchmark import measure_methods, method_cells, summary  # noqa: E402
 from mixpert.testdata import gemmul8  # noqa: E402
 
 SHAPES = ((65536, 4096, 16), (65536, 4096, 64), (16384, 16384, 64), (1048576, 512, 32))
@@ -65,12 +65,8 @@ def run(quick: bool = False) -> list[FlaggedRow]:
         for wide in WIDE_ROWS:
             a, b = inputs(cp, m, k, n, wide, seed)
             measured = measure_methods(cp, METHODS, a, b, 2.0 * m * k * n)
-            sgemm_s, sgemm_error, _ = measured["sgemm"]
-            for name, (seconds, error, routed) in measured.items():
-                rows.append(
-                    FlaggedRow(gpu, m, k, n, m if wide < 0 else wide, name, seconds * 1e3,
-                               sgemm_s / seconds, error, sgemm_error, routed)
-                )  # fmt: skip
+            listed = m if wide < 0 else wide
+            rows += [FlaggedRow(gpu, m, k, n, listed, *cells) for cells in method_cells(measured)]
             print(summary(f"{m}x{k}x{n}, {'all' if wide < 0 else wide} wide rows", measured))
             del a, b
             cp.get_default_memory_pool().free_all_blocks()

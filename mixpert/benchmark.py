@@ -163,6 +163,18 @@ def measure_calls(
     return {name: (seconds[name], errors[name], routed) for name, (_, routed) in calls.items()}
 
 
+def method_cells(
+    measured: Mapping[str, tuple[float, float, str]],
+) -> list[tuple[str, float, float, float, float, str]]:
+    """Per method of one ``measure_calls``: (name, time in ms, ratio to "sgemm"'s time, error,
+    SGEMM's error, what it ran): the fields the family benchmarks' rows end with."""
+    sgemm_s, sgemm_error, _ = measured["sgemm"]
+    return [
+        (name, seconds * 1e3, sgemm_s / seconds, error, sgemm_error, routed)
+        for name, (seconds, error, routed) in measured.items()
+    ]
+
+
 def summary(label: str, timings: dict[str, tuple[float, float, str]]) -> str:
     """One progress line: each method's ratio to "sgemm" and its error."""
     sgemm_s = timings["sgemm"][0]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import family_report
-from .benchmark import measure_methods, summary
+from .benchmark import measure_methods, method_cells, summary
 from .runtime import LADDER
 from .runtime.levels import AUTO
 from .testdata import gemmul8
@@ -68,24 +68,9 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Ba
         b = gemmul8(cp, rng, (batch, k, n), PHI)
         flops = 2.0 * batch * m * k * n
         measured = measure_methods(cp, METHODS, a, b, flops)
-        sgemm_s, sgemm_error, _ = measured["sgemm"]
-        for name, (seconds, error, routed) in measured.items():
-            rows.append(
-                BatchedRow(
-                    gpu,
-                    batch,
-                    m,
-                    k,
-                    n,
-                    name,
-                    seconds * 1e3,
-                    sgemm_s / seconds,
-                    error,
-                    sgemm_error,
-                    routed,
-                )  # fmt: skip
-            )
-        progress(summary(f"{batch} x {m}x{k}x{n} (SGEMM {sgemm_s * 1e3:.3f} ms)", measured))
+        rows += [BatchedRow(gpu, batch, m, k, n, *cells) for cells in method_cells(measured)]
+        sgemm_ms = measured["sgemm"][0] * 1e3
+        progress(summary(f"{batch} x {m}x{k}x{n} (SGEMM {sgemm_ms:.3f} ms)", measured))
         del a, b
         cp.get_default_memory_pool().free_all_blocks()
     return rows

@@ -68,3 +68,16 @@ def test_measure_calls_reports_each_calls_error_and_shows_skipped_entries(monkey
     seconds, error, routed = measured["exact"]
     assert seconds == 0.5 and routed == "fp32" and 0 < error < 1e-6
     assert np.isnan(measured["skips rows"][1])
+
+
+def test_method_cells_give_each_methods_time_ratio_and_errors() -> None:
+    """The rows' common fields from one measurement: milliseconds, the ratio to SGEMM's time,
+    the method's error beside SGEMM's, and what it ran, methods in measuring order."""
+    from mixpert import benchmark
+
+    measured = {"sgemm": (2e-3, 1e-6, "sgemm"), "auto": (5e-4, 2e-7, "IV"), "x": (4e-3, 3e-7, "x")}
+    assert benchmark.method_cells(measured) == [
+        ("sgemm", 2.0, 1.0, 1e-6, 1e-6, "sgemm"),
+        ("auto", 0.5, 4.0, 2e-7, 1e-6, "IV"),
+        ("x", 4.0, 0.5, 3e-7, 1e-6, "x"),
+    ]

@@ -17,7 +17,7 @@ from pathlib import Path
 import cupy as cp
 
 from mixpert import family_report
-from mixpert.benchmark import measure_calls, method_fn, summary
+from mixpert.benchmark import measure_calls, method_cells, method_fn, summary
 from mixpert.runtime import device
 from mixpert.testdata import gemmul8 as phi_matrix
 
@@ -105,11 +105,7 @@ def main() -> None:
         calls = {name: method_fn(cp, name, a, b) for name in MIXPERT} | gemmul8_calls(lib, a, b)
         measured = measure_calls(cp, calls, a, b, 2.0 * n**3)
         del calls
-        sgemm_s, sgemm_error, _ = measured["sgemm"]
-        rows += [
-            Row(gpu, n, name, s * 1e3, sgemm_s / s, e, sgemm_error, routed)
-            for name, (s, e, routed) in measured.items()
-        ]
+        rows += [Row(gpu, n, *cells) for cells in method_cells(measured)]
         print(summary(f"n = {n}", measured), flush=True)
         del a, b
         cp.get_default_memory_pool().free_all_blocks()
