@@ -514,52 +514,116 @@ __device__ __forceinline__ double widen(float x)
     return d;
 }
 
-// bypass.recompute_lines for the rows blocks_rows listed: a warp per (listed row, 32 columns),
-// lane l summing the group's column l over k in order in float64 (each product exact, each sum
-// rounded once: bypass.in_order's sums), NaN canonical. The warps stride over the items, so a
-// few listed rows spread over as many SMs as they have items. B's entries come straight from
-// global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is summed; the
-// row's entries are read a lane each and shuffled out. (A block per 8 listed rows, staging B
-// in shared memory a load at a time, took 0.6 ms at 65536 x 4096 x 64 and 11 ms at 4096 x
-// 65536 x 64 for two listed rows, on an H100: one block did it all, waiting on each load.)
+// bypass.recompute_lines for the rows blocks_rows listed: each entry the float64 sum over k in
+// order (each product exact, each sum rounded once: bypass.in_order's sums), NaN canonical.
+// Warp w of block b takes items w * blocks + b, ... (striding), so a few items land on as many
+// SMs. Two ways, chosen on the device from the count listed:
+// * few entries (at most half the grid's warps, ~16 an SM): a warp per entry, lane j forming
+//   the exact product of k-step q + j, staged in shared memory, and the sum taking them in
+//   turn (a chain of one add a step; the operands come PREFETCH chunks ahead, as each chunk's
+//   chain is shorter than a load);
+// * else a warp per (listed row, 32 columns), lane l summing column l: B's entries come
+//   straight from global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is
+//   summed, the row's entries read a lane each and shuffled out. Two widenings a step and lane
+//   bound it, 32 entries at a time.
+// H200, two listed rows at 16384 x 16384 x 64: 298 us in the second way with a block's warps
+// on one SM, 140 us a warp per entry over SMs with the products shuffled out (the chain then
+// waits on each shuffle), 126 us staged; 4096 x 65536 x 64: 1183 -> 486 us. 16 rows at
+// 16384 x 16384 x 64: 361 -> 250 us (293 us the second way spread over SMs).
+// (A block per 8 listed rows, staging B in shared memory a load at a time, took 0.6 ms at
+// 65536 x 4096 x 64 and 11 ms at 4096 x 65536 x 64 for two listed rows, on an H100: one block
+// did it all, waiting on each load.)
+__device__ __forceinline__ void bypass_entry(
+    const float* __restrict__ row, const float* __restrict__ column, int n, int k,
+    float* __restrict__ out, double* __restrict__ slot)  // (slot: the warp's 32 doubles)
+{
+    constexpr int CHUNK = 32, PREFETCH = 8;
+    const int lane = threadIdx.x & 31;
+    float x[PREFETCH], y[PREFETCH];  // chunk q0 / CHUNK + d's operands, this lane's k-step
+#pragma unroll
+    for (int d = 0; d < PREFETCH; ++d) {
+        const int q = d * CHUNK + lane;
+        x[d] = q < k ? row[q] : 0.0f;
+        y[d] = q < k ? column[(long long)q * n] : 0.0f;
+    }
+    double acc = 0.0;
+    for (int q0 = 0; q0 < k; q0 += PREFETCH * CHUNK) {
+#pragma unroll
+        for (int d = 0; d < PREFETCH; ++d) {
+            const int first = q0 + d * CHUNK, ahead = first + PREFETCH * CHUNK + lane;
+            const double product = widen(x[d]) * widen(y[d]);  // (exact)
+            x[d] = ahead < k ? row[ahead] : 0.0f;
+            y[d] = ahead < k ? column[(long long)ahead * n] : 0.0f;
+            __syncwarp();
+            slot[lane] = product;
+            __syncwarp();
+            if (first + CHUNK <= k) {
+#pragma unroll
+                for (int j = 0; j < CHUNK; ++j) acc += slot[j];
+            } else {
+                for (int j = 0; first + j < k; ++j) acc += slot[j];
+            }
+        }
+    }
+    if (lane == 0) *out = canonical(acc);
+}
+
+__device__ __forceinline__ void bypass_row_columns(
+    const float* __restrict__ row, const float* __restrict__ b, int n, int k, int col,
+    float* __restrict__ out_row)
+{
+    constexpr int CHUNK = 32;
+    const int lane = threadIdx.x & 31, whole = k / CHUNK * CHUNK;
+    const float* column = b + min(col, n - 1);  // (lanes past n sum a real column, unused)
+    float y[CHUNK], x = 0.0f;  // the next whole chunk's B entries (this lane's column), A's
+    if (whole) {
+#pragma unroll
+        for (int j = 0; j < CHUNK; ++j) y[j] = column[(long long)j * n];
+        x = row[lane];
+    }
+    double acc = 0.0;
+    for (int q0 = 0; q0 < whole; q0 += CHUNK) {
+        float y_here[CHUNK];
+#pragma unroll
+        for (int j = 0; j < CHUNK; ++j) y_here[j] = y[j];
+        const float x_here = x;
+        if (q0 + CHUNK < whole) {
+#pragma unroll
+            for (int j = 0; j < CHUNK; ++j) y[j] = column[(long long)(q0 + CHUNK + j) * n];
+            x = row[q0 + CHUNK + lane];
+        }
+#pragma unroll
+        for (int j = 0; j < CHUNK; ++j)
+            acc = fma(widen(__shfl_sync(0xffffffffu, x_here, j)), widen(y_here[j]), acc);
+    }
+    x = whole + lane < k ? row[whole + lane] : 0.0f;
+    for (int j = 0; whole + j < k; ++j)  // (the last k % 32 steps)
+        acc = fma(widen(__shfl_sync(0xffffffffu, x, j)),
+                  widen(column[(long long)(whole + j) * n]), acc);
+    if (col < n) out_row[col] = canonical(acc);
+}
+
 extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows(
     const int* __restrict__ rows, const int* __restrict__ count, const float* __restrict__ a,
     const float* __restrict__ b, int n, int k, float* __restrict__ c)
 {
-    constexpr int WARPS = ${BLOCKS_BYPASS_THREADS} / 32, CHUNK = 32;
-    const int lane = threadIdx.x & 31, chunks = (n + 31) / 32, whole = k / CHUNK * CHUNK;
-    const long long items = (long long)*count * chunks, stride = (long long)gridDim.x * WARPS;
-    for (long long item = blockIdx.x * WARPS + (threadIdx.x >> 5); item < items; item += stride) {
-        const long long r = rows[item / chunks];  // (uniform over the warp: shuffles below)
-        const int col = (int)(item % chunks) * 32 + lane;
-        const float* row = a + r * k;
-        const float* column = b + min(col, n - 1);  // (lanes past n sum a real column, unused)
-        float y[CHUNK], x = 0.0f;  // the next whole chunk's B entries (this lane's column), A's
-        if (whole) {
-#pragma unroll
-            for (int j = 0; j < CHUNK; ++j) y[j] = column[(long long)j * n];
-            x = row[lane];
+    constexpr int WARPS = ${BLOCKS_BYPASS_THREADS} / 32;
+    const long long warps = (long long)gridDim.x * WARPS, listed = *count;
+    const long long warp = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;  // (items over SMs first)
+    __shared__ double staged[WARPS][32];
+    if (listed * n * 2 <= warps) {  // (uniform over the grid)
+        for (long long item = warp; item < listed * n; item += warps) {
+            const long long r = rows[item / n];
+            const int col = (int)(item % n);
+            bypass_entry(a + r * k, b + col, n, k, c + r * n + col, staged[threadIdx.x >> 5]);
         }
-        double acc = 0.0;
-        for (int q0 = 0; q0 < whole; q0 += CHUNK) {
-            float y_here[CHUNK];
-#pragma unroll
-            for (int j = 0; j < CHUNK; ++j) y_here[j] = y[j];
-            const float x_here = x;
-            if (q0 + CHUNK < whole) {
-#pragma unroll
-                for (int j = 0; j < CHUNK; ++j) y[j] = column[(long long)(q0 + CHUNK + j) * n];
-                x = row[q0 + CHUNK + lane];
-            }
-#pragma unroll
-            for (int j = 0; j < CHUNK; ++j)
-                acc = fma(widen(__shfl_sync(0xffffffffu, x_here, j)), widen(y_here[j]), acc);
-        }
-        x = whole + lane < k ? row[whole + lane] : 0.0f;
-        for (int j = 0; whole + j < k; ++j)  // (the last k % 32 steps)
-            acc = fma(widen(__shfl_sync(0xffffffffu, x, j)),
-                      widen(column[(long long)(whole + j) * n]), acc);
-        if (col < n) c[r * n + col] = canonical(acc);
+        return;
+    }
+    const int groups = (n + 31) / 32;
+    for (long long item = warp; item < listed * groups; item += warps) {
+        const long long r = rows[item / groups];  // (uniform over the warp: shuffles below)
+        bypass_row_columns(a + r * k, b, n, k, (int)(item % groups) * 32 + (threadIdx.x & 31),
+                           c + r * n);
     }
 }
 

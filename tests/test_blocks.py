@@ -268,16 +268,20 @@ def test_gpu_recomputes_scattered_and_all_wide_rows_with_the_cpu_bits(phi: float
     _gpu_matches_cpu(a, b)
 
 
-def _listed_rows_in_order_case(k: int, n: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """A NaN row, an Inf row and two unresolved rows among narrow ones; row 7 also holds
-    +-2^64 pairs (B's two rows equal) at the starts of k, of its second chunk of 32 and of its
-    tail, which absorb the running sum's low bits: only the in-order sum gives its bits."""
+def _listed_rows_in_order_case(
+    k: int, n: int, many: bool = False
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """A NaN row, an Inf row and two unresolved rows among narrow ones (``many``: 64 more
+    unresolved rows, more entries than the bypass grid has warps); row 7 also holds +-2^64
+    pairs (B's two rows equal) at the starts of k, of its second chunk of 32 and of its tail,
+    which absorb the running sum's low bits: only the in-order sum gives its bits."""
     rng = np.random.default_rng(k + n)
     a, b = gemmul8(np, rng, (300, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
     a[3, k // 2] = np.nan
     a[150, 0] = -np.inf
-    a[[7, 299]] = gemmul8(np, rng, (2, k), 6.0)
-    a[7, ::2] *= np.float32(2.0**-90)  # (deep entries beside the row's top: unresolved)
+    wide = [7, 299, *range(200, 264)] if many else [7, 299]
+    a[wide] = gemmul8(np, rng, (len(wide), k), 6.0)
+    a[wide, ::2] *= np.float32(2.0**-90)  # (deep entries beside the row's top: unresolved)
     for q in {1, 32, k // 32 * 32} & set(range(1, k)):
         a[7, q - 1 : q + 1] = 2.0**64, -(2.0**64)
         b[q] = b[q - 1]
@@ -304,10 +308,12 @@ def test_the_listed_rows_case_tells_the_order_apart() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("k", [31, 40, 1000])  # within one chunk of 32; one and a tail; many
 @pytest.mark.parametrize("n", [1, 33, 100])  # one lane of a warp; a second warp for 1 column
-def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int) -> None:
-    """Listed rows (a warp per row and 32 columns, over k in order; NaN canonical) beside
-    narrow ones: the CPU model's bits."""
-    a, b, _ = _listed_rows_in_order_case(k, n)
+@pytest.mark.parametrize("many", [False, True])  # a warp per entry; per row and 32 columns
+def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int, many: bool) -> None:
+    """Listed rows (over k in order; NaN canonical) beside narrow ones: the CPU model's bits,
+    both ways the kernel takes (a warp per entry where they are few)."""
+    a, b, _ = _listed_rows_in_order_case(k, n, many)
+    assert dispatch.unresolved_lines(a, b, LEVEL)[0] >= (66 if many else 2)
     _gpu_matches_cpu(a, b)
 
 
