@@ -428,13 +428,23 @@ __device__ __forceinline__ void blocks_step(
 // k one block at a time, the next STAGES - 1 blocks' copies in flight (cp.async), so A is read
 // from DRAM once, at its own pace, and never written back. C gets the rounded totals; the rows
 // to recompute (NaN/Inf, or unresolved) are listed in flagged_rows, *flagged their count.
+// Under "auto" (give_up_share >= 0) every block returns at once where the share of C that
+// B's flagged columns (flagged[1]) and the rows estimated from the sample (flagged[2] sampled
+// rows, rows_per_sample each) would recompute passes give_up_share: the host, reading the
+// same counts, runs SGEMM instead (cuda_blocks.blocks_product; its own bound is a hair lower,
+// so this never gives up where the host goes on).
 template <int NT, bool VEC, int STAGES>
 __device__ __forceinline__ void blocks_rows_impl(
     const float* __restrict__ a, long long m, int k, int n, int n_tiles,
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
     const int* __restrict__ col_top, int deep, double k_slack, float* __restrict__ c,
-    int* __restrict__ flagged_rows, int* __restrict__ flagged)
+    int* __restrict__ flagged_rows, int* __restrict__ flagged, double give_up_share,
+    double rows_per_sample)
 {
+    if (give_up_share >= 0.0) {
+        const double rows = flagged[2] * rows_per_sample, cols = flagged[1];
+        if (rows * n + cols * m - rows * cols > give_up_share * ((double)m * n)) return;
+    }
     constexpr int A_FLOATS = TILE_ROWS * ROW_STRIDE, B_WORDS = NT * FRAGMENT_WORDS;
     extern __shared__ __align__(16) unsigned char shared[];
     float* a_s = reinterpret_cast<float*>(shared);
@@ -628,19 +638,23 @@ extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_by
 }
 
 // "auto"'s early look at A (cuda_blocks.blocks_product): a block of threads per sampled row
-// (rows 0, stride, 2 stride, ...), its warps taking every eighth block of 64 k-steps, two
-// entries a lane, counts into *unresolved_rows the sampled rows whose deep entries (each
-// against its block's scale, as the rows kernel counts them) make them unresolved; NaN/Inf
-// entries count as 0, as in the packers. (A warp per row, walking k alone, took 0.15 ms at
-// k = 16384.)
+// (one row in each run of stride rows, at a hashed offset: evenly spaced rows would see only
+// the wide rows of data with that period, or none of them), its warps taking every eighth
+// block of 64 k-steps, two entries a lane, counts into *unresolved_rows the sampled rows
+// whose deep entries (each against its block's scale, as the rows kernel counts them) make
+// them unresolved; NaN/Inf entries count as 0, as in the packers. (A warp per row, walking k
+// alone, took 0.15 ms at k = 16384.)
 extern "C" __global__ void __launch_bounds__(256) blocks_sample_rows(
-    const float* __restrict__ a, int k, long long stride, int deep,
+    const float* __restrict__ a, long long m, int k, long long stride, int deep,
     int* __restrict__ unresolved_rows)
 {
     static_assert(BK == 64, "a warp's 32 lanes take a block two entries each");
     __shared__ int warp_count[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float* row = a + blockIdx.x * stride * k;
+    unsigned long long hash = (blockIdx.x + 1ull) * 0x9e3779b97f4a7c15ull;
+    hash ^= hash >> 29;
+    const unsigned long long offset = hash % (unsigned long long)stride;
+    const float* row = a + min(m - 1, blockIdx.x * stride + (long long)offset) * k;
     int count = 0;
     for (int q0 = warp * BK; q0 < k; q0 += 8 * BK) {
         float v[2];
@@ -731,10 +745,11 @@ extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {shapes[nt][1]
 blocks_rows_{nt}{busy}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
     const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
-    int* flagged)
+    int* flagged, double give_up_share, double rows_per_sample)
 {{
     blocks_rows_impl<{nt}, {vec}, {shapes[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
-                                  col_top, deep, k_slack, c, flagged_rows, flagged);
+                                  col_top, deep, k_slack, c, flagged_rows, flagged,
+                                  give_up_share, rows_per_sample);
 }}
 """
     for busy, shapes in (("", BLOCKS_SHAPES), ("_busy", BLOCKS_BUSY_SHAPES))

@@ -99,6 +99,15 @@ AUTO_BLOCKS_MIN_MK = 1 << 28  # A of at least 1 GiB
 AUTO_BLOCKS_MAX_N = 32
 AUTO_BLOCKS_WIDE_MIN_K = 16384  # ... n up to AUTO_BLOCKS_WIDE_MAX_N where k is at least this
 AUTO_BLOCKS_WIDE_MAX_N = 64
+# ... but n from AUTO_BLOCKS_FEW_ROWS_MAX_N + 1 to AUTO_BLOCKS_MAX_N (4 n-tiles a block, 3
+# blocks an SM) only from AUTO_BLOCKS_FILL_M rows: 16384 rows are 256 row tiles, 65% of the
+# blocks an H100 runs at once. Same-run probes, GPU time (and a call's wall time with a sync
+# after it, as in a loop whose other work synchronises, e.g. subspace's QR): H200, 16384 x
+# 16384 x 24 556 us against SGEMM's 519 (639 / 542), x 32 540 / 517 (618 / 536), 16384 x
+# 65536 x 32 2059 / 2031; H100, 16384^2 x 32 525-528 / 541-542; but 32768 x 8192 x 32 447 /
+# 488 and 65536 x 4096 x 32 446 / 749 (H200), and n = 16 at 16384^2 415 / 517.
+AUTO_BLOCKS_FEW_ROWS_MAX_N = 16
+AUTO_BLOCKS_FILL_M = 32768
 _FLOAT32 = np.dtype(np.float32)
 
 
@@ -321,8 +330,11 @@ def _blocks_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether one product of this shape runs faster at level IV-blocks than on cuBLAS SGEMM
     on the current GPU: m at least AUTO_BLOCKS_MIN_M, k at least AUTO_BLOCKS_MIN_K, m k at
     least AUTO_BLOCKS_MIN_MK, and n at most AUTO_BLOCKS_MAX_N (AUTO_BLOCKS_WIDE_MAX_N where k
-    is at least AUTO_BLOCKS_WIDE_MIN_K); never on a GPU without INT8 mma.sync."""
+    is at least AUTO_BLOCKS_WIDE_MIN_K), leaving out n past AUTO_BLOCKS_FEW_ROWS_MAX_N up to
+    AUTO_BLOCKS_MAX_N below AUTO_BLOCKS_FILL_M rows; never on a GPU without INT8 mma.sync."""
     if m < AUTO_BLOCKS_MIN_M or k < AUTO_BLOCKS_MIN_K or m * k < AUTO_BLOCKS_MIN_MK:
+        return False
+    if m < AUTO_BLOCKS_FILL_M and AUTO_BLOCKS_FEW_ROWS_MAX_N < n <= AUTO_BLOCKS_MAX_N:
         return False
     narrow = n <= (AUTO_BLOCKS_WIDE_MAX_N if k >= AUTO_BLOCKS_WIDE_MIN_K else AUTO_BLOCKS_MAX_N)
     return n > 0 and narrow and _blocks_supported()

@@ -318,6 +318,32 @@ def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int, m
 
 
 @pytest.mark.gpu
+def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
+    """Every 64th row of A unresolved (1.6% of C), 64 the sample's stride: rows at a hashed
+    offset in each run of 64 see about 4 of them, so "auto" keeps IV-blocks (rows evenly
+    spaced from 0 would all be wide ones, and "auto" would take SGEMM)."""
+    import functools
+
+    cp = device.cupy_module()
+    from mixpert.runtime import cuda, cuda_blocks
+
+    m, k, n = 16384, 1024, 16
+    assert cuda_blocks._sample_stride(m, k) == 64
+    rng = np.random.default_rng(11)
+    a, b = gemmul8(np, rng, (m, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
+    a[::64] = gemmul8(np, rng, (m // 64, k), 6.0)
+    a[::64, ::2] *= np.float32(2.0**-90)
+    assert dispatch.unresolved_lines(a, b, LEVEL) == (m // 64, 0)
+    a, b = cp.asarray(a), cp.asarray(b)
+    told: list[int] = []
+    got = cuda.matmul(
+        a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+    )
+    assert told == []
+    assert cp.array_equal(got, cuda.matmul(a, b, LEVEL), equal_nan=True)
+
+
+@pytest.mark.gpu
 def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     """Under "auto" (native_when_bypassed), IV-blocks runs cuBLAS SGEMM where its exactly
     recomputed lines would cover more than AUTO_EXACT_SHARE of C (A's rows estimated from a

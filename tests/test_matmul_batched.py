@@ -289,6 +289,10 @@ def test_auto_routes_tall_products_with_a_long_k_to_iv_blocks(monkeypatch) -> No
     narrow, wide = dispatch.AUTO_BLOCKS_MAX_N, dispatch.AUTO_BLOCKS_WIDE_MAX_N
     assert level(area // 4096, 4096, narrow) == level(area // deep, deep, 1) == "IV-blocks"
     assert level(rows, area // rows, wide) == "IV-blocks"  # k = 16384: n up to 64
+    few, fill = dispatch.AUTO_BLOCKS_FEW_ROWS_MAX_N, dispatch.AUTO_BLOCKS_FILL_M
+    assert level(rows, area // rows, few) == level(fill, area // fill, narrow) == "IV-blocks"
+    assert level(rows, area // rows, few + 1) == "fp32"  # 4 n-tiles: too few row tiles
+    assert level(fill - 1, area // rows, narrow) == "fp32"
     assert level(area // 4096, 4096, narrow + 1) == "fp32"
     assert level(area // 4096, 4096, narrow, backend="cpu") == "fp32"
     assert level(area // 4096 - 1, 4096, narrow) == "fp32"  # A below 1 GiB
