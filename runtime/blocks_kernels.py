@@ -430,20 +430,22 @@ __device__ __forceinline__ void blocks_step(
 // to recompute (NaN/Inf, or unresolved) are listed in flagged_rows, *flagged their count.
 // Under "auto" (give_up_share >= 0) every block returns at once where the share of C that
 // B's flagged columns (flagged[1]) and the rows estimated from the sample (flagged[2] sampled
-// rows, rows_per_sample each) would recompute passes give_up_share: the host, reading the
-// same counts, runs SGEMM instead (cuda_blocks.blocks_product; its own bound is a hair lower,
-// so this never gives up where the host goes on).
+// rows, rows_per_sample each) would recompute passes give_up_share, or those rows' entries
+// pass give_up_entries a row of A: the host, reading the same counts, runs SGEMM instead
+// (blocks.auto_takes_sgemm; its own bounds are a hair lower, so this never gives up where
+// the host goes on).
 template <int NT, bool VEC, int STAGES>
 __device__ __forceinline__ void blocks_rows_impl(
     const float* __restrict__ a, long long m, int k, int n, int n_tiles,
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
     const int* __restrict__ col_top, int deep, double k_slack, float* __restrict__ c,
     int* __restrict__ flagged_rows, int* __restrict__ flagged, double give_up_share,
-    double rows_per_sample)
+    double give_up_entries, double rows_per_sample)
 {
     if (give_up_share >= 0.0) {
         const double rows = flagged[2] * rows_per_sample, cols = flagged[1];
         if (rows * n + cols * m - rows * cols > give_up_share * ((double)m * n)) return;
+        if (rows * n > give_up_entries * m) return;
     }
     constexpr int A_FLOATS = TILE_ROWS * ROW_STRIDE, B_WORDS = NT * FRAGMENT_WORDS;
     extern __shared__ __align__(16) unsigned char shared[];
@@ -745,11 +747,11 @@ extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {shapes[nt][1]
 blocks_rows_{nt}{busy}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
     const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
-    int* flagged, double give_up_share, double rows_per_sample)
+    int* flagged, double give_up_share, double give_up_entries, double rows_per_sample)
 {{
     blocks_rows_impl<{nt}, {vec}, {shapes[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
                                   col_top, deep, k_slack, c, flagged_rows, flagged,
-                                  give_up_share, rows_per_sample);
+                                  give_up_share, give_up_entries, rows_per_sample);
 }}
 """
     for busy, shapes in (("", BLOCKS_SHAPES), ("_busy", BLOCKS_BUSY_SHAPES))

@@ -109,12 +109,12 @@ def blocks_product(
     arithmetic, bit for bit).
 
     With ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where the lines to recompute
-    exactly would cover more than ``bypass.AUTO_EXACT_SHARE`` of C (``on_native`` is called
-    then): B's flagged columns (NaN/Inf ones included) are counted exactly, A's unresolved rows
-    (NaN/Inf ones left out) estimated from about SAMPLED_ROWS rows, one in each run of
-    ``_sample_stride`` (``blocks_sample_rows``), before the rows kernel; the host reads both
-    counts while that kernel runs, so narrow data lose no GPU time to the wait, and the rows
-    kernel, reading the same counts, returns at once where SGEMM will be taken.
+    exactly would cost more than IV-blocks saves (``blocks.auto_takes_sgemm``; ``on_native``
+    is called then): B's flagged columns (NaN/Inf ones included) are counted exactly, A's
+    unresolved rows (NaN/Inf ones left out) estimated from about SAMPLED_ROWS rows, one in
+    each run of ``_sample_stride`` (``blocks_sample_rows``), before the rows kernel; the host
+    reads both counts while that kernel runs, so narrow data lose no GPU time to the wait, and
+    the rows kernel, reading the same counts, returns at once where SGEMM will be taken.
     (Waiting for the rows kernel's own counts instead cost 30% at 65536 x 4096 x 16: the next
     call's host work was no longer hidden.) Either way C is float32-grade; the estimate only
     picks the faster way."""
@@ -143,7 +143,8 @@ def blocks_product(
     )  # fmt: skip
     counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
     rows_per_sample = m / _samples(m, k)  # (a sampled unresolved row stands for these)
-    give_up = bypass.AUTO_EXACT_SHARE * (1 + GIVE_UP_MARGIN) if counts is not None else -1.0
+    bounds = (bypass.AUTO_EXACT_SHARE, blocks.AUTO_ROW_ENTRIES)  # (auto_takes_sgemm's)
+    give_up = [bound * (1 + GIVE_UP_MARGIN) if counts is not None else -1.0 for bound in bounds]
     nt = n_tiles_per_block(n_tiles)
     groups = -(-n_tiles // nt)
     vec = _vector_suffix((a,), (k,))
@@ -152,13 +153,13 @@ def blocks_product(
     kernel(
         (groups, rows_grid), (BLOCKS_THREADS,),
         (a, np.int64(m), np.int32(k), np.int32(n), np.int32(n_tiles), fragments, exps, col_top,
-         deep, np.float64(k * _slack(level)), c, flagged_rows, flagged, np.float64(give_up),
+         deep, np.float64(k * _slack(level)), c, flagged_rows, flagged, *map(np.float64, give_up),
          np.float64(rows_per_sample)),
         shared_mem=shared,
     )  # fmt: skip
     if counts is not None:
         rows, cols = counts()
-        if bypass.exact_share(rows * rows_per_sample, cols, m, n) > bypass.AUTO_EXACT_SHARE:
+        if blocks.auto_takes_sgemm(rows * rows_per_sample, cols, m, n):
             if on_native is not None:
                 on_native()
             return cp.matmul(a, b)
@@ -185,9 +186,10 @@ def blocks_product(
 
 SAMPLED_ROWS = 256  # rows of A "auto" looks at before choosing IV-blocks's exact recomputation
 SAMPLED_ENTRIES = 1 << 20  # ... fewer where k is long (about 4 MiB of A)
-# The rows kernel gives up (returns at once) where the sampled share passes AUTO_EXACT_SHARE by
-# this much more than the host's bound: the two compute it in different float64 orders, and
-# a kernel that gave up where the host went on would leave C unwritten.
+# The rows kernel gives up (returns at once) where the sampled estimate passes
+# blocks.auto_takes_sgemm's bounds by this much more than the host's: the two compare in
+# different float64 forms, and a kernel that gave up where the host went on would leave C
+# unwritten.
 GIVE_UP_MARGIN = 1e-9
 
 

@@ -317,6 +317,21 @@ def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int, m
     _gpu_matches_cpu(a, b)
 
 
+def test_auto_takes_sgemm_where_the_listed_lines_cost_more_than_iv_blocks_saves() -> None:
+    """Past AUTO_EXACT_SHARE of C, or past AUTO_ROW_ENTRIES listed entries a row of A: at
+    n = 64 the entries bound (m / 128 rows) comes long before the share (m / 10 rows); at
+    n = 1 the share does."""
+    m, share, per_row = 65536, bypass.AUTO_EXACT_SHARE, blocks.AUTO_ROW_ENTRIES
+    assert not blocks.auto_takes_sgemm(0, 0, m, 64)
+    limit = per_row * m / 64  # rows at n = 64
+    assert limit < share * m
+    assert not blocks.auto_takes_sgemm(limit, 0, m, 64)
+    assert blocks.auto_takes_sgemm(limit + 1, 0, m, 64)
+    assert not blocks.auto_takes_sgemm(share * m, 0, m, 1)
+    assert blocks.auto_takes_sgemm(share * m + 1, 0, m, 1)
+    assert blocks.auto_takes_sgemm(0, 7, m, 64)  # 7 of 64 columns: past the share of C
+
+
 @pytest.mark.gpu
 def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     """Every 64th row of A unresolved (1.6% of C), 64 the sample's stride: rows at a hashed
@@ -346,9 +361,10 @@ def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
 @pytest.mark.gpu
 def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     """Under "auto" (native_when_bypassed), IV-blocks runs cuBLAS SGEMM where its exactly
-    recomputed lines would cover more than AUTO_EXACT_SHARE of C (A's rows estimated from a
-    sample, B's columns counted), and says so; on narrow data, with a few wide rows, or where
-    the flagged rows are NaN/Inf ones, it keeps its own bits."""
+    recomputed lines would cost more than it saves (``blocks.auto_takes_sgemm``: more than
+    AUTO_EXACT_SHARE of C, or more than AUTO_ROW_ENTRIES entries a row of A in rows; A's rows
+    estimated from a sample, B's columns counted), and says so; on narrow data, with a few wide
+    rows, or where the flagged rows are NaN/Inf ones, it keeps its own bits."""
     import functools
 
     cp = device.cupy_module()
@@ -362,15 +378,18 @@ def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> No
         a[wide] = gemmul8(np, rng, (int(wide.sum()), 512), phi)
         return cp.asarray(a), cp.asarray(b)
 
-    narrow, few, most = pair(0.5), pair(4.0, 0.02), pair(4.0, 0.6)
+    narrow, few, most = pair(0.5), pair(4.0, 0.005), pair(4.0, 0.6)
+    entries = pair(4.0, 0.05)  # 5% of C, but 24 entries a wide row: more than 0.5 a row of A
     nonfinite = narrow[0].copy(), narrow[1]
     nonfinite[0][::3, 7] = cp.nan
-    for a, b in (few, most):
+    for a, b in (few, most, entries):
         rows, cols = dispatch.unresolved_lines(a, b, LEVEL)
+        assert blocks.auto_takes_sgemm(rows, cols, 3000, 24) == (a is not few[0]), (rows, cols)
         assert (bypass.exact_share(rows, cols, 3000, 24) > bypass.AUTO_EXACT_SHARE) == (
             a is most[0]
         )
-    for (a, b), falls_back in ((narrow, False), (few, False), (most, True), (nonfinite, False)):
+    cases = ((narrow, False), (few, False), (most, True), (entries, True), (nonfinite, False))
+    for (a, b), falls_back in cases:
         told: list[int] = []
         got = cuda.matmul(
             a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
