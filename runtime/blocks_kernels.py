@@ -530,7 +530,7 @@ __device__ __forceinline__ double widen(float x)
 // order (each product exact, each sum rounded once: bypass.in_order's sums), NaN canonical.
 // Warp w of block b takes items w * blocks + b, ... (striding), so a few items land on as many
 // SMs. Two ways, chosen on the device from the count listed:
-// * few entries (at most half the grid's warps, ~16 an SM): a warp per entry, lane j forming
+// * few entries (at most half the grid's warps): a warp per entry, lane j forming
 //   the exact product of k-step q + j, staged in shared memory, and the sum taking them in
 //   turn (a chain of one add a step; the operands come PREFETCH chunks ahead, as each chunk's
 //   chain is shorter than a load);
@@ -538,10 +538,11 @@ __device__ __forceinline__ double widen(float x)
 //   straight from global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is
 //   summed, the row's entries read a lane each and shuffled out. Two widenings a step and lane
 //   bound it, 32 entries at a time.
-// H200, two listed rows at 16384 x 16384 x 64: 298 us in the second way with a block's warps
-// on one SM, 140 us a warp per entry over SMs with the products shuffled out (the chain then
-// waits on each shuffle), 126 us staged; 4096 x 65536 x 64: 1183 -> 486 us. 16 rows at
-// 16384 x 16384 x 64: 361 -> 250 us (293 us the second way spread over SMs).
+// H100, two listed rows at 16384 x 16384 x 64: 299 us the second way alone (a block's warps on
+// one SM), 125 us now (7.6 ns a k-step); 16 rows 359 -> 158 us; 4096 x 65536 x 64, two rows,
+// 1176 -> 482 us; 256 rows (the second way) 353 us either way. On an H200, a warp per entry
+// with the products shuffled out took 140 us (the chain waited on each shuffle), 126 staged;
+// 16 rows 250 us a warp per entry against 293 the second way spread over SMs.
 // (A block per 8 listed rows, staging B in shared memory a load at a time, took 0.6 ms at
 // 65536 x 4096 x 64 and 11 ms at 4096 x 65536 x 64 for two listed rows, on an H100: one block
 // did it all, waiting on each load.)
