@@ -51,8 +51,10 @@ AUTO_ROW_ENTRIES = 0.5
 def auto_takes_sgemm(rows: float, cols: int, m: int, n: int) -> bool:
     """Whether "auto" runs cuBLAS SGEMM rather than IV-blocks on an m x n product with
     ``rows`` unresolved rows of A (estimated) and ``cols`` flagged columns of B: where they
-    would recompute more than ``bypass.AUTO_EXACT_SHARE`` of C, or more than AUTO_ROW_ENTRIES
-    entries a row of A in rows (the GPU's rows kernel gives up by the same rule)."""
+    would recompute more than ``bypass.AUTO_EXACT_SHARE`` of C, or where the rows' entries
+    (rows x n) would pass AUTO_ROW_ENTRIES x m (the GPU's rows kernel gives up by the same
+    rule). B's columns are left to the share: the columns kernel walks them a thread per row
+    of A, m chains at once."""
     return bypass.exact_share(rows, cols, m, n) > bypass.AUTO_EXACT_SHARE or (
         rows * n > AUTO_ROW_ENTRIES * m
     )

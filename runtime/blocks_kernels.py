@@ -32,7 +32,7 @@ BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
 # 1024 x 8, but 381 -> 400 at 16384^2 x 8 and 149 -> 155 at 40000 x 2048 x 8.
 BLOCKS_BUSY_SHAPES = {1: (2, 4), 4: (2, 4)}
 assert set(BLOCKS_SHAPES) == set(BLOCKS_N_TILES) >= set(BLOCKS_BUSY_SHAPES)
-BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 (listed row, 32 columns), or 256 rows of A
+BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed entries or (row, 32 columns); 256 rows
 
 
 def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
@@ -427,11 +427,11 @@ __device__ __forceinline__ void blocks_step(
 // threads takes tiles of TILE_ROWS rows (grid y, striding) and NT n-tiles (grid x), and walks
 // k one block at a time, the next STAGES - 1 blocks' copies in flight (cp.async), so A is read
 // from DRAM once, at its own pace, and never written back. C gets the rounded totals; the rows
-// to recompute (NaN/Inf, or unresolved) are listed in flagged_rows, *flagged their count.
+// to recompute (NaN/Inf, or unresolved) are listed in flagged_rows, counts[0] their count.
 // Under "auto" (give_up_share >= 0) every block returns at once where the share of C that
-// B's flagged columns (flagged[1]) and the rows estimated from the sample (flagged[2] sampled
+// B's flagged columns (counts[1]) and the rows estimated from the sample (counts[2] sampled
 // rows, rows_per_sample each) would recompute passes give_up_share, or those rows' entries
-// pass give_up_entries a row of A: the host, reading the same counts, runs SGEMM instead
+// (rows x n) pass give_up_entries x m: the host, reading the same counts, runs SGEMM instead
 // (blocks.auto_takes_sgemm; its own bounds are a hair lower, so this never gives up where
 // the host goes on).
 template <int NT, bool VEC, int STAGES>
@@ -439,11 +439,11 @@ __device__ __forceinline__ void blocks_rows_impl(
     const float* __restrict__ a, long long m, int k, int n, int n_tiles,
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps,
     const int* __restrict__ col_top, int deep, double k_slack, float* __restrict__ c,
-    int* __restrict__ flagged_rows, int* __restrict__ flagged, double give_up_share,
+    int* __restrict__ flagged_rows, int* __restrict__ counts, double give_up_share,
     double give_up_entries, double rows_per_sample)
 {
     if (give_up_share >= 0.0) {
-        const double rows = flagged[2] * rows_per_sample, cols = flagged[1];
+        const double rows = counts[2] * rows_per_sample, cols = counts[1];
         if (rows * n + cols * m - rows * cols > give_up_share * ((double)m * n)) return;
         if (rows * n > give_up_entries * m) return;
     }
@@ -503,7 +503,7 @@ __device__ __forceinline__ void blocks_rows_impl(
                 const int count = quad_sum(deep_count[r]), flag = quad_sum(bad[r]);
                 const int bad_row = (flag != 0) | unresolved(count, k);
                 if (bad_row && t == 0 && row + 8 * r < m && blockIdx.x == 0)  // (once a row)
-                    flagged_rows[atomicAdd(flagged, 1)] = (int)(row + 8 * r);
+                    flagged_rows[atomicAdd(counts, 1)] = (int)(row + 8 * r);
                 deep_count[r] = 0;
                 bad[r] = 0;
                 row_top[r] = -TOP_BIAS;
@@ -536,8 +536,8 @@ __device__ __forceinline__ double widen(float x)
 //   chain is shorter than a load);
 // * else a warp per (listed row, 32 columns), lane l summing column l: B's entries come
 //   straight from global memory (L2), a chunk of 32 k-steps loaded while the previous chunk is
-//   summed, the row's entries read a lane each and shuffled out. Two widenings a step and lane
-//   bound it, 32 entries at a time.
+//   summed, the row's entries read a lane each and shuffled out. Its pace: two float32 ->
+//   float64 conversions a k-step and lane, for 32 entries at a time.
 // H100, two listed rows at 16384 x 16384 x 64: 299 us the second way alone (a block's warps on
 // one SM), 125 us now (7.6 ns a k-step); 16 rows 359 -> 158 us; 4096 x 65536 x 64, two rows,
 // 1176 -> 482 us; 256 rows (the second way) 353 us either way. On an H200, a warp per entry
@@ -641,12 +641,12 @@ extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_by
 }
 
 // "auto"'s early look at A (cuda_blocks.blocks_product): a block of threads per sampled row
-// (one row in each run of stride rows, at a hashed offset: evenly spaced rows would see only
-// the wide rows of data with that period, or none of them), its warps taking every eighth
-// block of 64 k-steps, two entries a lane, counts into *unresolved_rows the sampled rows
-// whose deep entries (each against its block's scale, as the rows kernel counts them) make
-// them unresolved; NaN/Inf entries count as 0, as in the packers. (A warp per row, walking k
-// alone, took 0.15 ms at k = 16384.)
+// (one row in each run of stride rows, the last maybe shorter, at a hashed offset: evenly
+// spaced rows would see only the wide rows of data with that period, or none), its warps
+// taking every eighth block of 64 k-steps, two entries a lane, counts into *unresolved_rows
+// the sampled rows whose deep entries (each against its block's scale, as the rows kernel
+// counts them) make them unresolved; NaN/Inf entries count as 0, as in the packers. (A warp
+// per row, walking k alone, took 0.15 ms at k = 16384.)
 extern "C" __global__ void __launch_bounds__(256) blocks_sample_rows(
     const float* __restrict__ a, long long m, int k, long long stride, int deep,
     int* __restrict__ unresolved_rows)
@@ -654,10 +654,10 @@ extern "C" __global__ void __launch_bounds__(256) blocks_sample_rows(
     static_assert(BK == 64, "a warp's 32 lanes take a block two entries each");
     __shared__ int warp_count[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    unsigned long long hash = (blockIdx.x + 1ull) * 0x9e3779b97f4a7c15ull;
+    const long long start = blockIdx.x * stride, run = min(stride, m - start);
+    unsigned long long hash = (blockIdx.x + 1ull) * 0x9e3779b97f4a7c15ull;  // (sampled_rows)
     hash ^= hash >> 29;
-    const unsigned long long offset = hash % (unsigned long long)stride;
-    const float* row = a + min(m - 1, blockIdx.x * stride + (long long)offset) * k;
+    const float* row = a + (start + (long long)(hash % (unsigned long long)run)) * k;
     int count = 0;
     for (int q0 = warp * BK; q0 < k; q0 += 8 * BK) {
         float v[2];
@@ -748,10 +748,10 @@ extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {shapes[nt][1]
 blocks_rows_{nt}{busy}{suffix}(
     const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
     const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
-    int* flagged, double give_up_share, double give_up_entries, double rows_per_sample)
+    int* counts, double give_up_share, double give_up_entries, double rows_per_sample)
 {{
     blocks_rows_impl<{nt}, {vec}, {shapes[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
-                                  col_top, deep, k_slack, c, flagged_rows, flagged,
+                                  col_top, deep, k_slack, c, flagged_rows, counts,
                                   give_up_share, give_up_entries, rows_per_sample);
 }}
 """

@@ -135,16 +135,18 @@ def blocks_product(
     lines = cp.zeros(4 * n + m + 3, dtype=cp.int32)  # per column; the flagged lines' lists
     col_deep, col_bad, col_top, flagged_cols = (lines[i * n : (i + 1) * n] for i in range(4))
     flagged_rows = lines[4 * n : 4 * n + m]
-    flagged, sampled = lines[4 * n + m : 4 * n + m + 2], lines[4 * n + m + 2 :]  # counts
+    counts = lines[4 * n + m :]  # rows listed, columns listed, sampled rows unresolved
+    flagged, sampled = counts[:2], counts[2:]
     _pack_module().get_function("blocks_pack_b")(
         (blocks_k * n_tiles,), (32,),
         (b, np.int32(k), np.int32(n), np.int32(n_tiles), deep, fragments, exps,
          col_deep, col_bad, col_top, flagged_cols, flagged[1:]),
     )  # fmt: skip
-    counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
+    read_counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
     rows_per_sample = m / _samples(m, k)  # (a sampled unresolved row stands for these)
     bounds = (bypass.AUTO_EXACT_SHARE, blocks.AUTO_ROW_ENTRIES)  # (auto_takes_sgemm's)
-    give_up = [bound * (1 + GIVE_UP_MARGIN) if counts is not None else -1.0 for bound in bounds]
+    auto = read_counts is not None
+    give_up = [bound * (1 + GIVE_UP_MARGIN) if auto else -1.0 for bound in bounds]
     nt = n_tiles_per_block(n_tiles)
     groups = -(-n_tiles // nt)
     vec = _vector_suffix((a,), (k,))
@@ -153,21 +155,21 @@ def blocks_product(
     kernel(
         (groups, rows_grid), (BLOCKS_THREADS,),
         (a, np.int64(m), np.int32(k), np.int32(n), np.int32(n_tiles), fragments, exps, col_top,
-         deep, np.float64(k * _slack(level)), c, flagged_rows, flagged, *map(np.float64, give_up),
+         deep, np.float64(k * _slack(level)), c, flagged_rows, counts, *map(np.float64, give_up),
          np.float64(rows_per_sample)),
         shared_mem=shared,
     )  # fmt: skip
-    if counts is not None:
-        rows, cols = counts()
+    if auto:
+        rows, cols = read_counts()
         if blocks.auto_takes_sgemm(rows * rows_per_sample, cols, m, n):
             if on_native is not None:
                 on_native()
             return cp.matmul(a, b)
     # The flagged lines, recomputed in order (each kernel stops at the count left on the device).
-    # (Blocks capped: an empty list's launch stays cheap. The rows kernel's items, a warp each,
-    # are serial float64 chains k long, dealt to its blocks in turn: as many blocks as run at
-    # once, so none waits for a second round. H100, 256 listed rows at 16384^2 x 64 in 512
-    # items: 0.66 ms over twice that many blocks, a warp each, two rounds.)
+    # The rows kernel's items (a warp each) are serial float64 chains k long, dealt to its
+    # blocks in turn: at most as many blocks as run at once, so no item waits for a second
+    # round. (H100, 256 listed rows at 16384^2 x 64, 512 items: 0.66 ms when the grid had
+    # twice the resident blocks and the items a block each.)
     bypass_blocks = 2 * _multiprocessors(device)
     row_items = m * -(-n // 32)  # (listed row, 32 columns)
     bypass_rows = _rows_kernel("blocks_bypass_rows")
@@ -200,6 +202,18 @@ def _sample_stride(m: int, k: int) -> int:
 def _samples(m: int, k: int) -> int:
     """Rows ``blocks_sample_rows`` looks at: one in each run of ``_sample_stride`` rows."""
     return -(-m // _sample_stride(m, k))
+
+
+def sampled_rows(m: int, k: int) -> list[int]:
+    """The rows ``blocks_sample_rows`` looks at (its hash, for tests and inspection): in run
+    i of ``_sample_stride`` rows (the last may be shorter), the one at a hashed offset."""
+    stride = _sample_stride(m, k)
+    rows = []
+    for i in range(_samples(m, k)):
+        hashed = ((i + 1) * 0x9E3779B97F4A7C15) % (1 << 64)
+        hashed ^= hashed >> 29
+        rows.append(i * stride + hashed % min(stride, m - i * stride))
+    return rows
 
 
 def _sampled_counts(

@@ -105,7 +105,10 @@ AUTO_BLOCKS_WIDE_MAX_N = 64
 # after it, as in a loop whose other work synchronises, e.g. subspace's QR): H200, 16384 x
 # 16384 x 24 556 us against SGEMM's 519 (639 / 542), x 32 540 / 517 (618 / 536), 16384 x
 # 65536 x 32 2059 / 2031; H100, 16384^2 x 32 525-528 / 541-542; but 32768 x 8192 x 32 447 /
-# 488 and 65536 x 4096 x 32 446 / 749 (H200), and n = 16 at 16384^2 415 / 517.
+# 488 and 65536 x 4096 x 32 446 / 749 (H200), and n = 16 at 16384^2 415 / 517. (n = 33..64 at
+# k >= AUTO_BLOCKS_WIDE_MIN_K stays: 8 n-tiles a block, one an SM, so 256 row tiles make two
+# near-full rounds; H100 1.24-1.29x at 16384^2 x 64, blocks-flagged-rows.md; H200 1.07-1.10x
+# at 16384^2 x 48 and x 64.)
 AUTO_BLOCKS_FEW_ROWS_MAX_N = 16
 AUTO_BLOCKS_FILL_M = 32768
 _FLOAT32 = np.dtype(np.float32)

@@ -271,15 +271,16 @@ def test_gpu_recomputes_scattered_and_all_wide_rows_with_the_cpu_bits(phi: float
 def _listed_rows_in_order_case(
     k: int, n: int, many: bool = False
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """A NaN row, an Inf row and two unresolved rows among narrow ones (``many``: 64 more
-    unresolved rows, more entries than the bypass grid has warps); row 7 also holds +-2^64
-    pairs (B's two rows equal) at the starts of k, of its second chunk of 32 and of its tail,
-    which absorb the running sum's low bits: only the in-order sum gives its bits."""
+    """A NaN row, an Inf row and two unresolved rows among narrow ones (``many``: 182 more
+    unresolved rows, so that the listed entries pass half the bypass grid's warps at every n,
+    and the kernel takes a warp per row and 32 columns); row 7 also holds +-2^64 pairs (B's
+    two rows equal) at the starts of k, of its second chunk of 32 and of its tail, which
+    absorb the running sum's low bits: only the in-order sum gives its bits."""
     rng = np.random.default_rng(k + n)
     a, b = gemmul8(np, rng, (300, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
     a[3, k // 2] = np.nan
     a[150, 0] = -np.inf
-    wide = [7, 299, *range(200, 264)] if many else [7, 299]
+    wide = [7, 299, *range(8, 150), *range(151, 191)] if many else [7, 299]  # (not 3, 150)
     a[wide] = gemmul8(np, rng, (len(wide), k), 6.0)
     a[wide, ::2] *= np.float32(2.0**-90)  # (deep entries beside the row's top: unresolved)
     for q in {1, 32, k // 32 * 32} & set(range(1, k)):
@@ -313,7 +314,10 @@ def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int, m
     """Listed rows (over k in order; NaN canonical) beside narrow ones: the CPU model's bits,
     both ways the kernel takes (a warp per entry where they are few)."""
     a, b, _ = _listed_rows_in_order_case(k, n, many)
-    assert dispatch.unresolved_lines(a, b, LEVEL)[0] >= (66 if many else 2)
+    listed = dispatch.unresolved_lines(a, b, LEVEL)[0] + 2  # (+ the NaN and Inf rows)
+    assert listed >= (182 if many else 2)
+    if many:  # more entries than half the grid's warps (a block of 8 per 8 row items, or fewer)
+        assert listed * n * 2 > 300 * -(-n // 32)
     _gpu_matches_cpu(a, b)
 
 
@@ -356,6 +360,41 @@ def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     )
     assert told == []
     assert cp.array_equal(got, cuda.matmul(a, b, LEVEL), equal_nan=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("wide", "falls_back"), [(8, False), (9, True)])
+def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
+    wide: int, falls_back: bool
+) -> None:
+    """4096 x 1024 x 16: 256 sampled rows, each standing for 16. With 8 of them unresolved
+    the estimate's entries (128 rows x 16) sit exactly at AUTO_ROW_ENTRIES x m: the host goes
+    on, and so must the rows kernel (had it given up, C would be left unwritten); with 9 both
+    take SGEMM."""
+    import functools
+
+    cp = device.cupy_module()
+    from mixpert.runtime import cuda, cuda_blocks
+
+    m, k, n = 4096, 1024, 16
+    sampled = cuda_blocks.sampled_rows(m, k)
+    stride = cuda_blocks._sample_stride(m, k)
+    assert len(sampled) * stride == m and blocks.AUTO_ROW_ENTRIES * m == 8 * stride * n
+    assert all(i * stride <= r < (i + 1) * stride for i, r in enumerate(sampled))
+    rng = np.random.default_rng(wide)
+    a, b = gemmul8(np, rng, (m, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
+    rows = sampled[:wide]
+    a[rows] = gemmul8(np, rng, (wide, k), 6.0)
+    a[rows, ::2] *= np.float32(2.0**-90)
+    assert dispatch.unresolved_lines(a, b, LEVEL) == (wide, 0)
+    a, b = cp.asarray(a), cp.asarray(b)
+    told: list[int] = []
+    got = cuda.matmul(
+        a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+    )
+    assert told == ([1] if falls_back else [])
+    want = cp.matmul(a, b) if falls_back else cuda.matmul(a, b, LEVEL)
+    assert cp.array_equal(got, want, equal_nan=True)
 
 
 @pytest.mark.gpu
