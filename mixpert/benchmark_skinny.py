@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import family_report
-from .benchmark import measure_methods, summary
+from .benchmark import measure_methods, method_cells, summary
 from .runtime import LADDER
 from .runtime.levels import AUTO
 from .testdata import gemmul8
@@ -76,26 +76,12 @@ def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[Sk
         a, b = gemmul8(cp, rng, (m, k), PHI), gemmul8(cp, rng, (k, n), PHI)
         flops, nbytes = 2.0 * m * k * n, 4.0 * (m * k + k * n + m * n)
         measured = measure_methods(cp, METHODS, a, b, flops)
-        sgemm_s, sgemm_error, _ = measured["sgemm"]
-        for name, (seconds, error, routed) in measured.items():
-            gbps = nbytes / seconds / 1e9
-            rows.append(
-                SkinnyRow(
-                    gpu,
-                    m,
-                    k,
-                    n,
-                    name,
-                    seconds * 1e3,
-                    sgemm_s / seconds,
-                    error,
-                    sgemm_error,
-                    gbps,
-                    100 * gbps / copy,
-                    routed,
-                )  # fmt: skip
-            )
-        progress(summary(f"{m}x{k}x{n} (SGEMM {nbytes / sgemm_s / 1e9:.0f} GB/s)", measured))
+        for name, ms, ratio, error, sgemm_error, routed in method_cells(measured):
+            gbps = nbytes / measured[name][0] / 1e9
+            row = (name, ms, ratio, error, sgemm_error, gbps, 100 * gbps / copy, routed)
+            rows.append(SkinnyRow(gpu, m, k, n, *row))
+        sgemm_gbps = nbytes / measured["sgemm"][0] / 1e9
+        progress(summary(f"{m}x{k}x{n} (SGEMM {sgemm_gbps:.0f} GB/s)", measured))
         del a, b
         cp.get_default_memory_pool().free_all_blocks()
     return rows
