@@ -41,6 +41,7 @@ from .cuda_kernels import (
     PACK_SOURCE,
     ROUND,
     ROWS_THREADS,
+    STRIP_LANE_COLUMNS,
     THIN_THREADS,
     WIDEN,
     render,
@@ -189,34 +190,61 @@ def _launch_pack(
 # k-exponents of equilibrate.k_exponents: A's columns are scaled by 2^-f (sign -1), B's rows by
 # 2^f (sign +1).
 A_SIDE, B_SIDE = -1, 1
-COLUMN_MAX_ROWS = 512  # rows per block of the column maxima: enough blocks to fill the GPU
+STRIP_ROWS = 128  # rows per block of ``strip_max_bits``: 2048 blocks at n = 8192
+STRIP_WIDTH = 32 * STRIP_LANE_COLUMNS  # ... and columns
+_NULL = np.uint64(0)  # a null pointer argument
 
 
-def _column_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
-    """Largest finite |x| of each column of each matrix of a stack ``x`` (s, rows, cols) with
-    contiguous rows, as float32 bits, into ``out`` (s, cols)."""
+@dataclasses.dataclass(frozen=True)
+class OperandTops:
+    """One read of an operand (``strip_max_bits``): its half of ``equilibrate.k_exponents``,
+    ``k`` (s, k), the largest finite |entry| along each k-index as float32 bits, and from the
+    same read each line's (row of A, column of B; s * lines), ``lines``, with ``bad`` != 0
+    where the line holds a NaN/Inf. Where no k-index moves, ``lines`` are the packers' scales,
+    so the packers need not read the operand for them (``pack_int8``, ``pack_int8_columns``):
+    at n = 8192 on an H100 B was read three times for its pack before, twice now."""
+
+    k: cp.ndarray
+    lines: cp.ndarray
+    bad: cp.ndarray
+
+
+def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
+    """``OperandTops`` of a stack ``x`` (s, rows, cols) with contiguous rows whose lines are its
+    rows (``lines_along_rows``: A's rows, B^T's rows; k-indices are the columns) or its
+    columns (a row-major B; k-indices are the rows)."""
     count, rows, cols = x.shape
-    if rows == 0 or cols == 0:
-        return
-    item = x.itemsize
-    for first in _batch_chunks(count):
-        _pack_module().get_function("column_max_bits")(
-            (-(-cols // 32), -(-rows // COLUMN_MAX_ROWS), _chunk(first, count)),
-            (32, 8),
-            (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
-             np.int32(COLUMN_MAX_ROWS), np.int64(x.strides[0] // item), np.int32(first), out),
-        )  # fmt: skip
+    k, lines = (cols, rows) if lines_along_rows else (rows, cols)
+    out = cp.zeros(count * (k + 2 * lines), dtype=cp.uint32)  # one allocation, one memset
+    k_top = out[: count * k]
+    line_top, line_bad = out[count * k :].reshape(2, count * lines)
+    if rows and cols:
+        if lines_along_rows:
+            col_top, col_bad, row_top, row_bad = k_top, _NULL, line_top, line_bad
+        else:
+            col_top, col_bad, row_top, row_bad = line_top, line_bad, k_top, _NULL
+        item = x.itemsize
+        for first in _batch_chunks(count):
+            _pack_module().get_function("strip_max_bits")(
+                (-(-rows // STRIP_ROWS), -(-cols // STRIP_WIDTH), _chunk(first, count)),
+                (32, 8),
+                (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
+                 np.int32(STRIP_ROWS), np.int64(x.strides[0] // item), np.int32(first),
+                 col_top, col_bad, row_top, row_bad),
+            )  # fmt: skip
+    return OperandTops(k_top.reshape(count, k), line_top, line_bad)
 
 
-def _row_max_bits(x: cp.ndarray, out: cp.ndarray) -> None:
-    rows, cols = x.shape
-    if rows == 0:
-        return
-    _pack_module().get_function("row_max_bits")(
-        (rows,),
-        (_line_threads(cols),),
-        (x, np.int64(x.strides[0] // x.itemsize), np.int32(cols), out),
-    )
+def a_tops(a_rows: cp.ndarray) -> OperandTops:
+    """A's tops: ``a_rows`` (m, k) or a stack (s, m, k), rows contiguous."""
+    return _strip_maxima(a_rows if a_rows.ndim == 3 else a_rows[None], lines_along_rows=True)
+
+
+def b_tops(b: cp.ndarray) -> OperandTops:
+    """B's tops: a C-contiguous stack (s, k, n), or B (k, n) either way."""
+    if b.ndim == 3 or _rows_contiguous(b):
+        return _strip_maxima(b if b.ndim == 3 else b[None], lines_along_rows=False)
+    return _strip_maxima(_unit_inner(b.T)[None], lines_along_rows=True)
 
 
 def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -224,29 +252,8 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     (either layout); one read of each, no host synchronisation. Entry k (one past the
     exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k, n), both
     C-contiguous: one row of k + 1 entries per pair."""
-    f = exponents_from_tops(column_tops(a_rows), row_tops(b))
+    f = exponents_from_tops(a_tops(a_rows).k, b_tops(b).k)
     return f if a_rows.ndim == 3 else f[0]
-
-
-def column_tops(a_rows: cp.ndarray) -> cp.ndarray:
-    """``equilibrate.column_tops`` as float32 bits, (s, k) (s = 1 for a matrix)."""
-    a3 = a_rows if a_rows.ndim == 3 else a_rows[None]
-    tops = cp.zeros((a3.shape[0], a3.shape[2]), dtype=cp.uint32)
-    _column_max_bits(a3, tops)
-    return tops
-
-
-def row_tops(b: cp.ndarray) -> cp.ndarray:
-    """``equilibrate.row_tops`` as float32 bits, (s, k): a C-contiguous stack, or B either way."""
-    if b.ndim == 3:
-        tops = cp.zeros(b.shape[:2], dtype=cp.uint32)
-        _row_max_bits(b.reshape(-1, b.shape[2]), tops)
-    elif _rows_contiguous(b):
-        tops = cp.zeros((1, b.shape[0]), dtype=cp.uint32)
-        _row_max_bits(b, tops)
-    else:
-        tops = column_tops(_unit_inner(b.T))
-    return tops
 
 
 def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
@@ -288,6 +295,11 @@ def _deep(slices: int, k: int, bypass_wide: bool) -> np.int32:
     return np.int32(bypass.deep_binades(fraction_bits(slices), k))
 
 
+def _line_tops(tops: OperandTops | None) -> tuple[Any, Any]:
+    """The packers' line_top and line_bad arguments: ``tops``' lines, or null pointers."""
+    return (_NULL, _NULL) if tops is None else (tops.lines, tops.bad)
+
+
 def pack_int8(
     lines: cp.ndarray,
     kexp: cp.ndarray,
@@ -296,35 +308,43 @@ def pack_int8(
     reversed_slots: bool,
     bypass_wide: bool = False,
     batch: int = 1,
+    tops: OperandTops | None = None,
 ) -> PackedOperand:
     """``packer.slice_rows`` on the GPU: digits of each rebalanced row of ``lines`` (rows
     contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns. The
     ``nonfinite`` flags also mark unresolved lines when ``bypass_wide`` (``bypass``). A stack:
-    ``batch`` matrices' lines one after another, ``kexp`` (batch, k + 1)."""
+    ``batch`` matrices' lines one after another, ``kexp`` (batch, k + 1). ``tops``: the
+    lines' ``OperandTops`` (one pass over ``lines`` instead of two where no k-index moves)."""
     count, k = lines.shape
     packed = PackedOperand(count, slices, _padded(k), cp.int8, batch)
     _launch_pack(
         "pack_int8", lines, packed, kexp, np.int32(max(1, count // batch)), np.int32(side),
         np.int32(slices), np.int32(reversed_slots), _deep(slices, k, bypass_wide),
-        tail=(packed.flagged,),
+        *_line_tops(tops), tail=(packed.flagged,),
     )  # fmt: skip
     return packed
 
 
 def pack_int8_columns(
-    x: cp.ndarray, kexp: cp.ndarray, slices: int, reversed_slots: bool, bypass_wide: bool = False
+    x: cp.ndarray,
+    kexp: cp.ndarray,
+    slices: int,
+    reversed_slots: bool,
+    bypass_wide: bool = False,
+    tops: OperandTops | None = None,
 ) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
     (s, k, n) of them with ``kexp`` (s, k + 1). Three launches (column maxima, digits, flags)
-    over strips of 32 columns and chunks of k, so any n fills the GPU. On an H100 (IV, ms, n =
+    over strips of 32 columns and chunks of k, so any n fills the GPU; the first reads nothing
+    where ``tops`` (B's ``OperandTops``) hold and no k-index moves. On an H100 (IV, ms, n =
     2048 / 4096 / 8192 / 16384): 0.085 / 0.18 / 0.52 / 1.84, against 0.17 / 0.33 / 0.72 / 1.99
-    for a block per strip and all of k, one launch."""
+    for a block per strip and all of k, one launch (both before ``tops``)."""
     x3 = x if x.ndim == 3 else x[None]
     count, k, n = x3.shape
     packed = PackedOperand(count * n, slices, _padded(k), cp.int8, count)
     if n == 0:
         return packed
-    tops = cp.zeros(count * n, dtype=cp.uint64)
+    column_top = cp.zeros(count * n, dtype=cp.uint64)
     deep_counts = cp.zeros(count * n, dtype=cp.int32)
     item = x3.itemsize
     row_stride, batch_stride = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
@@ -338,13 +358,13 @@ def pack_int8_columns(
         module.get_function("column_tops")(
             grid, (32, 8),
             (x3, row_stride, np.int32(k), np.int32(n), kexp, np.int32(chunk), batch_stride,
-             batch0, tops, packed.nonfinite),
+             batch0, *_line_tops(tops), column_top, packed.nonfinite),
         )  # fmt: skip
         module.get_function("pack_int8_column_chunks")(
             grid, (32, 8),
             (x3, row_stride, np.int32(k), np.int32(n), np.int32(packed.k_pad), kexp,
              np.int32(chunk), np.int32(slices), np.int32(reversed_slots), deep, batch_stride,
-             batch0, tops, packed.data, packed.exponents, deep_counts),
+             batch0, column_top, packed.data, packed.exponents, deep_counts),
         )  # fmt: skip
     lines = count * n
     module.get_function("finish_columns")(
@@ -365,12 +385,14 @@ def column_chunk(tiles: int, k_pad: int) -> int:
     return -(-k_pad // (COLUMN_TILE_K * chunks)) * COLUMN_TILE_K
 
 
-def _pack_b(b: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:
+def _pack_b(
+    b: cp.ndarray, kexp: cp.ndarray, level: Level, tops: OperandTops | None = None
+) -> PackedOperand:
     """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
     slices, wide = level.b_slices, level.bypass_wide
     if _rows_contiguous(b):
-        return pack_int8_columns(b, kexp, slices, reversed_slots=True, bypass_wide=wide)
-    return pack_int8(_unit_inner(b.T), kexp, B_SIDE, slices, reversed_slots=True, bypass_wide=wide)
+        return pack_int8_columns(b, kexp, slices, True, bypass_wide=wide, tops=tops)
+    return pack_int8(_unit_inner(b.T), kexp, B_SIDE, slices, True, bypass_wide=wide, tops=tops)
 
 
 def pack_fp16(
@@ -552,10 +574,12 @@ def _combine_int8(
     return _combine(kernel, sums, pair_exponent(0), step, 0, slack, a_pack, b_pack, a, b, out)
 
 
-def _pack_a(a_rows: cp.ndarray, kexp: cp.ndarray, level: Level) -> PackedOperand:
+def _pack_a(
+    a_rows: cp.ndarray, kexp: cp.ndarray, level: Level, tops: OperandTops | None = None
+) -> PackedOperand:
     """A's rows, slots in order."""
     wide = level.bypass_wide
-    return pack_int8(a_rows, kexp, A_SIDE, level.a_slices, reversed_slots=False, bypass_wide=wide)
+    return pack_int8(a_rows, kexp, A_SIDE, level.a_slices, False, bypass_wide=wide, tops=tops)
 
 
 def _pack_both(
@@ -622,10 +646,11 @@ def int8_product(
     ms a call on an H100 at n = 3072-8192)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
-    a_top = kept_a.tops(lambda: column_tops(a_rows()))
-    kexp = exponents_from_tops(a_top, kept_b.tops(lambda: row_tops(b)))[0]
-    a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level))
-    b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level))
+    a_top = kept_a.tops(lambda: a_tops(a_rows()))
+    b_top = kept_b.tops(lambda: b_tops(b))
+    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level, a_top))
+    b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level, b_top))
     flag_counts = _flag_counts(a_pack.flagged, b_pack.flagged) if native_when_bypassed else None
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
@@ -706,12 +731,13 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     count, m, k = a.shape
     n = b.shape[2]
-    kexp = k_exponents(a, b)
+    a_top, b_top = a_tops(a), b_tops(b)
+    kexp = exponents_from_tops(a_top.k, b_top.k)
     wide = level.bypass_wide
     a_pack = pack_int8(
-        a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, batch=count
+        a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, count, a_top
     )
-    b_pack = pack_int8_columns(b, kexp, level.b_slices, reversed_slots=True, bypass_wide=wide)
+    b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
     c = cp.empty((count, m, n), dtype=cp.float32)
     pairs = _sum_blocking(level, m, k, n, count)[0]
     blocks = [
@@ -732,13 +758,14 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
     """The stages of ``int8_product`` as separate calls, for a time breakdown."""
     a_rows = _unit_inner(a)
-    kexp = k_exponents(a_rows, b)
-    a_pack, b_pack = _pack_both(a_rows, b, kexp, level)
+    a_top, b_top = a_tops(a_rows), b_tops(b)
+    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    a_pack, b_pack = _pack_a(a_rows, kexp, level, a_top), _pack_b(b, kexp, level, b_top)
     sums = int8_class_sums(a_pack, b_pack, level)
     stages: dict[str, Any] = {
-        "k-exponents": lambda: k_exponents(a_rows, b),
-        "pack A": lambda: _pack_a(a_rows, kexp, level),
-        "pack B": lambda: _pack_b(b, kexp, level),
+        "k-exponents": lambda: exponents_from_tops(a_tops(a_rows).k, b_tops(b).k),
+        "pack A": lambda: _pack_a(a_rows, kexp, level, a_top),
+        "pack B": lambda: _pack_b(b, kexp, level, b_top),
         "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level),
         "combine": lambda: _combine_int8(sums, a_pack, b_pack, a, b, level),
     }

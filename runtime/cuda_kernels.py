@@ -32,6 +32,7 @@ from .ordered_kernels import (
 )
 
 COLUMN_TILE_K = 128  # k-indices per shared tile of B's column packing (8 warps x 16)
+STRIP_LANE_COLUMNS = 8  # columns per lane of strip_max_bits: a block takes 32 x 8 of them
 # The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
 CONSTANTS = {
     "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
@@ -53,6 +54,7 @@ CONSTANTS = {
     "THIN_THREADS": THIN_THREADS,
     "THIN_STAGES": THIN_STAGES,
     "COLUMN_TILE_K": COLUMN_TILE_K,
+    "STRIP_LANE_COLUMNS": STRIP_LANE_COLUMNS,
     "BLOCKS_K": blocks.BLOCK_K,
     "BLOCKS_SLICES": LEVELS[blocks.LEVEL].a_slices,
     "BLOCKS_MAX_SUM": max(LEVELS[blocks.LEVEL].groups),
@@ -245,53 +247,83 @@ __device__ double line_max(const float* __restrict__ row, int k, const int* __re
     return block_max(top, bad, any_bad);
 }
 
-// equilibrate.k_exponents, step 1: the largest finite |x| of each column of a row-major
-// (rows, cols) matrix, as float32 magnitude bits (unsigned order is magnitude order); blocks
-// of 32 columns x 8 row strips, merged with atomicMax into a zeroed out. Stacks: matrix z =
-// blockIdx.z + batch0 starts z * batch_stride floats into x, its maxima z * cols into out.
-extern "C" __global__ void column_max_bits(
-    const float* __restrict__ x, long long row_stride, int rows, int cols, int rows_per_block,
-    long long batch_stride, int batch0, unsigned int* __restrict__ out)
+// The largest finite |x| of a warp's 32 values (float32 magnitude bits), in every lane.
+__device__ __forceinline__ unsigned int warp_max(unsigned int v)
 {
-    __shared__ unsigned int part[8][32];
-    const long long z = blockIdx.z + (long long)batch0;
-    x += z * batch_stride;
-    out += z * cols;
-    const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
-    const int first = blockIdx.y * rows_per_block;
-    const int last = min(rows, first + rows_per_block);
-    unsigned int top = 0u;
-    if (col < cols)
-#pragma unroll 8
-        for (int r = first + ty; r < last; r += 8) {
-            const unsigned int v = magnitude_bits(x[r * row_stride + col]);
-            if (v < 0x7f800000u) top = max(top, v);
-        }
-    part[ty][tx] = top;
-    __syncthreads();
-    if (ty == 0 && col < cols) {
-        for (int j = 1; j < 8; ++j) top = max(top, part[j][tx]);
-        atomicMax(out + col, top);
-    }
+#if __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+#endif
 }
 
-// ... and of each row (one block per row).
-extern "C" __global__ void row_max_bits(
-    const float* __restrict__ x, long long row_stride, int cols, unsigned int* __restrict__ out)
+// The largest finite |x| along both axes of a row-major (rows, cols) matrix in one read, as
+// float32 magnitude bits (unsigned order is magnitude order) merged with atomicMax into zeroed
+// outputs: each column's into col_top and, where row_top is given, each row's into row_top;
+// col_bad / row_bad (where given) get 1 for a column / row that holds a NaN or Inf. The
+// k-exponents (equilibrate.k_exponents, step 1) take the maxima along the k-indices (A's
+// columns, B's rows); the packers take those along the lines (A's rows, B's columns) as their
+// scales wherever no k-index moves, and need not read the operand a second time for them.
+// A block of 32 x 8 threads takes rows_per_block rows of STRIP_WIDTH columns, lane l the
+// columns l, l + 32, ..., a warp a row at a time: one atomicMax per row and block. (With 32
+// columns a block and the blocks of one row strip running side by side, their row atomics
+// collided: 3.5x slower than the column maxima alone at n = 8192 on an H100.) The grid's x
+// walks the row strips, so the blocks running at once update different rows. Stacks: matrix
+// z = blockIdx.z + batch0 starts z * batch_stride floats into x; its column outputs start at
+// z * cols, its row outputs at z * rows.
+#define STRIP_LANE_COLUMNS ${STRIP_LANE_COLUMNS}
+#define STRIP_WIDTH (32 * STRIP_LANE_COLUMNS)
+
+extern "C" __global__ void strip_max_bits(
+    const float* __restrict__ x, long long row_stride, int rows, int cols, int rows_per_block,
+    long long batch_stride, int batch0, unsigned int* __restrict__ col_top,
+    unsigned int* __restrict__ col_bad, unsigned int* __restrict__ row_top,
+    unsigned int* __restrict__ row_bad)
 {
-    const float* row = x + blockIdx.x * row_stride;
-    unsigned int bits = 0u;
-    for (int c = 4 * threadIdx.x; c < cols; c += 4 * blockDim.x) {
-        float v[4];
-        load_row4(row, c, cols, v);  // entries past cols read as 0
-        for (int t = 0; t < 4; ++t) {
-            const unsigned int m = magnitude_bits(v[t]);
-            if (m < 0x7f800000u) bits = max(bits, m);
+    __shared__ unsigned int part[8][STRIP_WIDTH], part_bad[8][32];
+    const long long z = blockIdx.z + (long long)batch0;
+    x += z * batch_stride;
+    const int tx = threadIdx.x, ty = threadIdx.y, col0 = blockIdx.y * STRIP_WIDTH + tx;
+    const int first = blockIdx.x * rows_per_block;
+    const int last = min(rows, first + rows_per_block);
+    unsigned int top[STRIP_LANE_COLUMNS] = {}, bad = 0u;  // bad: bit j for column col0 + 32 j
+    for (int r = first + ty; r < last; r += 8) {  // every lane of a warp: the same rows
+        const float* row = x + r * row_stride;
+        unsigned int row_max = 0u, row_nonfinite = 0u;
+#pragma unroll
+        for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) {
+            const int col = col0 + 32 * j;
+            const unsigned int v = col < cols ? magnitude_bits(row[col]) : 0u;
+            const unsigned int finite = v < 0x7f800000u ? v : 0u, nonfinite = finite != v;
+            top[j] = max(top[j], finite);
+            row_max = max(row_max, finite);
+            bad |= nonfinite << j;
+            row_nonfinite |= nonfinite;
+        }
+        if (row_top != nullptr) {
+            row_max = warp_max(row_max);
+            row_nonfinite = __any_sync(0xffffffffu, row_nonfinite);
+            if (tx == 0 && row_max) atomicMax(row_top + z * rows + r, row_max);
+            if (tx == 0 && row_nonfinite && row_bad != nullptr) row_bad[z * rows + r] = 1u;
         }
     }
-    int bad = 0;
-    const double top = block_max(exact_double(__uint_as_float(bits)), 0, &bad);
-    if (threadIdx.x == 0) out[blockIdx.x] = magnitude_bits(round_to_float(top));  // exact
+#pragma unroll
+    for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) part[ty][tx + 32 * j] = top[j];
+    part_bad[ty][tx] = bad;
+    __syncthreads();
+    if (ty != 0) return;
+    for (int i = 1; i < 8; ++i) bad |= part_bad[i][tx];
+#pragma unroll
+    for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) {
+        const int col = col0 + 32 * j;
+        if (col >= cols) break;
+        unsigned int column_max = top[j];
+        for (int i = 1; i < 8; ++i) column_max = max(column_max, part[i][tx + 32 * j]);
+        atomicMax(col_top + z * cols + col, column_max);
+        if (col_bad != nullptr && (bad >> j & 1u)) col_bad[z * cols + col] = 1u;
+    }
 }
 
 // equilibrate.k_exponents, step 2: f_q = floor(gap / 2) when the binades of A's column q and
@@ -481,20 +513,37 @@ __device__ __forceinline__ void write_digits4(const int (&rest)[4], int slices, 
             slot_word(biased, i, slices);
 }
 
+// The line maxima strip_max_bits found (float32 bits, NaN/Inf flags; null where not taken),
+// which are the packers' own wherever no k-index moves (kexp[k] == 0): then *top and *bad
+// are set from them and true returned.
+__device__ __forceinline__ bool known_line_top(
+    const unsigned int* __restrict__ line_top, const unsigned int* __restrict__ line_bad,
+    long long line, const int* __restrict__ kexp, int k, double* top, int* bad)
+{
+    if (line_top == nullptr || kexp[k] != 0) return false;
+    *top = exact_double(__uint_as_float(line_top[line]));
+    *bad = line_bad[line] != 0u;
+    return true;
+}
+
 // One line per block: A's rows (sign -1) or B's columns read as rows of B^T (sign +1); flagged
 // lines (NaN/Inf or unresolved) counted into *flagged. Stacks: lines_per_batch consecutive
-// lines share one pair's k-exponents (k + 1 entries each).
+// lines share one pair's k-exponents (k + 1 entries each). line_top / line_bad: the lines'
+// maxima from strip_max_bits, or null (the block finds them itself: one more pass over x).
 extern "C" __global__ void pack_int8(
     const float* __restrict__ x, long long line_stride, int k, int k_pad,
     const int* __restrict__ kexp, int lines_per_batch, int sign, int slices, int reversed,
-    int deep, signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite,
-    int* __restrict__ flagged)
+    int deep, const unsigned int* __restrict__ line_top,
+    const unsigned int* __restrict__ line_bad, signed char* __restrict__ out,
+    int* __restrict__ exps, int* __restrict__ nonfinite, int* __restrict__ flagged)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
     kexp += (line / lines_per_batch) * (k + 1LL);
     int bad;
-    const double top = line_max(row, k, kexp, sign, &bad);
+    double top;
+    if (!known_line_top(line_top, line_bad, line, kexp, k, &top, &bad))
+        top = line_max(row, k, kexp, sign, &bad);
 
     const int e = scale_exponent(top);
     const bool moves = kexp[k] != 0;  // else every f is 0: no loads
@@ -557,7 +606,8 @@ __device__ __forceinline__ void strip_max(
 // the tile's rows (each warp load 32 consecutive floats of a row) into shared memory, column
 // by column; then warp w writes columns 4 w .. 4 w + 3, lane l the digits of k-indices 4 l ..
 // 4 l + 3, so each warp store fills 128 consecutive bytes of a slot. count[j]: this thread's
-// deep entries of column 4 w + j.
+// deep entries of column 4 w + j. The next tile's loads are in flight (in registers) while a
+// tile is sliced.
 __device__ void strip_digits(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int col0,
     int q_begin, int q_end, const int* __restrict__ kexp, const LineScale* scale, int slices,
@@ -565,15 +615,23 @@ __device__ void strip_digits(
 {
     __shared__ __align__(16) float tile[32][${COLUMN_TILE_K} + 4];  // [column][k]: 16-byte rows
     __shared__ int tile_kexp[${COLUMN_TILE_K}];
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
+    constexpr int ROWS_PER_THREAD = ${COLUMN_TILE_K} / 8;
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx, column = col0 + tx;
+    float next[ROWS_PER_THREAD];  // this thread's entries of a tile: rows ty, ty + 8, ...
+    const auto fetch = [&](int q0) {
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_THREAD; ++r) {
+            const int q = q0 + ty + 8 * r;
+            next[r] = (q < k && column < n) ? x[q * row_stride + column] : 0.0f;
+        }
+    };
+    fetch(q_begin);
     for (int q0 = q_begin; q0 < q_end; q0 += ${COLUMN_TILE_K}) {
 #pragma unroll
-        for (int row = ty; row < ${COLUMN_TILE_K}; row += 8) {
-            const int q = q0 + row, c = col0 + tx;
-            tile[tx][row] = (q < k && c < n) ? x[q * row_stride + c] : 0.0f;
-        }
+        for (int r = 0; r < ROWS_PER_THREAD; ++r) tile[tx][ty + 8 * r] = next[r];
         if (t < ${COLUMN_TILE_K}) tile_kexp[t] = q0 + t < k ? kexp[q0 + t] : 0;
         __syncthreads();
+        if (q0 + ${COLUMN_TILE_K} < q_end) fetch(q0 + ${COLUMN_TILE_K});
         const int first = q0 + 4 * tx;
         if (first < q_end)
 #pragma unroll
@@ -609,10 +667,12 @@ __device__ __forceinline__ int column_sum(int value)
 // ${COLUMN_TILE_K}) x (matrices: blockIdx.z + batch0), so B's columns fill the GPU at any n.
 //
 // Step 1: the largest rebalanced |value| of each column, merged with atomicMax into the zeroed
-// `tops` (non-negative doubles order as their bits), NaN/Inf into the zeroed `bad`.
+// `tops` (non-negative doubles order as their bits), NaN/Inf into the zeroed `bad`; taken
+// from line_top / line_bad (strip_max_bits's, or null) without reading x where they hold.
 extern "C" __global__ void column_tops(
     const float* __restrict__ x, long long row_stride, int k, int n,
     const int* __restrict__ kexp, int chunk, long long batch_stride, int batch0,
+    const unsigned int* __restrict__ line_top, const unsigned int* __restrict__ line_bad,
     unsigned long long* __restrict__ tops, int* __restrict__ bad)
 {
     const long long z = blockIdx.z + (long long)batch0;
@@ -620,6 +680,16 @@ extern "C" __global__ void column_tops(
     kexp += z * (k + 1);
     __shared__ double part_top[8][32];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
+    if (line_top != nullptr && kexp[k] == 0) {  // (known_line_top's test)
+        double known;
+        int known_bad;
+        if (blockIdx.y == 0 && ty == 0 && col < n  // the whole column's: one block writes
+            && known_line_top(line_top, line_bad, z * n + col, kexp, k, &known, &known_bad)) {
+            tops[z * n + col] = (unsigned long long)__double_as_longlong(known);
+            if (known_bad) bad[z * n + col] = 1;
+        }
+        return;
+    }
     double top = 0.0;
     int any_bad = 0;
     if (col < n)
@@ -637,7 +707,9 @@ extern "C" __global__ void column_tops(
 
 // Step 2: the digits of a chunk of each column; deep entries counted into the zeroed
 // `deep_counts` (integers: exact in any order).
-extern "C" __global__ void pack_int8_column_chunks(
+// (Four blocks an SM, as before the next tile's registers: ptxas fits them in 64 without
+// spilling; uncapped it took 90, two blocks an SM.)
+extern "C" __global__ void __launch_bounds__(256, 4) pack_int8_column_chunks(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
     const int* __restrict__ kexp, int chunk, int slices, int reversed, int deep,
     long long batch_stride, int batch0, const unsigned long long* __restrict__ tops,

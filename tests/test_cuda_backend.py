@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixpert.runtime import LADDER, cpu, device, dispatch, get_level
+from mixpert.runtime import LADDER, cpu, device, dispatch, get_level, packer
 from mixpert.testdata import gemmul8
 
 pytestmark = pytest.mark.gpu
@@ -373,16 +373,59 @@ def test_the_pack_kernels_give_the_cpu_packer_bytes(slices: int, moved: bool) ->
         digits = packer.slice_rows(rebalanced, exps, slices).transpose(1, 0, 2)
         wide = bypass.unresolved(rebalanced, exps, packer.fraction_bits(slices), k)
         flags = ~np.isfinite(lines).all(axis=1) | wide
-        packs = [cuda.pack_int8(cp.asarray(lines), kexp, side, slices, False, True)]
+        rows = cp.asarray(lines)
+        packs = [  # each line's maximum found by the packer, then taken from its operand's tops
+            cuda.pack_int8(rows, kexp, side, slices, False, True),
+            cuda.pack_int8(rows, kexp, side, slices, False, True, tops=cuda.a_tops(rows)),
+        ]
         if side == cuda.B_SIDE:  # B's columns, read in place from a row-major B
             b = cp.asarray(np.ascontiguousarray(lines.T))
             packs.append(cuda.pack_int8_columns(b, kexp, slices, False, True))
+            packs.append(cuda.pack_int8_columns(b, kexp, slices, False, True, cuda.b_tops(b)))
         for pack in packs:
             np.testing.assert_array_equal(cp.asnumpy(pack.exponents), exps)
             np.testing.assert_array_equal(cp.asnumpy(pack.data)[:, :, :k], digits)
             np.testing.assert_array_equal(cp.asnumpy(pack.nonfinite) != 0, flags)
         if not moved and slices > 1:  # 9 deep entries of 256 pass k / 32, 8 do not
             assert list(wide[5:8]) == [False, True, False]
+
+
+def finite_max_bits(x: np.ndarray, axis: int) -> np.ndarray:
+    """The CPU model of the tops' float32 bits: the largest finite |entry| along ``axis``."""
+    return packer.finite_abs_max(x, axis).astype(np.float32).view(np.uint32)
+
+
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1), (1, 37, 5), (3, 33, 65), (1, 600, 1100), (4, 1030, 70), (7, 5, 2)]
+)
+def test_one_read_gives_the_k_and_line_maxima(shape: tuple[int, int, int]) -> None:
+    """``a_tops`` / ``b_tops``: the k-exponents' maxima (``equilibrate``'s tops) and each
+    line's largest finite |entry| and NaN/Inf flag, for stacks and matrices, B either way, with
+    subnormal, zero, NaN and Inf entries and lines of them."""
+    rng = np.random.default_rng(sum(shape))
+    count, rows, cols = shape
+    x = make(rng, (count * rows, cols), "binades").reshape(shape)
+    x[0, rows // 2, :: 3] = np.finfo(np.float32).smallest_subnormal * 5
+    x[-1, -1] = 0
+    x[0, 0, cols - 1] = np.nan
+    x[count - 1, rows - 1, 0] = -np.inf
+    x[0, :, cols // 2] = np.inf
+    bad_rows = ~np.isfinite(x).all(axis=2).reshape(-1)
+    bad_cols = ~np.isfinite(x).all(axis=1).reshape(-1)
+    rows_max, cols_max = finite_max_bits(x, 2).reshape(-1), finite_max_bits(x, 1).reshape(-1)
+    dev = cp.asarray(x)
+    tops = cuda.a_tops(dev)  # x's rows are the lines, its columns the k-indices
+    np.testing.assert_array_equal(cp.asnumpy(tops.k).reshape(-1), cols_max)
+    np.testing.assert_array_equal(cp.asnumpy(tops.lines), rows_max)
+    np.testing.assert_array_equal(cp.asnumpy(tops.bad) != 0, bad_rows)
+    for b in (dev, *((cp.asfortranarray(dev[0]),) if count == 1 else ())):
+        tops = cuda.b_tops(b)  # x as B: a stack, or a column-major matrix
+        np.testing.assert_array_equal(cp.asnumpy(tops.k).reshape(-1), rows_max)
+        np.testing.assert_array_equal(cp.asnumpy(tops.lines), cols_max)
+        np.testing.assert_array_equal(cp.asnumpy(tops.bad) != 0, bad_cols)
+    if count == 1:  # a matrix, as the products pass it
+        np.testing.assert_array_equal(cp.asnumpy(cuda.a_tops(dev[0]).lines), rows_max)
+        np.testing.assert_array_equal(cp.asnumpy(cuda.b_tops(dev[0]).lines), cols_max)
 
 
 @pytest.mark.parametrize("k", [300, 50_000])  # int32 class sums, and float64 over k blocks
