@@ -43,15 +43,15 @@ def large_row(rng, count: int, m: int, k: int, n: int) -> dict:
     level = LEVELS["IV"]
     a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
     flops = 2.0 * count * m * k * n
-    kexp = cuda.k_exponents(a, b)
+    a_tops, b_tops = cuda.a_tops(a), cuda.b_tops(b)  # as int8_product_stack takes them
+    kexp = cuda.exponents_from_tops(a_tops.k, b_tops.k)
 
     def pack_a() -> cuda.PackedOperand:
-        lines = a.reshape(-1, k)
-        wide = level.bypass_wide
-        return cuda.pack_int8(lines, kexp, cuda.A_SIDE, level.a_slices, False, wide, batch=count)
+        lines, wide = a.reshape(-1, k), level.bypass_wide
+        return cuda.pack_int8(lines, kexp, cuda.A_SIDE, level.a_slices, False, wide, count, a_tops)
 
     def pack_b() -> cuda.PackedOperand:
-        return cuda.pack_int8_columns(b, kexp, level.b_slices, True, level.bypass_wide)
+        return cuda.pack_int8_columns(b, kexp, level.b_slices, True, level.bypass_wide, b_tops)
 
     a_pack, b_pack = pack_a(), pack_b()
     sums = cuda.int8_class_sums(a_pack, b_pack, level)

@@ -3,8 +3,10 @@
 One call of an INT8 level is these steps, with no host synchronisation (level IV-blocks has its
 own path: ``cuda_blocks``):
 
-1. ``pack_int8`` for A's rows and B's columns: scales, NaN/Inf flags and INT8 digits in the
-   (lines, slices, k_pad) layout of ``cuda_kernels`` (k contiguous: the TN layout IMMA wants);
+1. ``a_tops`` and ``b_tops``, one read of each operand: the k-exponents' maxima and the lines'
+   (``OperandTops``); then ``pack_int8`` for A's rows and B's columns: scales, NaN/Inf flags
+   and INT8 digits in the (lines, slices, k_pad) layout of ``cuda_kernels`` (k contiguous: the
+   TN layout IMMA wants);
 2. per block of A's rows (``_sum_blocking``: the class sums stay within the workspace budget)
    and weight class g, one cublasGemmEx INT8 x INT8 -> INT32 over K = count * k_pad whose two
    operands are contiguous spans of the packed lines (no copies): the class's pairs are summed

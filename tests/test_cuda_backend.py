@@ -405,7 +405,7 @@ def test_one_read_gives_the_k_and_line_maxima(shape: tuple[int, int, int]) -> No
     rng = np.random.default_rng(sum(shape))
     count, rows, cols = shape
     x = make(rng, (count * rows, cols), "binades").reshape(shape)
-    x[0, rows // 2, :: 3] = np.finfo(np.float32).smallest_subnormal * 5
+    x[0, rows // 2, ::3] = np.finfo(np.float32).smallest_subnormal * 5
     x[-1, -1] = 0
     x[0, 0, cols - 1] = np.nan
     x[count - 1, rows - 1, 0] = -np.inf
