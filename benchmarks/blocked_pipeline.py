@@ -7,7 +7,9 @@ cuBLAS SGEMM and TF32:
 - ``IV one block``: every row in one block (the path before blocks);
 - ``IV no rebalancing``: all-zero k-exponents (every k-index kept; the tops passes stay);
 - ``IV no wide-range handling``: no rebalancing and no deep-entry count in the pack kernels:
-  the cost of issue 11's handling is this row's time against ``IV``'s;
+  the cost of issue 11's handling is this row's time against ``IV``'s (since the tops read
+  also gives the packers their lines' maxima, it is left out of that cost: results before
+  ``cuda.OperandTops`` counted it);
 - ``V``: the floor-grade level, as shipped.
 
 Blocks run the same GEMMs (``gemm_tn`` cuts A into ``workspace.gemm_row_block`` rows) and one

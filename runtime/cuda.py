@@ -194,6 +194,7 @@ def _launch_pack(
 A_SIDE, B_SIDE = -1, 1
 STRIP_ROWS = 128  # rows per block of ``strip_max_bits``: 2048 blocks at n = 8192
 STRIP_WIDTH = 32 * STRIP_LANE_COLUMNS  # ... and columns
+STRIP_GRID_Y = MAX_GRID_YZ  # strips of columns side by side (the blocks take more in turn)
 _NULL = np.uint64(0)  # a null pointer argument
 
 
@@ -228,7 +229,8 @@ def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
         item = x.itemsize
         for first in _batch_chunks(count):
             _pack_module().get_function("strip_max_bits")(
-                (-(-rows // STRIP_ROWS), -(-cols // STRIP_WIDTH), _chunk(first, count)),
+                (-(-rows // STRIP_ROWS), min(-(-cols // STRIP_WIDTH), STRIP_GRID_Y),
+                 _chunk(first, count)),
                 (32, 8),
                 (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
                  np.int32(STRIP_ROWS), np.int64(x.strides[0] // item), np.int32(first),
@@ -281,7 +283,10 @@ def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
     if level.kind == "blocks":
         return _blocks_module().unresolved_lines(a, b, level)
     a_rows = _unit_inner(a)
-    return _unresolved_counts(a, b, *_pack_both(a_rows, b, k_exponents(a_rows, b), level))
+    a_top, b_top = a_tops(a_rows), b_tops(b)  # as int8_product packs them
+    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    packs = _pack_a(a_rows, kexp, level, a_top), _pack_b(b, kexp, level, b_top)
+    return _unresolved_counts(a, b, *packs)
 
 
 def rebalanced_k(a: Any, b: Any) -> int:
@@ -582,12 +587,6 @@ def _pack_a(
     """A's rows, slots in order."""
     wide = level.bypass_wide
     return pack_int8(a_rows, kexp, A_SIDE, level.a_slices, False, bypass_wide=wide, tops=tops)
-
-
-def _pack_both(
-    a_rows: cp.ndarray, b: cp.ndarray, kexp: cp.ndarray, level: Level
-) -> tuple[PackedOperand, PackedOperand]:
-    return _pack_a(a_rows, kexp, level), _pack_b(b, kexp, level)
 
 
 @dataclasses.dataclass

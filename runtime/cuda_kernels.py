@@ -247,7 +247,7 @@ __device__ double line_max(const float* __restrict__ row, int k, const int* __re
     return block_max(top, bad, any_bad);
 }
 
-// The largest finite |x| of a warp's 32 values (float32 magnitude bits), in every lane.
+// The largest of a warp's 32 values, in every lane.
 __device__ __forceinline__ unsigned int warp_max(unsigned int v)
 {
 #if __CUDA_ARCH__ >= 800
@@ -285,44 +285,50 @@ extern "C" __global__ void strip_max_bits(
     __shared__ unsigned int part[8][STRIP_WIDTH], part_bad[8][32];
     const long long z = blockIdx.z + (long long)batch0;
     x += z * batch_stride;
-    const int tx = threadIdx.x, ty = threadIdx.y, col0 = blockIdx.y * STRIP_WIDTH + tx;
+    const int tx = threadIdx.x, ty = threadIdx.y;
     const int first = blockIdx.x * rows_per_block;
     const int last = min(rows, first + rows_per_block);
-    unsigned int top[STRIP_LANE_COLUMNS] = {}, bad = 0u;  // bad: bit j for column col0 + 32 j
-    for (int r = first + ty; r < last; r += 8) {  // every lane of a warp: the same rows
-        const float* row = x + r * row_stride;
-        unsigned int row_max = 0u, row_nonfinite = 0u;
+    const int strips = (cols + STRIP_WIDTH - 1) / STRIP_WIDTH;  // more than gridDim.y: in turn
+    for (int strip = blockIdx.y; strip < strips; strip += gridDim.y) {
+        const int col0 = strip * STRIP_WIDTH + tx;
+        unsigned int top[STRIP_LANE_COLUMNS] = {}, bad = 0u;  // bad: bit j, column col0 + 32 j
+        for (int r = first + ty; r < last; r += 8) {  // every lane of a warp: the same rows
+            const float* row = x + r * row_stride;
+            unsigned int row_max = 0u, row_nonfinite = 0u;
 #pragma unroll
-        for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) {
-            const int col = col0 + 32 * j;
-            const unsigned int v = col < cols ? magnitude_bits(row[col]) : 0u;
-            const unsigned int finite = v < 0x7f800000u ? v : 0u, nonfinite = finite != v;
-            top[j] = max(top[j], finite);
-            row_max = max(row_max, finite);
-            bad |= nonfinite << j;
-            row_nonfinite |= nonfinite;
+            for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) {
+                const int col = col0 + 32 * j;
+                const unsigned int v = col < cols ? magnitude_bits(row[col]) : 0u;
+                const unsigned int finite = v < 0x7f800000u ? v : 0u, nonfinite = finite != v;
+                top[j] = max(top[j], finite);
+                row_max = max(row_max, finite);
+                bad |= nonfinite << j;
+                row_nonfinite |= nonfinite;
+            }
+            if (row_top != nullptr) {
+                row_max = warp_max(row_max);
+                row_nonfinite = __any_sync(0xffffffffu, row_nonfinite);
+                if (tx == 0 && row_max) atomicMax(row_top + z * rows + r, row_max);
+                if (tx == 0 && row_nonfinite && row_bad != nullptr) row_bad[z * rows + r] = 1u;
+            }
         }
-        if (row_top != nullptr) {
-            row_max = warp_max(row_max);
-            row_nonfinite = __any_sync(0xffffffffu, row_nonfinite);
-            if (tx == 0 && row_max) atomicMax(row_top + z * rows + r, row_max);
-            if (tx == 0 && row_nonfinite && row_bad != nullptr) row_bad[z * rows + r] = 1u;
+#pragma unroll
+        for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) part[ty][tx + 32 * j] = top[j];
+        part_bad[ty][tx] = bad;
+        __syncthreads();
+        if (ty == 0) {
+            for (int i = 1; i < 8; ++i) bad |= part_bad[i][tx];
+#pragma unroll
+            for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) {
+                const int col = col0 + 32 * j;
+                if (col >= cols) break;
+                unsigned int column_max = top[j];
+                for (int i = 1; i < 8; ++i) column_max = max(column_max, part[i][tx + 32 * j]);
+                atomicMax(col_top + z * cols + col, column_max);
+                if (col_bad != nullptr && (bad >> j & 1u)) col_bad[z * cols + col] = 1u;
+            }
         }
-    }
-#pragma unroll
-    for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) part[ty][tx + 32 * j] = top[j];
-    part_bad[ty][tx] = bad;
-    __syncthreads();
-    if (ty != 0) return;
-    for (int i = 1; i < 8; ++i) bad |= part_bad[i][tx];
-#pragma unroll
-    for (int j = 0; j < STRIP_LANE_COLUMNS; ++j) {
-        const int col = col0 + 32 * j;
-        if (col >= cols) break;
-        unsigned int column_max = top[j];
-        for (int i = 1; i < 8; ++i) column_max = max(column_max, part[i][tx + 32 * j]);
-        atomicMax(col_top + z * cols + col, column_max);
-        if (col_bad != nullptr && (bad >> j & 1u)) col_bad[z * cols + col] = 1u;
+        __syncthreads();  // part is read before the next strip writes it
     }
 }
 
@@ -513,9 +519,9 @@ __device__ __forceinline__ void write_digits4(const int (&rest)[4], int slices, 
             slot_word(biased, i, slices);
 }
 
-// The line maxima strip_max_bits found (float32 bits, NaN/Inf flags; null where not taken),
-// which are the packers' own wherever no k-index moves (kexp[k] == 0): then *top and *bad
-// are set from them and true returned.
+// The line maxima strip_max_bits found (float32 bits, and NaN/Inf flags in line_bad: both
+// given, or line_top null), which are the packers' own wherever no k-index moves (kexp[k] ==
+// 0): then *top and *bad are set from them and true returned.
 __device__ __forceinline__ bool known_line_top(
     const unsigned int* __restrict__ line_top, const unsigned int* __restrict__ line_bad,
     long long line, const int* __restrict__ kexp, int k, double* top, int* bad)
@@ -556,7 +562,7 @@ extern "C" __global__ void pack_int8(
     float x4[4];
     if (4 * (int)threadIdx.x < k_pad) load_row4(row, 4 * threadIdx.x, k, x4);
     for (int c = 4 * threadIdx.x; c < k_pad; c += step) {  // k_pad % 16 == 0
-        float next[4];
+        float next[4] = {};
         if (c + step < k_pad) load_row4(row, c + step, k, next);  // entries past k read as 0
         int rest[4];
         for (int t = 0; t < 4; ++t) {

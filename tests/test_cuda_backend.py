@@ -279,7 +279,7 @@ def test_the_pack_kernels_flag_the_cpu_unresolved_lines(case: str, level: str) -
     rows, cols = cpu.unresolved_lines(a, b, lv)
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
     kexp = cuda.k_exponents(a_dev, b_dev)
-    a_pack, b_pack = cuda._pack_both(a_dev, b_dev, kexp, lv)
+    a_pack, b_pack = cuda._pack_a(a_dev, kexp, lv), cuda._pack_b(b_dev, kexp, lv)
     assert int(a_pack.nonfinite.sum()) == rows and int(b_pack.nonfinite.sum()) == cols
     assert dispatch.unresolved_lines(a_dev, b_dev, level) == (rows, cols)
     if case == "phi=2.5" or (case, level) == ("outlier-row", "IV"):
@@ -398,10 +398,15 @@ def finite_max_bits(x: np.ndarray, axis: int) -> np.ndarray:
 @pytest.mark.parametrize(
     "shape", [(1, 1, 1), (1, 37, 5), (3, 33, 65), (1, 600, 1100), (4, 1030, 70), (7, 5, 2)]
 )
-def test_one_read_gives_the_k_and_line_maxima(shape: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("grid_y", [None, 2])  # 2: the blocks walk several strips of columns
+def test_one_read_gives_the_k_and_line_maxima(
+    monkeypatch, shape: tuple[int, int, int], grid_y: int | None
+) -> None:
     """``a_tops`` / ``b_tops``: the k-exponents' maxima (``equilibrate``'s tops) and each
     line's largest finite |entry| and NaN/Inf flag, for stacks and matrices, B either way, with
     subnormal, zero, NaN and Inf entries and lines of them."""
+    if grid_y is not None:
+        monkeypatch.setattr(cuda, "STRIP_GRID_Y", grid_y)
     rng = np.random.default_rng(sum(shape))
     count, rows, cols = shape
     x = make(rng, (count * rows, cols), "binades").reshape(shape)
@@ -426,6 +431,39 @@ def test_one_read_gives_the_k_and_line_maxima(shape: tuple[int, int, int]) -> No
     if count == 1:  # a matrix, as the products pass it
         np.testing.assert_array_equal(cp.asnumpy(cuda.a_tops(dev[0]).lines), rows_max)
         np.testing.assert_array_equal(cp.asnumpy(cuda.b_tops(dev[0]).lines), cols_max)
+
+
+def test_stack_packs_take_the_tops_only_for_the_pairs_where_no_k_index_moves() -> None:
+    """A stack whose pairs' k-exponents differ (pair 1 rebalances a k-index, pairs 0 and 2
+    move none): the packs made with the operands' tops have the bytes, scales and flags of those
+    whose kernels find every line's maximum themselves, and the product has the CPU's bits."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 20, 300)).astype(np.float32)
+    b = rng.standard_normal((3, 300, 33)).astype(np.float32)
+    a[1, :, 7] *= np.float32(2.0**20)
+    b[1, 7, :] *= np.float32(2.0**-20)
+    a[2, 4, 9], b[0, 11, 5] = np.nan, np.inf
+    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
+    a_top, b_top = cuda.a_tops(a_dev), cuda.b_tops(b_dev)
+    kexp = cuda.exponents_from_tops(a_top.k, b_top.k)
+    assert list(cp.asnumpy(kexp[:, -1]) != 0) == [False, True, False]
+    rows = a_dev.reshape(-1, 300)
+    pairs = (
+        (
+            cuda.pack_int8(rows, kexp, cuda.A_SIDE, 3, False, True, 3, a_top),
+            cuda.pack_int8(rows, kexp, cuda.A_SIDE, 3, False, True, 3),
+        ),
+        (
+            cuda.pack_int8_columns(b_dev, kexp, 3, True, True, b_top),
+            cuda.pack_int8_columns(b_dev, kexp, 3, True, True),
+        ),
+    )
+    for with_tops, without in pairs:
+        for field in ("data", "exponents", "nonfinite", "flagged"):
+            assert cp.array_equal(getattr(with_tops, field), getattr(without, field)), field
+    expected = dispatch.matmul(a, b, "IV", backend="cpu")
+    got = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "IV", backend="cuda"))
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
 @pytest.mark.parametrize("k", [300, 50_000])  # int32 class sums, and float64 over k blocks
