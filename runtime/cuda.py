@@ -260,6 +260,14 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     return f if a_rows.ndim == 3 else f[0]
 
 
+def _tops_and_exponents(
+    a_rows: cp.ndarray, b: cp.ndarray
+) -> tuple[OperandTops, OperandTops, cp.ndarray]:
+    """Both matrices' tops (one read of each) and their product's k-exponents."""
+    a_top, b_top = a_tops(a_rows), b_tops(b)
+    return a_top, b_top, exponents_from_tops(a_top.k, b_top.k)[0]
+
+
 def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
     """``equilibrate.exponents_from_tops``, (s, k + 1): entry k says whether any moves."""
     count, k = a_top.shape
@@ -283,8 +291,7 @@ def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
     if level.kind == "blocks":
         return _blocks_module().unresolved_lines(a, b, level)
     a_rows = _unit_inner(a)
-    a_top, b_top = a_tops(a_rows), b_tops(b)  # as int8_product packs them
-    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    a_top, b_top, kexp = _tops_and_exponents(a_rows, b)  # as int8_product packs them
     packs = _pack_a(a_rows, kexp, level, a_top), _pack_b(b, kexp, level, b_top)
     return _unresolved_counts(a, b, *packs)
 
@@ -759,12 +766,11 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
     """The stages of ``int8_product`` as separate calls, for a time breakdown."""
     a_rows = _unit_inner(a)
-    a_top, b_top = a_tops(a_rows), b_tops(b)
-    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    a_top, b_top, kexp = _tops_and_exponents(a_rows, b)
     a_pack, b_pack = _pack_a(a_rows, kexp, level, a_top), _pack_b(b, kexp, level, b_top)
     sums = int8_class_sums(a_pack, b_pack, level)
     stages: dict[str, Any] = {
-        "k-exponents": lambda: exponents_from_tops(a_tops(a_rows).k, b_tops(b).k),
+        "k-exponents": lambda: _tops_and_exponents(a_rows, b),
         "pack A": lambda: _pack_a(a_rows, kexp, level, a_top),
         "pack B": lambda: _pack_b(b, kexp, level, b_top),
         "INT8 products": lambda: int8_class_sums(a_pack, b_pack, level),

@@ -266,13 +266,14 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v)
 // k-exponents (equilibrate.k_exponents, step 1) take the maxima along the k-indices (A's
 // columns, B's rows); the packers take those along the lines (A's rows, B's columns) as their
 // scales wherever no k-index moves, and need not read the operand a second time for them.
-// A block of 32 x 8 threads takes rows_per_block rows of STRIP_WIDTH columns, lane l the
-// columns l, l + 32, ..., a warp a row at a time: one atomicMax per row and block. (With 32
-// columns a block and the blocks of one row strip running side by side, their row atomics
-// collided: 3.5x slower than the column maxima alone at n = 8192 on an H100.) The grid's x
-// walks the row strips, so the blocks running at once update different rows. Stacks: matrix
-// z = blockIdx.z + batch0 starts z * batch_stride floats into x; its column outputs start at
-// z * cols, its row outputs at z * rows.
+// A block of 32 x 8 threads takes rows_per_block rows of a strip of STRIP_WIDTH columns, lane
+// l the strip's columns l, l + 32, ..., a warp a row at a time: one atomicMax per row, block
+// and strip. The grid's x runs over the blocks of rows, so the blocks running at once update
+// different rows (with strips of 32 columns on x, the blocks of one set of rows ran side by
+// side and their row atomics collided: 3.5x slower than the column maxima alone at n = 8192
+// on an H100); its y over the strips (a block takes several in turn beyond gridDim.y's
+// limit). Stacks: matrix z = blockIdx.z + batch0 starts z * batch_stride floats into x; its
+// column outputs start at z * cols, its row outputs at z * rows.
 #define STRIP_LANE_COLUMNS ${STRIP_LANE_COLUMNS}
 #define STRIP_WIDTH (32 * STRIP_LANE_COLUMNS)
 
