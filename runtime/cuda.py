@@ -56,6 +56,8 @@ from .ordered_kernels import (
     ROWS_MAX_GROUP,
     THIN_MAX_N,
     THIN_STAGES,
+    TOTALS_THREADS,
+    TOTALS_WIDTH,
 )
 from .packer import fraction_bits, pair_exponent
 from .tn_gemm import CUDA_R_32F
@@ -1126,10 +1128,13 @@ def _refuse_unless_shared_fits(what: str, shared: int, device: int) -> None:
 
 
 def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:
-    """Each entry's segment totals added in segment order, rounded once."""
+    """Each entry's segment totals added in segment order, rounded once (16-byte copies where
+    the entry count is even: every segment's entries then start 16-byte aligned)."""
     c = cp.empty((m, n), dtype=cp.float32)
-    _ordered_kernel_named("ordered_segment_totals")(
-        (-(-(m * n) // 32),), (256,), (segments, np.int32(len(segments)), np.int64(m * n), c)
+    vec = "_vec" if m * n % 2 == 0 else ""
+    _ordered_kernel_named(f"ordered_segment_totals{vec}")(
+        (-(-(m * n) // TOTALS_WIDTH),), (TOTALS_THREADS,),
+        (segments, np.int32(len(segments)), np.int64(m * n), c),
     )
     return c
 

@@ -29,6 +29,8 @@ from .ordered_kernels import (
     ROWS_THREADS,
     THIN_STAGES,
     THIN_THREADS,
+    TOTALS_THREADS,
+    TOTALS_WIDTH,
 )
 
 COLUMN_TILE_K = 128  # k-indices per shared tile of B's column packing (8 warps x 16)
@@ -53,6 +55,8 @@ CONSTANTS = {
     "ROWS_THREADS": ROWS_THREADS,
     "THIN_THREADS": THIN_THREADS,
     "THIN_STAGES": THIN_STAGES,
+    "TOTALS_WIDTH": TOTALS_WIDTH,
+    "TOTALS_THREADS": TOTALS_THREADS,
     "COLUMN_TILE_K": COLUMN_TILE_K,
     "STRIP_LANE_COLUMNS": STRIP_LANE_COLUMNS,
     "BLOCKS_K": blocks.BLOCK_K,

@@ -22,6 +22,8 @@ CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
 # stage of one pair) ran 1024 x 64^3 in 32 us against the tile kernel's 42 (cuBLAS 27).
 PAIRS_SHAPES = {32: (32, 128), 64: (64, 256)}
 PAIRS_STAGES = 2
+TOTALS_WIDTH = 4  # entries a block of the split-k totals (ordered_segment_totals) chains ...
+TOTALS_THREADS = 64  # ... and the threads that copy them
 
 # Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
 # steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
@@ -749,48 +751,64 @@ __device__ __forceinline__ void ordered_pairs_impl(
 }
 
 // Split-k, step 2: each entry's segment totals added in segment order, rounded once. A block
-// takes 32 neighbouring entries: all its threads copy DEPTH segments of them into shared memory
-// (cp.async, the next DEPTH arriving meanwhile), then one warp adds them up, a lane per entry.
-// The in-order chain of float64 additions, not the loads, then sets the pace (loads from global
-// memory straight into the chain took twice as long: one warp per SM cannot keep enough in
-// flight).
-extern "C" __global__ void __launch_bounds__(256) ordered_segment_totals(
-    const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
+// takes TOTALS_WIDTH neighbouring entries, a lane of its first warp chaining each; its threads
+// copy rounds of DEPTH segments of them into a ring of STAGES buffers in shared memory, all but
+// one round in flight while the chains add the oldest (V = 2: 16-byte copies, where the entry
+// count is even). Few entries a block spread the reads over many SMs, and deep rounds keep the
+// chains fed: H100, 1024 entries, against 32 entries a block with one round of 64 in flight:
+// 27.3 -> 14.6 us at 2048 segments, 52.5 -> 26.5 at 4096 (256 entries), about 10 cycles an
+// addition; at 512 segments both ran at the launches' pace (6.4 / 8.4 us back to back).
+template <int V>
+__device__ __forceinline__ void segment_totals(const double* __restrict__ segments, int count,
+                                               long long entries, float* __restrict__ c)
 {
-    constexpr int DEPTH = 64, THREADS = 256;
-    __shared__ __align__(16) double part[2][DEPTH][32];
-    const long long e0 = blockIdx.x * 32LL;
+    constexpr int W = ${TOTALS_WIDTH}, DEPTH = 128, STAGES = 4, THREADS = ${TOTALS_THREADS};
+    static_assert(W <= 32 && W % V == 0 && DEPTH * W % (THREADS * V) == 0, "whole rounds a pass");
+    __shared__ __align__(16) double part[STAGES][DEPTH][W];
+    const long long e0 = blockIdx.x * (long long)W;
     const int lane = threadIdx.x % 32, rounds = (count + DEPTH - 1) / DEPTH;
-    const auto copy_round = [&](int r) {
-        for (int i = threadIdx.x; i < DEPTH * 32; i += THREADS) {
-            const int s = r * DEPTH + i / 32, j = i % 32;
-            const bool inside = s < count && e0 + j < entries;
-            const double* src = inside ? segments + s * entries + e0 + j : segments;
-            copy_async<8>(&part[r & 1][i / 32][j], src, inside);
+    const auto copy_round = [&](int r) {  // (past the last round: an empty group)
+        if (r < rounds) {
+#pragma unroll
+            for (int i = threadIdx.x * V; i < DEPTH * W; i += THREADS * V) {
+                const int s = r * DEPTH + i / W, j = i % W;  // (V entries from j: all or none)
+                const bool inside = s < count && e0 + j < entries;
+                const double* src = inside ? segments + s * entries + e0 + j : segments;
+                copy_async<8 * V>(&part[r % STAGES][i / W][j], src, inside);
+            }
         }
         copies_commit();
     };
-    copy_round(0);
+    for (int r = 0; r < STAGES - 1; ++r) copy_round(r);
     double total = 0.0;
     for (int r = 0; r < rounds; ++r) {
-        if (r + 1 < rounds)
-            copy_round(r + 1);
-        else
-            copies_commit();  // (an empty group: the same waits)
-        copies_wait<1>();  // round r has landed ...
-        __syncthreads();   // ... for every thread's copies
-        if (threadIdx.x < 32) {
+        copies_wait<STAGES - 2>();  // round r has landed ...
+        __syncthreads();  // ... for every thread's copies, and round r - 1 is read
+        copy_round(r + STAGES - 1);  // (into round r - 1's buffer)
+        if (threadIdx.x < W) {
+            const double(&round)[DEPTH][W] = part[r % STAGES];
             const int depth = min(DEPTH, count - r * DEPTH);
             if (depth == DEPTH) {
-#pragma unroll 16
-                for (int s = 0; s < DEPTH; ++s) total = total + part[r & 1][s][lane];
+#pragma unroll
+                for (int s = 0; s < DEPTH; ++s) total = total + round[s][lane];
             } else {
-                for (int s = 0; s < depth; ++s) total = total + part[r & 1][s][lane];
+                for (int s = 0; s < depth; ++s) total = total + round[s][lane];
             }
         }
-        __syncthreads();  // round r is read: its buffer may take round r + 2
     }
-    if (threadIdx.x < 32 && e0 + lane < entries) c[e0 + lane] = canonical(total);
+    if (threadIdx.x < W && e0 + lane < entries) c[e0 + lane] = canonical(total);
+}
+
+extern "C" __global__ void __launch_bounds__(${TOTALS_THREADS}) ordered_segment_totals(
+    const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
+{
+    segment_totals<1>(segments, count, entries, c);
+}
+
+extern "C" __global__ void __launch_bounds__(${TOTALS_THREADS}) ordered_segment_totals_vec(
+    const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
+{
+    segment_totals<2>(segments, count, entries, c);
 }
 """
 # One exported entry per tile size (CuPy's RawModule looks kernels up by name).

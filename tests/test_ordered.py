@@ -71,15 +71,18 @@ def test_chunks_sum_in_float64_and_short_k_is_one_fma_chain() -> None:
     assert np.array_equal(short, chain)
 
 
-def segment_sensitive(m: int, n: int, segments: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def segment_sensitive(
+    m: int, n: int, segments: int = 2, first: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Operands whose every entry is 0 with segments and 1 without: chunk sums 2^60 and 1 in
-    the first segment, -2^60 and 1 in the second. Summed in one float64 chain, 2^60 absorbs the
+    segment ``first``, -2^60 and 1 in the next. Summed in one float64 chain, 2^60 absorbs the
     first 1, cancels, and the last 1 survives; per segment, each 1 is absorbed."""
     k = segments * ordered.SEGMENT
     a = np.zeros((m, k), np.float32)
     b = np.zeros((k, n), np.float32)
-    second = ordered.SEGMENT
-    for q, value in ((0, 2.0**30), (ordered.CHUNK, 1.0), (second, -(2.0**30)),
+    second = (first + 1) * ordered.SEGMENT
+    start = first * ordered.SEGMENT
+    for q, value in ((start, 2.0**30), (start + ordered.CHUNK, 1.0), (second, -(2.0**30)),
                      (second + ordered.CHUNK, 1.0)):  # fmt: skip
         a[:, q] = value
         b[q, :] = abs(value)
@@ -390,6 +393,8 @@ def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
         (16, 9 * ordered.SEGMENT + 300, 16, "split"),  # outputs <= 16 x 16
         (5, 8 * ordered.SEGMENT + 33, 7, "split"),
         (12, 450 * ordered.SEGMENT + 36, 8, "split"),
+        (3, 1100 * ordered.SEGMENT + 9, 5, "split"),  # totals: rounds around their ring, odd
+        (6, 700 * ordered.SEGMENT, 2, "split"),  # ... and even entry counts
         (20, 10 * ordered.SEGMENT, 24, "split"),  # a last stage exactly full
     ],
 )
@@ -402,10 +407,12 @@ def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
     m = cuda.ROWS_MIN_M + 37 if m is None else m
     split = cuda._splits_k(m, n, k, cuda.tile_size(m, n))
     assert split == (kernel == "split")
-    a, b = segment_sensitive(m, n, k // ordered.SEGMENT)
-    a, b = np.pad(a, ((0, 0), (0, k - a.shape[1]))), np.pad(b, ((0, k - b.shape[0]), (0, 0)))
-    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
-    assert not got.any()
+    segments = k // ordered.SEGMENT
+    for first in (0, segments - 2):  # the last pair: the totals' last rounds too
+        a, b = segment_sensitive(m, n, segments, first)
+        a, b = np.pad(a, ((0, 0), (0, k - a.shape[1]))), np.pad(b, ((0, k - b.shape[0]), (0, 0)))
+        got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+        assert not got.any(), first
     rng = np.random.default_rng(k)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
