@@ -1133,7 +1133,8 @@ def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:
     c = cp.empty((m, n), dtype=cp.float32)
     vec = "_vec" if m * n % 2 == 0 else ""
     _ordered_kernel_named(f"ordered_segment_totals{vec}")(
-        (-(-(m * n) // TOTALS_WIDTH),), (TOTALS_THREADS,),
+        (-(-(m * n) // TOTALS_WIDTH),),
+        (TOTALS_THREADS,),
         (segments, np.int32(len(segments)), np.int64(m * n), c),
     )
     return c
