@@ -60,12 +60,17 @@ AUTO_SMALL = "fp32-ordered"
 AUTO_STACK_MIN_DIM = 1024
 AUTO_STACK_MIN_WORK = 32 * 1024**3
 # ... and for one thin product with a very long k (TSM2X's long-k case), fp32-ordered's split-k
-# kernel for outputs of at most 32 a side (ordered_chunks; H100, ordered_long_k.py in one run:
-# 1.3-1.4x SGEMM at 16 x 262144 x 16, 1.4-1.6x at 32 x 262144 x 32, 1.8x at 32 x 524288 x 32,
-# 2.2x at 16 x 2^20 x 16 and 32 x 2^21 x 32, 1.3x at 16 x 2^22 x 16, 1.9x at 8 x 2^21 x 8; but
-# 0.8x at k = 131072 for 16 and 32 a side (24 a side: 1.3x), 0.7-0.9x at k = 65536).
+# kernel for outputs of at most 32 a side (ordered_chunks). H100, calls back to back against
+# cuBLAS SGEMM, after the totals kernel's rework (two runs each): 1.42-2.15x at k = 196608 for
+# m x n in 1x1, 4x4, 8x8, 24x24, 32x8, 32x32, 1.8-2.5x at k = 229376, 1.35-2.54x at 262144 for
+# 2x2 .. 32x32 and 3x17; at k = 131072 1.4-1.65x for most but 1.01-1.04x at 2x2, 0.89-0.99x at
+# 3x17 and 0.98-1.52x at 4x4 (host-bound: ~25-40 us of Python and launches a call against
+# cuBLAS's 38). Earlier, 0.7-0.9x at k = 65536. Matrix-vector shapes (exactly one of m and n
+# is 1) stay with cuBLAS's own kernels, 17-27 us at every k measured: split-k 0.50-0.74x at 1 x
+# k x {8, 16, 32} and {16, 32} x k x 1, k = 131072 and 262144 (1 x k x 1 is no such kernel's:
+# 1.3-2.8x).
 AUTO_SPLIT_MAX_MN = 32  # m and n at most this ...
-AUTO_SPLIT_MIN_K = 262144  # ... and k at least this
+AUTO_SPLIT_MIN_K = 196608  # ... and k at least this, unless a matrix-vector product
 # ... and for one tall product with few columns (TSM2R's case), fp32-ordered's tall kernel
 # (H100, skinny.md and a probe in the same session: 1.3x SGEMM at 65536 x 4096 x 16 and at
 # 262144 x 1024 x 16, 1.5x at 65536 x 4096 x 8 and 65536 x 2048 x 16; 0.98x at
@@ -355,14 +360,16 @@ def _thin_kernel_fits(k: int, n: int) -> bool:
 
 def _ordered_kernel_wins(m: int, k: int, n: int) -> bool:
     """Whether one product of this shape runs faster on one of fp32-ordered's kernels than on
-    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K),
+    cuBLAS SGEMM: split-k (m and n at most AUTO_SPLIT_MAX_MN and k at least AUTO_SPLIT_MIN_K,
+    not a matrix-vector product),
     tall (m at least AUTO_TALL_MIN_M, n at most AUTO_TALL_MAX_N, k at least AUTO_TALL_MIN_K)
     or thin (k within a chunk and n at most THIN_MAX_N; m at least AUTO_THIN_MIN_M with k n at
     most AUTO_THIN_MAX_KN, or at least AUTO_THIN_WIDE_MIN_M; where the GPU's blocks can have
     the thin kernel's shared memory: elsewhere its stand-in was never measured against SGEMM)."""
     if m <= 0 or k <= 0 or n <= 0:
         return False
-    split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K
+    matrix_vector = min(m, n) == 1 < max(m, n)
+    split_k = max(m, n) <= AUTO_SPLIT_MAX_MN and k >= AUTO_SPLIT_MIN_K and not matrix_vector
     tall = m >= AUTO_TALL_MIN_M and n <= AUTO_TALL_MAX_N and k >= AUTO_TALL_MIN_K
     thin = k <= ordered.CHUNK and n <= THIN_MAX_N
     thin = thin and (

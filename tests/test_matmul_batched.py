@@ -244,7 +244,10 @@ def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
     thin, long_k = dispatch.AUTO_SPLIT_MAX_MN, dispatch.AUTO_SPLIT_MIN_K
-    assert level(thin, long_k, thin) == level(1, long_k, 3) == dispatch.AUTO_SMALL
+    assert level(thin, long_k, thin) == level(2, long_k, 2) == dispatch.AUTO_SMALL
+    assert level(1, long_k, 1) == level(3, long_k, 17) == dispatch.AUTO_SMALL
+    # matrix-vector products stay with cuBLAS's own kernels
+    assert level(1, long_k, 3) == level(thin, 4 * long_k, 1) == level(1, long_k, thin) == "fp32"
     assert level(16, 64 * long_k, 16) == dispatch.AUTO_SMALL  # no upper bound on k
     assert level(thin, long_k, thin, backend="cpu") == "fp32"
     assert level(thin + 1, long_k, thin) == level(thin, long_k, thin + 1) == "fp32"
