@@ -111,6 +111,12 @@ def _unit_inner(x: cp.ndarray) -> cp.ndarray:
     return x if _rows_contiguous(x) else cp.ascontiguousarray(x)
 
 
+def _packable_b(b: cp.ndarray) -> cp.ndarray:
+    """B itself when its rows or its columns are contiguous, else a C-contiguous copy: B's tops
+    and its pack then read it in place (a B such as b[:, ::2] was copied by each)."""
+    return b if _rows_contiguous(b) or _rows_contiguous(b.T) else cp.ascontiguousarray(b)
+
+
 def _batch_chunks(count: int) -> range:
     """First indices of the chunks of a stack of ``count`` that one launch covers."""
     return range(0, count, MAX_GRID_YZ)
@@ -292,7 +298,7 @@ def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
     a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
     if level.kind == "blocks":
         return _blocks_module().unresolved_lines(a, b, level)
-    a_rows = _unit_inner(a)
+    a_rows, b = _unit_inner(a), _packable_b(b)
     a_top, b_top, kexp = _tops_and_exponents(a_rows, b)  # as int8_product packs them
     packs = _pack_a(a_rows, kexp, level, a_top), _pack_b(b, kexp, level, b_top)
     return _unresolved_counts(a, b, *packs)
@@ -656,11 +662,12 @@ def int8_product(
     ms a call on an H100 at n = 3072-8192)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(_unit_inner, a))  # copied once, if at all
+    b_lines = functools.cache(functools.partial(_packable_b, b))  # ... and B likewise
     a_top = kept_a.tops(lambda: a_tops(a_rows()))
-    b_top = kept_b.tops(lambda: b_tops(b))
+    b_top = kept_b.tops(lambda: b_tops(b_lines()))
     kexp = exponents_from_tops(a_top.k, b_top.k)[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level, a_top))
-    b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b, kexp, level, b_top))
+    b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b_lines(), kexp, level, b_top))
     flag_counts = _flag_counts(a_pack.flagged, b_pack.flagged) if native_when_bypassed else None
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
@@ -767,7 +774,7 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
 
 def staged_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> dict[str, Any]:
     """The stages of ``int8_product`` as separate calls, for a time breakdown."""
-    a_rows = _unit_inner(a)
+    a_rows, b = _unit_inner(a), _packable_b(b)
     a_top, b_top, kexp = _tops_and_exponents(a_rows, b)
     a_pack, b_pack = _pack_a(a_rows, kexp, level, a_top), _pack_b(b, kexp, level, b_top)
     sums = int8_class_sums(a_pack, b_pack, level)

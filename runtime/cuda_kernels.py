@@ -524,14 +524,20 @@ __device__ __forceinline__ void write_digits4(const int (&rest)[4], int slices, 
             slot_word(biased, i, slices);
 }
 
-// The line maxima strip_max_bits found (float32 bits, and NaN/Inf flags in line_bad: both
-// given, or line_top null), which are the packers' own wherever no k-index moves (kexp[k] ==
-// 0): then *top and *bad are set from them and true returned.
+// Whether the line maxima strip_max_bits found (float32 bits, and NaN/Inf flags in line_bad:
+// both given, or line_top null) are the packers' own: where no k-index moves (kexp[k] == 0).
+__device__ __forceinline__ bool line_tops_hold(const unsigned int* __restrict__ line_top,
+                                               const int* __restrict__ kexp, int k)
+{
+    return line_top != nullptr && kexp[k] == 0;
+}
+
+// ... and if so, *top and *bad set from them and true returned.
 __device__ __forceinline__ bool known_line_top(
     const unsigned int* __restrict__ line_top, const unsigned int* __restrict__ line_bad,
     long long line, const int* __restrict__ kexp, int k, double* top, int* bad)
 {
-    if (line_top == nullptr || kexp[k] != 0) return false;
+    if (!line_tops_hold(line_top, kexp, k)) return false;
     *top = exact_double(__uint_as_float(line_top[line]));
     *bad = line_bad[line] != 0u;
     return true;
@@ -697,7 +703,7 @@ extern "C" __global__ void column_tops(
     kexp += z * (k + 1);
     __shared__ double part_top[8][32];
     const int tx = threadIdx.x, ty = threadIdx.y, col = blockIdx.x * 32 + tx;
-    if (line_top != nullptr && kexp[k] == 0) {  // (known_line_top's test)
+    if (line_tops_hold(line_top, kexp, k)) {
         double known;
         int known_bad;
         if (blockIdx.y == 0 && ty == 0 && col < n  // the whole column's: one block writes

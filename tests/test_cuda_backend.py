@@ -59,6 +59,10 @@ def test_strided_and_transposed_views(level: str) -> None:
     for a_dev in (cp.asarray(a), cp.asarray(a_f), cp.asarray(base_a)[::2, 10:270]):
         got = dispatch.matmul(a_dev, cp.asarray(base_b)[:, ::-1], level, backend="cuda")
         np.testing.assert_array_equal(cp.asnumpy(got), expected)
+    wide_b = make(rng, (260, 300), "normal")  # stepped columns: neither rows nor columns unit
+    expected = dispatch.matmul(a, wide_b[:, ::2], level, backend="cpu")
+    got = dispatch.matmul(cp.asarray(a), cp.asarray(wide_b)[:, ::2], level, backend="cuda")
+    np.testing.assert_array_equal(cp.asnumpy(got).view(np.uint32), expected.view(np.uint32))
 
 
 @pytest.mark.parametrize("level", INT8_LEVELS + ["fp16"])
