@@ -7,8 +7,8 @@ from .inspection import inspect
 from .jit import jit
 from .passes.native_sites import NotEmulatedWarning
 from .passes.numpy_products import ProductTypingError
-from .plan import Plan, StalePlanError
-from .plan_lookup import MissingPlanError
+from .plans.lookup import MissingPlanError
+from .plans.plan import Plan, StalePlanError
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
 from .runtime.precision import default_level, get_default_level, set_default_level
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from . import tuner
 from .jit import MixpertFunction, jit
-from .plan import Plan
+from .plans.plan import Plan
 from .runtime import dispatch
 from .runtime.levels import Level, LevelName
 

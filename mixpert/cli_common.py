@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .plan import Plan
+from .plans.plan import Plan
 from .runtime.levels import NATIVE_LEVEL, get_level
 from .source_files import load_module
 

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .cli_common import CONTEXT, console, load_function, parse_shapes, print_json, user_errors
-from .plan import Plan
+from .plans.plan import Plan
 
 
 @click.command("inspect", context_settings=CONTEXT)

@@ -23,7 +23,7 @@ from .cli_common import (
     progress,
     user_errors,
 )
-from .plan import Plan
+from .plans.plan import Plan
 from .samples import Sample, SampleRun, load_sample, run_sample, sample_paths
 
 

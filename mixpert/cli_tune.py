@@ -38,7 +38,7 @@ def tune(
     Exits 1 when TOL is tighter than the most accurate level reaches (the plan then uses it).
     """
     from .jit import MixpertFunction, jit
-    from .plan_file import check_folder, read_plans
+    from .plans import check_folder, read_plans
     from .runtime.levels import get_level
     from .tuner import DEFAULT_CANDIDATES, _ordered, checked_tol
     from .tuner import tune as run_tune

@@ -31,7 +31,7 @@ from .passes import pipeline
 from .passes.dispatcher import make_dispatcher
 from .passes.record import KEY, CompileRecord, RewriteNote
 from .passes.sites import OpInfo
-from .plan import as_active_plan
+from .plans.plan import as_active_plan
 
 
 @dataclass(frozen=True)

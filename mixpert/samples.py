@@ -31,7 +31,7 @@ import numpy as np
 
 from .jit import MixpertFunction
 from .metrics import output_error, reference_outputs
-from .plan import Plan
+from .plans.plan import Plan
 from .runtime import device
 from .source_files import load_module
 from .timing import best_time, synchronizer

@@ -46,7 +46,7 @@ import numpy as np
 
 from .execution import record_calls
 from .metrics import copies, float64_copies, is_float_array, output_error
-from .plan import OpReport, Plan, function_identity, op_sources, op_table_hash, signature_of
+from .plans.plan import OpReport, Plan, function_identity, op_sources, op_table_hash, signature_of
 from .runtime import device
 from .runtime.levels import AUTO, LADDER, NATIVE_LEVEL, Level, get_level
 from .timing import best_time, synchronizer_for

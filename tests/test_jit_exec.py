@@ -16,7 +16,7 @@ import mixpert
 from mixpert import execution
 from mixpert.execution import hook
 from mixpert.passes.check_llvm import UnseenGemmWarning
-from mixpert.plan import as_active_plan
+from mixpert.plans.plan import as_active_plan
 from mixpert.runtime import device
 
 RNG = np.random.default_rng(7)

@@ -9,8 +9,8 @@ import pytest
 from tuner_functions import mlp, mlp_inputs
 
 import mixpert
-from mixpert.plan import Plan, PlanMismatchError, StalePlanError
-from mixpert.plan_file import PlanFileError
+from mixpert.plans.files import PlanFileError
+from mixpert.plans.plan import Plan, PlanMismatchError, StalePlanError
 
 ARGS = mlp_inputs(np.random.default_rng(0), n=32)
 FUNC = mixpert.jit(mlp)

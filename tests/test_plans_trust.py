@@ -18,9 +18,9 @@ import pytest
 from tuner_functions import mlp, mlp_inputs
 
 import mixpert
-from mixpert import plan_file
-from mixpert.plan import PlanCoverageWarning, PlanMismatchError
-from mixpert.plan_file import PlanFileError, read_plans
+from mixpert.plans import PlanFileError, read_plans
+from mixpert.plans import files as plan_file
+from mixpert.plans.plan import PlanCoverageWarning, PlanMismatchError
 
 ARGS = mlp_inputs(np.random.default_rng(0), n=32)
 

@@ -1,4 +1,4 @@
-"""Plan files: the one loader and writer, with every field checked.
+"""Plan files: the format, its field rules, and the one reader and writer.
 
 A plan file is JSON: ``{"format": "mixpert-plans/2", "plans": [plan, ...]}``, plans for several
 kinds of input side by side (files of mixpert 0.1, one plan with ``"format": "mixpert-plan/1"``,
@@ -6,6 +6,10 @@ are read too). Reading accepts regular files only (a FIFO would hang, ``/dev/zer
 of at most ``MAX_BYTES``, and checks every field against ``PLAN_FIELDS``; any problem raises a
 ``PlanFileError`` naming the file, the field and the rule. Writing goes to a temporary file in
 the same folder and replaces the old one atomically. A plan is data: nothing in it is executed.
+
+This module deals in checked JSON objects, not ``Plan`` objects: ``plans.plan`` builds plans from
+them (``read_plans``, ``Plan.load``, ``Plan.save``), so the data imports the files and never the
+other way round.
 """
 
 from __future__ import annotations
@@ -19,8 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .plan import OpReport, Plan, signature_kind
-from .runtime.levels import get_level
+from ..runtime.levels import get_level
 
 FORMAT = "mixpert-plans/2"
 SINGLE_PLAN_FORMAT = "mixpert-plan/1"  # mixpert 0.1: the file is one plan
@@ -111,14 +114,14 @@ def _checked(data: Any, rules: Mapping[str, tuple[Callable[[Any], bool], str]],
     return values
 
 
-def plan_from_json(data: Any, where: str = "plan") -> Plan:
-    """A ``Plan`` from its JSON object, every field checked."""
+def checked_plan_fields(data: Any, where: str = "plan") -> dict[str, Any]:
+    """The fields of one plan's JSON object, every one checked (``ops`` rows too)."""
     values = _checked(data, PLAN_FIELDS, REQUIRED, where)
     values["ops"] = [
-        OpReport(**_checked(row, OP_FIELDS, OP_REQUIRED, f"{where}, ops[{i}]"))
+        _checked(row, OP_FIELDS, OP_REQUIRED, f"{where}, ops[{i}]")
         for i, row in enumerate(values.get("ops", []))
     ]
-    return Plan(**values)
+    return values
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -147,8 +150,9 @@ def _read_text(path: Path) -> str:
         raise PlanFileError(f"plan file {path}: not UTF-8 text ({error.reason})") from None
 
 
-def read_plans(path: str | Path) -> list[Plan]:
-    """Every plan in the file (PlanFileError for anything that is not a valid plan file)."""
+def read_plan_file(path: str | Path) -> list[dict[str, Any]]:
+    """The checked fields of every plan in the file (PlanFileError for anything that is not a
+    valid plan file)."""
     path = Path(path)
     try:
         data = json.loads(_read_text(path))
@@ -161,7 +165,7 @@ def read_plans(path: str | Path) -> list[Plan]:
                             f"{type(data).__name__}")  # fmt: skip
     kind = data.get("format")
     if kind == SINGLE_PLAN_FORMAT:
-        return [plan_from_json(data, f"plan file {path}")]
+        return [checked_plan_fields(data, f"plan file {path}")]
     if kind != FORMAT:
         raise PlanFileError(
             f"plan file {path}: field 'format' is {kind!r}; a mixpert plan file has {FORMAT!r}"
@@ -169,7 +173,7 @@ def read_plans(path: str | Path) -> list[Plan]:
     _checked(data, {"plans": _rule(lambda v: isinstance(v, list), "a list of plans")},
              ("plans",), f"plan file {path}")  # fmt: skip
     return [
-        plan_from_json(item, f"plan file {path}, plans[{i}]")
+        checked_plan_fields(item, f"plan file {path}, plans[{i}]")
         for i, item in enumerate(data["plans"])
     ]
 
@@ -186,10 +190,10 @@ def check_folder(path: str | Path) -> Path:
     return path
 
 
-def write_plans(path: str | Path, plans: list[Plan]) -> Path:
-    """Write ``plans`` to ``path`` atomically (a temporary file, then a rename)."""
+def write_plan_file(path: str | Path, plans: list[dict[str, Any]]) -> Path:
+    """Write the plans' JSON objects to ``path`` atomically (a temporary file, then a rename)."""
     path = check_folder(path)
-    text = json.dumps({"format": FORMAT, "plans": [p.to_json() for p in plans]}, indent=2) + "\n"
+    text = json.dumps({"format": FORMAT, "plans": plans}, indent=2) + "\n"
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
@@ -201,13 +205,3 @@ def write_plans(path: str | Path, plans: list[Plan]) -> Path:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
-
-
-def save_plan(path: str | Path, plan: Plan) -> Path:
-    """Put ``plan`` into the file at ``path``: it replaces a plan for the same function and
-    kind of input, and sits beside plans for others."""
-    path = check_folder(path)
-    plans = read_plans(path) if path.exists() else []
-    key = (plan.function, signature_kind(plan.signature))
-    kept = [p for p in plans if (p.function, signature_kind(p.signature)) != key]
-    return write_plans(path, [*kept, plan])

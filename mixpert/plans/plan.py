@@ -9,7 +9,8 @@ imported or run as a script, and across edits that do not touch the products.
 
 The signature matches on dtype and number of dimensions, not on sizes: a plan tuned on
 representative sizes is meant to serve other sizes of the same kind of input. Files hold several
-plans side by side (``plan_file``).
+plans side by side; ``plans.files`` reads and writes them, and the functions at the end of this
+module (``read_plans``, ``save_plan``) turn its checked JSON objects into plans and back.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from .execution import EMPTY_PLAN, ActivePlan
-from .runtime.levels import get_level
-from .runtime.precision import get_default_level
+from ..execution import EMPTY_PLAN, ActivePlan
+from ..runtime.levels import get_level
+from ..runtime.precision import get_default_level
+from .files import check_folder, checked_plan_fields, read_plan_file, write_plan_file
 
 
 class StalePlanError(ValueError):
@@ -174,23 +176,17 @@ class Plan:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "plan") -> Plan:
-        """A plan from its JSON object, every field checked (``plan_file.PlanFileError``)."""
-        from .plan_file import plan_from_json
-
+        """A plan from its JSON object, every field checked (``files.PlanFileError``)."""
         return plan_from_json(data, where)
 
     def save(self, path: str | Path) -> Path:
         """Write this plan into the plan file ``path``, beside plans for other inputs."""
-        from .plan_file import save_plan
-
         return save_plan(path, self)
 
     @classmethod
     def load(cls, path: str | Path, func: Any = None, args: Sequence[Any] | None = None) -> Plan:
         """The plan in file ``path`` for ``func`` (and ``args``); ``check``-ed when ``func`` is
         given (stale plans raise here). A file with plans for several inputs needs ``args``."""
-        from .plan_file import read_plans
-
         return select_plan(read_plans(path), func, args, str(path))
 
 
@@ -217,6 +213,36 @@ def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, wh
     if func is not None:
         plan.check(func, args)
     return plan
+
+
+def _plan_of(values: dict[str, Any]) -> Plan:
+    """A ``Plan`` from fields ``files.checked_plan_fields`` has checked."""
+    return Plan(**{**values, "ops": [OpReport(**row) for row in values.get("ops", [])]})
+
+
+def plan_from_json(data: Any, where: str = "plan") -> Plan:
+    """A ``Plan`` from its JSON object, every field checked."""
+    return _plan_of(checked_plan_fields(data, where))
+
+
+def read_plans(path: str | Path) -> list[Plan]:
+    """Every plan in the file (PlanFileError for anything that is not a valid plan file)."""
+    return [_plan_of(values) for values in read_plan_file(path)]
+
+
+def write_plans(path: str | Path, plans: Sequence[Plan]) -> Path:
+    """Write ``plans`` to ``path`` atomically (a temporary file, then a rename)."""
+    return write_plan_file(path, [p.to_json() for p in plans])
+
+
+def save_plan(path: str | Path, plan: Plan) -> Path:
+    """Put ``plan`` into the file at ``path``: it replaces a plan for the same function and
+    kind of input, and sits beside plans for others."""
+    path = check_folder(path)
+    plans = read_plans(path) if path.exists() else []
+    key = (plan.function, signature_kind(plan.signature))
+    kept = [p for p in plans if (p.function, signature_kind(p.signature)) != key]
+    return write_plans(path, [*kept, plan])
 
 
 PlanLike: TypeAlias = Plan | Mapping[str, str]  # what users hand to jit, with_plan and the CLI

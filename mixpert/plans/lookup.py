@@ -1,10 +1,10 @@
 """Which plan a ``@mixpert.jit(tol=...)`` function runs with: ``PlanBook``.
 
 A function jitted with ``tol`` and no explicit ``plan`` looks, on each call, for a plan matching
-the arguments' signature (dtype and ndim; see ``mixpert.plan``) whose tol is at least as tight:
-first among the plans it already holds, then in ``plan_file`` when given (read on the first call;
-its plans for this function are ``check``-ed against the current ops, so a stale plan raises
-``StalePlanError`` rather than running). With no matching plan, ``on_missing`` decides:
+the arguments' signature (dtype and ndim; see ``mixpert.plans.plan``) whose tol is at least as
+tight: first among the plans it already holds, then in ``plan_file`` when given (read on the
+first call; its plans for this function are ``check``-ed against the current ops, so a stale plan
+raises ``StalePlanError`` rather than running). With no matching plan, ``on_missing`` decides:
 
 - ``"tune"`` (default): tune now on this call's arguments (they are the representative inputs;
   the tuner profiles copies), keep the plan, and save it into ``plan_file`` when given, beside
@@ -26,15 +26,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from .plan import Plan, function_identity, signature_of
-from .plan_file import check_folder, read_plans
-from .runtime.levels import NATIVE_LEVEL, get_level
-from .tuner import checked_tol, tune
-
-if TYPE_CHECKING:
-    from .jit import MixpertFunction
+from ..runtime.levels import NATIVE_LEVEL, get_level
+from ..tuner import Tunable, checked_tol, tune
+from .files import check_folder
+from .plan import Plan, function_identity, read_plans, signature_of
 
 OnMissing = Literal["tune", "default", "raise"]
 ON_MISSING_ENV = "MIXPERT_ON_MISSING_PLAN"
@@ -67,11 +64,11 @@ class PlanBook:
         self._file_read = False
         self._lock = threading.RLock()
 
-    def plan_for(self, func: MixpertFunction, args: Sequence[Any]) -> Plan | dict[str, str]:
+    def plan_for(self, func: Tunable, args: Sequence[Any]) -> Plan | dict[str, str]:
         with self._lock:
             return self._plan_for(func, args)
 
-    def _plan_for(self, func: MixpertFunction, args: Sequence[Any]) -> Plan | dict[str, str]:
+    def _plan_for(self, func: Tunable, args: Sequence[Any]) -> Plan | dict[str, str]:
         if not self._file_read:
             if self.plan_file is not None and self.plan_file.exists():
                 mine = [p for p in read_plans(self.plan_file) if p.is_for(func)]
