@@ -33,9 +33,9 @@ import cupyx
 import numpy as np
 from cupy.cuda import cublas
 
-from . import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
-from .combine import int32_k_block, overflow_slack
-from .cuda_kernels import (
+from .. import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
+from ..combine import int32_k_block, overflow_slack
+from ..cuda_kernels import (
     ACCUMULATE,
     COLUMN_TILE_K,
     COMBINE_SOURCE,
@@ -48,8 +48,8 @@ from .cuda_kernels import (
     WIDEN,
     render,
 )
-from .levels import LEVELS, Kind, Level
-from .ordered_kernels import (
+from ..levels import LEVELS, Kind, Level
+from ..ordered_kernels import (
     CHUNKS_SHAPES,
     PAIRS_SHAPES,
     PAIRS_STAGES,
@@ -59,8 +59,8 @@ from .ordered_kernels import (
     TOTALS_THREADS,
     TOTALS_WIDTH,
 )
-from .packer import fraction_bits, pair_exponent
-from .tn_gemm import CUDA_R_32F
+from ..packer import fraction_bits, pair_exponent
+from ..tn_gemm import CUDA_R_32F
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 # k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product). Measured on the
@@ -1251,7 +1251,7 @@ def blocks_supported() -> bool:
 @functools.cache
 def _blocks_module() -> Any:
     """``cuda_blocks`` (imported on first use: it builds on this module)."""
-    from . import cuda_blocks
+    from .. import cuda_blocks
 
     return cuda_blocks
 
