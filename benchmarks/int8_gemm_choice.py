@@ -1,4 +1,4 @@
-"""Before and after measuring the INT8 GEMM algorithm per shape (``runtime.tn_gemm``), one run.
+"""Before and after measuring the INT8 GEMM algorithm per shape (``runtime.cuda.tn_gemm``), one run.
 
 Level IV with every INT8 GEMM through ``cublasGemmEx`` (``MIXPERT_INT8_GEMM=cublas``, the
 previous behaviour) and with each shape's measured-fastest algorithm, beside cuBLAS SGEMM and
@@ -35,7 +35,7 @@ SHAPES = (
 
 
 def iv(cublas_only: bool) -> Any:
-    from mixpert.runtime import tn_gemm
+    from mixpert.runtime.cuda import tn_gemm
 
     def run(a: Any, b: Any) -> Any:
         if cublas_only:
@@ -56,7 +56,7 @@ def main() -> None:
     exit_without_gpu("the INT8 GEMM choice benchmark")
     import cupy as cp
 
-    from mixpert.runtime import tn_gemm
+    from mixpert.runtime.cuda import tn_gemm
 
     device = device_name()
     out = args.out or results_folder(device, Path(__file__).parent / "results")

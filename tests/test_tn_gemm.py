@@ -1,5 +1,5 @@
-"""The INT8 GEMMs on the measured-fastest algorithm (``runtime.tn_gemm``): exact sums on every
-candidate, at any alignment, batched or not, accumulating or not (GPU only)."""
+"""The INT8 GEMMs on the measured-fastest algorithm (``runtime.cuda.tn_gemm``): exact sums
+on every candidate, at any alignment, batched or not, accumulating or not (GPU only)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_int8_gemm_is_exact_on_the_chosen_algorithm(m: int, n: int, depth: int, c_offset: int):
     import cupy as cp
 
-    from mixpert.runtime import tn_gemm
+    from mixpert.runtime.cuda import tn_gemm
 
     rng = np.random.default_rng(m + n + depth + c_offset)
     a = rng.integers(-128, 128, (m, depth), dtype=np.int8)
@@ -46,7 +46,7 @@ def test_int8_gemm_is_exact_on_the_chosen_algorithm(m: int, n: int, depth: int, 
 def test_batched_int8_gemm_is_exact() -> None:
     import cupy as cp
 
-    from mixpert.runtime import tn_gemm
+    from mixpert.runtime.cuda import tn_gemm
 
     s, m, n, depth = 16, 512, 384, 1024
     rng = np.random.default_rng(4)
@@ -72,7 +72,7 @@ def test_cublas_only_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> Non
     stack_b = cp.asarray(rng.standard_normal((8, 512, 384), dtype=np.float32))
     tuned = [cp.asnumpy(mixpert.matmul(x, y, level="IV")) for x, y in ((a, b), (stack_a, stack_b))]
     monkeypatch.setenv("MIXPERT_INT8_GEMM", "cublas")
-    from mixpert.runtime import tn_gemm
+    from mixpert.runtime.cuda import tn_gemm
 
     monkeypatch.setattr(tn_gemm, "_chosen", {})
     plain = [cp.asnumpy(mixpert.matmul(x, y, level="IV")) for x, y in ((a, b), (stack_a, stack_b))]
@@ -81,7 +81,7 @@ def test_cublas_only_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_the_cublaslt_beside_cupys_cublas_comes_first() -> None:
-    from mixpert.runtime import tn_gemm
+    from mixpert.runtime.cuda import tn_gemm
 
     maps = "\n".join(
         [

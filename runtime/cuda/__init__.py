@@ -33,7 +33,7 @@ import cupyx
 import numpy as np
 from cupy.cuda import cublas
 
-from .. import bypass, fp16split, ordered, pack_reuse, tn_gemm, workspace
+from .. import bypass, fp16split, ordered, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
 from ..cuda_kernels import (
     ACCUMULATE,
@@ -60,7 +60,8 @@ from ..ordered_kernels import (
     TOTALS_WIDTH,
 )
 from ..packer import fraction_bits, pair_exponent
-from ..tn_gemm import CUDA_R_32F
+from . import tn_gemm
+from .tn_gemm import CUDA_R_32F
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 # k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product). Measured on the

@@ -28,7 +28,7 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
-from . import workspace
+from .. import workspace
 
 CANDIDATES = 8  # cuBLASLt heuristic algorithms timed per shape
 TUNING_RUNS = 3  # timed runs of each candidate (after one warm-up)
