@@ -31,19 +31,10 @@ from .blocks_kernels import (
     stage_bytes,
 )
 from .combine import overflow_slack
-from .cuda import (
-    MAX_GRID_YZ,
-    WIDEN,
-    _c_contiguous,
-    _conversion,
-    _deep,
-    _flag_counts,
-    _multiprocessors,
-    _pack_module,
-    _resident_blocks,
-    _vector_suffix,
-    free_bytes,
-)
+from .cuda import _deep, build, launch
+from .cuda.convert import WIDEN, conversion
+from .cuda.geometry import MAX_GRID_YZ
+from .cuda.launch import c_contiguous, flag_counts, free_bytes, vector_suffix
 from .levels import Level, triangle
 
 MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
@@ -125,7 +116,7 @@ def blocks_product(
     needed = workspace_bytes(level, a, b)
     if needed > QUERY_FREE_ABOVE:  # (below, a failed allocation is CuPy's OutOfMemoryError)
         workspace.check_fits(level, m, k, n, needed, free_bytes(), "GPU")
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    a, b = c_contiguous(a), c_contiguous(b)
     blocks_k = -(-k // blocks.BLOCK_K)
     n_tiles = -(-n // 8)
     deep = _deep(level.a_slices, k, level.bypass_wide)
@@ -137,7 +128,7 @@ def blocks_product(
     flagged_rows = lines[4 * n : 4 * n + m]
     counts = lines[4 * n + m :]  # rows listed, columns listed, sampled rows unresolved
     flagged, sampled = counts[:2], counts[2:]
-    _pack_module().get_function("blocks_pack_b")(
+    build.pack_module().get_function("blocks_pack_b")(
         (blocks_k * n_tiles,), (32,),
         (b, np.int32(k), np.int32(n), np.int32(n_tiles), deep, fragments, exps,
          col_deep, col_bad, col_top, flagged_cols, flagged[1:]),
@@ -149,7 +140,7 @@ def blocks_product(
     give_up = [bound * (1 + GIVE_UP_MARGIN) if auto else -1.0 for bound in bounds]
     nt = n_tiles_per_block(n_tiles)
     groups = -(-n_tiles // nt)
-    vec = _vector_suffix((a,), (k,))
+    vec = vector_suffix((a,), (k,))
     kernel, shared, rows_grid = _rows_launch(nt, vec, m, groups, level, device)
     c = cp.empty((m, n), dtype=cp.float32)
     kernel(
@@ -170,16 +161,16 @@ def blocks_product(
     # blocks in turn: at most as many blocks as run at once, so no item waits for a second
     # round. (H100, 256 listed rows at 16384^2 x 64, 512 items: 0.66 ms when the grid had
     # twice the resident blocks and the items a block each.)
-    bypass_blocks = 2 * _multiprocessors(device)
+    bypass_blocks = 2 * launch.multiprocessors(device)
     row_items = m * -(-n // 32)  # (listed row, 32 columns)
     bypass_rows = _rows_kernel("blocks_bypass_rows")
-    resident = _resident_blocks(bypass_rows, BLOCKS_BYPASS_THREADS, device)
+    resident = launch.resident_blocks(bypass_rows, BLOCKS_BYPASS_THREADS, device)
     bypass_rows(
         (min(-(-row_items // (BLOCKS_BYPASS_THREADS // 32)), resident),),
         (BLOCKS_BYPASS_THREADS,),
         (flagged_rows, flagged[:1], a, b, np.int32(n), np.int32(k), c),
     )  # fmt: skip
-    _pack_module().get_function("blocks_bypass_columns")(
+    build.pack_module().get_function("blocks_bypass_columns")(
         (min(-(-m // BLOCKS_BYPASS_THREADS), bypass_blocks),), (BLOCKS_BYPASS_THREADS,),
         (flagged_cols, flagged[1:], a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
@@ -223,10 +214,10 @@ def _sampled_counts(
     the host; the function returned waits for that copy."""
     (m, k) = a.shape
     stride = _sample_stride(m, k)
-    _pack_module().get_function("blocks_sample_rows")(
+    build.pack_module().get_function("blocks_sample_rows")(
         (_samples(m, k),), (256,), (a, np.int64(m), np.int32(k), np.int64(stride), deep, sampled)
     )
-    return _flag_counts(sampled, flagged_cols)
+    return flag_counts(sampled, flagged_cols)
 
 
 def _rows_launch(
@@ -243,7 +234,7 @@ def _rows_launch(
         stages = (BLOCKS_BUSY_SHAPES if busy else BLOCKS_SHAPES)[nt][0]
         kernel = _rows_kernel(f"blocks_rows_{nt}{busy}{vec}")
         shared = stages * stage_bytes(nt, blocks.BLOCK_K, level.b_slices)
-        per_group = -(-_resident_blocks(kernel, BLOCKS_THREADS, device, shared) // groups)
+        per_group = -(-launch.resident_blocks(kernel, BLOCKS_THREADS, device, shared) // groups)
         launches.append((kernel, shared, max(1, min(tiles, MAX_GRID_YZ, per_group))))
     return min(launches, key=lambda launch: -(-tiles // launch[2]))  # (the plain one on a tie)
 
@@ -252,7 +243,7 @@ def _rows_launch(
 def _rows_kernel(name: str) -> Any:
     """A rows kernel (``blocks_rows_<n-tiles>[_busy][_vec]``: 16-byte copies of A in _vec;
     ``blocks_bypass_rows``)."""
-    return _pack_module().get_function(name)
+    return build.pack_module().get_function(name)
 
 
 COUNT_ENTRIES = 1 << 24  # entries per pass of ``unresolved_lines`` (float64 temporaries)
@@ -263,7 +254,7 @@ def unresolved_lines(a: cp.ndarray, b: cp.ndarray, level: Level) -> tuple[int, i
     left out), counted on the GPU by the CPU model's own rule (``blocks.block_deep_counts``)."""
     if not level.bypass_wide:
         return 0, 0
-    a, b = _c_contiguous(a), cp.ascontiguousarray(b.T)
+    a, b = c_contiguous(a), cp.ascontiguousarray(b.T)
     return _unresolved_count(a, level), _unresolved_count(b, level)
 
 
@@ -271,7 +262,7 @@ def _unresolved_count(lines: cp.ndarray, level: Level) -> int:
     """Lines (rows of ``lines``, float32) with more than k / DEEP_FRACTION entries deep below
     their own block's scale, a few lines at a time (about COUNT_ENTRIES entries), widened
     exactly first (CuPy's own float32 to float64 conversion flushes subnormals)."""
-    widen = _conversion(WIDEN, "mixpert_widen")
+    widen = conversion(WIDEN, "mixpert_widen")
     count, k = 0, lines.shape[1]
     step = max(1, COUNT_ENTRIES // k)
     for r0 in range(0, lines.shape[0], step):

@@ -1005,10 +1005,3 @@ COMBINE_SOURCE += "".join(
 def render(source: str) -> str:
     """``source`` with the device helpers in front and the contract's constants filled in."""
     return Template(DEVICE_HELPERS + source).substitute(CONSTANTS)
-
-
-# Elementwise conversions for the native float64 level (CuPy's astype flushes subnormals).
-WIDEN = ("float32 x", "float64 y", "y = exact_double(x)")
-NARROW = ("float64 d", "float32 y", "y = canonical(d)")
-ROUND = ("float64 d", "float32 y", "y = round_to_float(d)")  # float64 operands -> float32
-ACCUMULATE = ("float32 x", "float64 total", "total = total + exact_double(x)")  # FP16 k blocks

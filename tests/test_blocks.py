@@ -145,7 +145,8 @@ def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
     """1 and 4 n-tiles a block: the variant capped for 4 blocks an SM, with its own shared
     memory and grid, where its extra blocks save a round of A's row tiles; the plain one where
     both take as many rounds; the CPU model's bits."""
-    from mixpert.runtime import cuda, cuda_blocks
+    from mixpert.runtime import cuda_blocks
+    from mixpert.runtime.cuda.launch import resident_blocks
 
     cp = device.cupy_module()
     gpu = cp.cuda.Device().id
@@ -159,7 +160,7 @@ def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
         return (
             kernel,
             shared,
-            cuda._resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, gpu, shared),
+            resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, gpu, shared),
         )
 
     busy, plain = (

@@ -292,6 +292,7 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     products take the kernels that fit, with the same bits; asked for directly, the kernel
     refuses clearly."""
     from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import launch
 
     cp = device.cupy_module()
     rng = np.random.default_rng(5)
@@ -306,7 +307,7 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     tall = rng.standard_normal((cuda.ROWS_MIN_M * 2 + 5, 32)).astype(np.float32)
     thin = rng.standard_normal((32, 32)).astype(np.float32)
     assert cuda.pairs_shared_bytes(32) > 32 * 1024
-    monkeypatch.setattr(cuda, "shared_fits", lambda shared, device: shared <= 32 * 1024)
+    monkeypatch.setattr(launch, "shared_fits", lambda shared, device: shared <= 32 * 1024)
     for left, right in ((a, b), (x, y), (x64, x64), (tall, thin)):
         want = ordered.ordered_product(left, right)
         got = cuda.ordered_product(cp.asarray(left), cp.asarray(right)).get()

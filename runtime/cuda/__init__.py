@@ -29,24 +29,16 @@ from collections.abc import Callable
 from typing import Any
 
 import cupy as cp
-import cupyx
 import numpy as np
 from cupy.cuda import cublas
 
 from .. import bypass, fp16split, ordered, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
 from ..cuda_kernels import (
-    ACCUMULATE,
     COLUMN_TILE_K,
-    COMBINE_SOURCE,
-    NARROW,
-    PACK_SOURCE,
-    ROUND,
     ROWS_THREADS,
     STRIP_LANE_COLUMNS,
     THIN_THREADS,
-    WIDEN,
-    render,
 )
 from ..levels import LEVELS, Kind, Level
 from ..ordered_kernels import (
@@ -60,7 +52,10 @@ from ..ordered_kernels import (
     TOTALS_WIDTH,
 )
 from ..packer import fraction_bits, pair_exponent
-from . import tn_gemm
+from . import build, launch, tn_gemm
+from .convert import ACCUMULATE, NARROW, WIDEN, as_float32, conversion
+from .geometry import MAX_GRID_YZ, batch_chunks, chunk
+from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
 from .tn_gemm import CUDA_R_32F
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
@@ -78,7 +73,6 @@ CLASSES_BEFORE_ASKING = 2
 PACK_THREADS = 256
 COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
-MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and .z: longer stacks launch in chunks
 
 
 _FLOAT32 = np.dtype(np.float32)
@@ -86,16 +80,6 @@ _ONE_F32 = np.array(1.0, dtype=np.float32)
 _ZERO_F32 = np.array(0.0, dtype=np.float32)
 # Their host addresses for cuBLAS's alpha and beta (``.ctypes`` builds an object each call).
 _ONE_F32_PTR, _ZERO_F32_PTR = _ONE_F32.ctypes.data, _ZERO_F32.ctypes.data
-
-
-@functools.cache
-def _pack_module() -> cp.RawModule:
-    return cp.RawModule(code=render(PACK_SOURCE), options=("--std=c++17",))
-
-
-@functools.cache
-def _combine_module() -> cp.RawModule:
-    return cp.RawModule(code=render(COMBINE_SOURCE), options=("--std=c++17",))
 
 
 def _padded(k: int) -> int:
@@ -116,15 +100,6 @@ def _packable_b(b: cp.ndarray) -> cp.ndarray:
     """B itself when its rows or its columns are contiguous, else a C-contiguous copy: B's tops
     and its pack then read it in place (a B such as b[:, ::2] was copied by each)."""
     return b if _rows_contiguous(b) or _rows_contiguous(b.T) else cp.ascontiguousarray(b)
-
-
-def _batch_chunks(count: int) -> range:
-    """First indices of the chunks of a stack of ``count`` that one launch covers."""
-    return range(0, count, MAX_GRID_YZ)
-
-
-def _chunk(first: int, count: int) -> int:
-    return min(MAX_GRID_YZ, count - first)
 
 
 class PackedOperand:
@@ -179,7 +154,7 @@ def _launch_pack(
     count, k = lines.shape
     if count == 0:
         return
-    fn = _pack_module().get_function(kernel)
+    fn = build.pack_module().get_function(kernel)
     stride = np.int64(lines.strides[0] // lines.itemsize)
     fn(
         (count,),
@@ -236,10 +211,10 @@ def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
         else:
             col_top, col_bad, row_top, row_bad = line_top, line_bad, k_top, _NULL
         item = x.itemsize
-        for first in _batch_chunks(count):
-            _pack_module().get_function("strip_max_bits")(
+        for first in batch_chunks(count):
+            build.pack_module().get_function("strip_max_bits")(
                 (-(-rows // STRIP_ROWS), min(-(-cols // STRIP_WIDTH), STRIP_GRID_Y),
-                 _chunk(first, count)),
+                 chunk(first, count)),
                 (32, 8),
                 (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
                  np.int32(STRIP_ROWS), np.int64(x.strides[0] // item), np.int32(first),
@@ -282,9 +257,9 @@ def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
     count, k = a_top.shape
     f = cp.zeros((count, k + 1), dtype=cp.int32)
     if k:
-        for first in _batch_chunks(count):
-            _pack_module().get_function("k_exponents")(
-                (-(-k // 256), _chunk(first, count)), (256,),
+        for first in batch_chunks(count):
+            build.pack_module().get_function("k_exponents")(
+                (-(-k // 256), chunk(first, count)), (256,),
                 (a_top, b_top, np.int32(k), np.int32(first), f),
             )  # fmt: skip
     return f
@@ -375,9 +350,9 @@ def pack_int8_columns(
     chunk = column_chunk(tiles * count, packed.k_pad)
     chunks = min(-(-packed.k_pad // chunk), MAX_GRID_YZ)
     deep = _deep(slices, k, bypass_wide)
-    module = _pack_module()
-    for first in _batch_chunks(count):
-        grid, batch0 = (tiles, chunks, _chunk(first, count)), np.int32(first)
+    module = build.pack_module()
+    for first in batch_chunks(count):
+        grid, batch0 = (tiles, chunks, chunk(first, count)), np.int32(first)
         module.get_function("column_tops")(
             grid, (32, 8),
             (x3, row_stride, np.int32(k), np.int32(n), kexp, np.int32(chunk), batch_stride,
@@ -551,9 +526,9 @@ def _combine(
     if vec == 4:
         kernel = kernel.replace("combine_", "combine4_")
     grid = (min(-(-n // (vec * COMBINE_THREADS)), 1024), min(m, MAX_GRID_YZ))
-    for first in _batch_chunks(count):
-        _combine_module().get_function(kernel)(
-            (*grid, _chunk(first, count)),
+    for first in batch_chunks(count):
+        build.combine_module().get_function(kernel)(
+            (*grid, chunk(first, count)),
             (COMBINE_THREADS,),
             (sums, np.int32(sums.shape[0]), np.int64(count * m * n), np.int32(w0),
              np.int32(step), np.int32(exp_offset),
@@ -573,9 +548,9 @@ def _bypass_lines(
     return at once)."""
     (count, m, k), n = a.shape, b.shape[2]
     a_s, b_s = (tuple(np.int64(x // a.itemsize) for x in y.strides) for y in (a, b))
-    for first in _batch_chunks(count):
-        _combine_module().get_function("bypass_lines")(
-            (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), _chunk(first, count)),
+    for first in batch_chunks(count):
+        build.combine_module().get_function("bypass_lines")(
+            (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), chunk(first, count)),
             (16, 16),
             (a_pack.nonfinite, b_pack.nonfinite, a, a_s[1], a_s[2], a_s[0], b, b_s[1], b_s[2],
              b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
@@ -669,7 +644,7 @@ def int8_product(
     kexp = exponents_from_tops(a_top.k, b_top.k)[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: _pack_a(a_rows(), kexp, level, a_top))
     b_pack = kept_b.pack(level.name, kexp, lambda: _pack_b(b_lines(), kexp, level, b_top))
-    flag_counts = _flag_counts(a_pack.flagged, b_pack.flagged) if native_when_bypassed else None
+    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if native_when_bypassed else None
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     rows = _sum_blocking(level, m, k, n)[0]
@@ -680,35 +655,17 @@ def int8_product(
     ]
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
-        return flag_counts is None or not _mostly_exact(a, b, a_pack, b_pack, flag_counts())
+        return read_counts is None or not _mostly_exact(a, b, a_pack, b_pack, read_counts())
 
     try:
         if _sums_and_combine(blocks, level, proceed):
             return c
     finally:
-        if flag_counts is not None:  # (its copy lands before the pinned buffer can be reused)
-            flag_counts()
+        if read_counts is not None:  # (its copy lands before the pinned buffer can be reused)
+            read_counts()
     if on_native is not None:
         on_native()
     return _native_gemm(a, b, CUDA_R_32F)
-
-
-def _flag_counts(a_flagged: cp.ndarray, b_flagged: cp.ndarray) -> Callable[[], tuple[int, int]]:
-    """The lines flagged in A and B (NaN/Inf or unresolved: one int32 each, the pack kernels'
-    counts), copied to pinned host memory behind the packs without waiting; the function
-    returned waits for that copy alone. (Counting them with CuPy took 0.14 ms of host time a
-    call.)"""
-    host = cupyx.empty_pinned(2, np.int32)
-    cp.asnumpy(a_flagged, out=host[:1], blocking=False)
-    cp.asnumpy(b_flagged, out=host[1:], blocking=False)
-    copied = cp.cuda.Event(disable_timing=True)
-    copied.record()
-
-    def wait() -> tuple[int, int]:
-        copied.synchronize()
-        return int(host[0]), int(host[1])
-
-    return wait
 
 
 def _mostly_exact(
@@ -817,7 +774,7 @@ def fp16_product(a: cp.ndarray, b: cp.ndarray, k_block: int | None = None) -> cp
     block -= block % K_ALIGN
     total = cp.zeros((2, m, n), dtype=cp.float64)
     part = cp.empty((2, m, n), dtype=cp.float32)
-    add = _conversion(ACCUMULATE, "mixpert_accumulate")
+    add = conversion(ACCUMULATE, "mixpert_accumulate")
     for start in range(0, k_pad, block):
         depth = min(block, k_pad - start)
         gemm_tn(a_pack, 0, b_pack, 1, depth, part[0], start)  # hi_a hi_b
@@ -848,7 +805,7 @@ def contiguous_sgemm_stack(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
 def _native_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
     """One float32 cuBLAS GEMM at ``compute``: cublasGemmEx for two matrices,
     cublasGemmStridedBatchedEx for two stacks (s, m, k) and (s, k, n)."""
-    return _contiguous_gemm(_c_contiguous(a), _c_contiguous(b), compute)
+    return _contiguous_gemm(c_contiguous(a), c_contiguous(b), compute)
 
 
 def _contiguous_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
@@ -871,26 +828,17 @@ def _contiguous_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
     return c
 
 
-@functools.cache
-def _conversion(spec: tuple[str, str, str], name: str) -> cp.ElementwiseKernel:
-    return cp.ElementwiseKernel(*spec, name=name, preamble=render(""))
-
-
 def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """float64 product of the float32 inputs, rounded once: exact widening and narrowing (no
     flush of subnormals), the canonical NaN (the CPU backend's bits where sums agree)."""
-    widen = _conversion(WIDEN, "mixpert_widen")
+    widen = conversion(WIDEN, "mixpert_widen")
     product = cp.matmul(widen(a), widen(b))
-    return _conversion(NARROW, "mixpert_narrow")(product)
+    return conversion(NARROW, "mixpert_narrow")(product)
 
 
 @functools.cache
 def _ordered_kernel_named(name: str) -> Any:
-    return _combine_module().get_function(name)
-
-
-def _c_contiguous(x: cp.ndarray) -> cp.ndarray:
-    return x if x.flags.c_contiguous else cp.ascontiguousarray(x)
+    return build.combine_module().get_function(name)
 
 
 def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
@@ -917,17 +865,17 @@ def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.nd
     if stack and max(m, n) <= 16 and k <= STACK_MAX_K:
         return ordered_stack_product(a, b)
     pairs = pairs_tile(m, n, k) if stack else None
-    if pairs is not None and shared_fits(pairs_shared_bytes(pairs), cp.cuda.Device().id):
+    if pairs is not None and launch.shared_fits(pairs_shared_bytes(pairs), cp.cuda.Device().id):
         return ordered_pairs_product(a, b)
-    a3 = _c_contiguous(a if stack else a[None])
-    b3 = _c_contiguous(b if stack else b[None])
+    a3 = c_contiguous(a if stack else a[None])
+    b3 = c_contiguous(b if stack else b[None])
     count = a3.shape[0]
     tile = 16 * r
     c = cp.empty((count, m, n), dtype=cp.float32)
     kernel = _ordered_kernel_named(f"ordered_product_{r}{_segmented(k)}")
-    for first in _batch_chunks(count):
+    for first in batch_chunks(count):
         kernel(
-            (-(-n // tile), min(-(-m // tile), MAX_GRID_YZ), _chunk(first, count)), (16, 16),
+            (-(-n // tile), min(-(-m // tile), MAX_GRID_YZ), chunk(first, count)), (16, 16),
             (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
     return c if stack else c[0]
@@ -951,10 +899,10 @@ def ordered_stack_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
             f"the small-stack kernel takes pairs with m, n <= 16 and 0 < k <= {STACK_MAX_K}; "
             f"got {m} x {k} x {n}"
         )
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    a, b = c_contiguous(a), c_contiguous(b)
     kernel = _ordered_kernel_named(f"ordered_stack_{16 if k <= 16 else 32}")
     c = cp.empty((count, m, n), dtype=cp.float32)
-    grid = min(count, _resident_blocks(kernel, 256, cp.cuda.Device().id))
+    grid = min(count, launch.resident_blocks(kernel, 256, cp.cuda.Device().id))
     kernel((grid,), (16, 16), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c))
     return c
 
@@ -994,36 +942,22 @@ def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
             f"T, T the least of {list(PAIRS_SHAPES)} covering m and n "
             f"({ {t: kmax for t, (kmax, _) in PAIRS_SHAPES.items()} }); got {m} x {k} x {n}"
         )
-    a, b = _c_contiguous(a), _c_contiguous(b)
-    vec = _vector_suffix((a, b), (k, n))
+    a, b = c_contiguous(a), c_contiguous(b)
+    vec = vector_suffix((a, b), (k, n))
     device = cp.cuda.Device().id
     shared = pairs_shared_bytes(t)
-    _refuse_unless_shared_fits("the small-pairs kernel", shared, device)
+    launch.refuse_unless_shared_fits("the small-pairs kernel", shared, device)
     kernel = _ordered_kernel_named(f"ordered_pairs_{t}{vec}")
     c = cp.empty((count, m, n), dtype=cp.float32)
     threads = PAIRS_SHAPES[t][1]
     groups = -(-count // _pairs_per_group(t))
-    grid = min(groups, _resident_blocks(kernel, threads, device, shared))
+    grid = min(groups, launch.resident_blocks(kernel, threads, device, shared))
     kernel(
         (grid,), (threads,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c),
         shared_mem=shared,
     )  # fmt: skip
     return c
-
-
-@functools.cache
-def _resident_blocks(kernel: Any, threads: int, device: int, shared: int = 0) -> int:
-    """How many blocks of ``threads`` of ``kernel`` GPU ``device`` (the current one) runs at
-    once, each with ``shared`` bytes of dynamic shared memory. A kernel that takes any is
-    allowed the device's whole opt-in limit (beyond the 48 KiB a kernel gets unasked; a
-    permission, not a reservation): one allowance for every amount, so that this cache never
-    leaves a kernel launched with several (``ordered_thin``: by k) allowed too few."""
-    if shared:
-        kernel.max_dynamic_shared_size_bytes = _shared_limit(device)
-    function = kernel.kernel  # (RawKernel: the Function of the current device)
-    per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(function.ptr, threads, shared)
-    return max(1, per_sm) * _multiprocessors(device)
 
 
 def tile_size(m: int, n: int) -> int:
@@ -1046,17 +980,9 @@ def _splits_k(m: int, n: int, k: int, r: int) -> bool:
     few enough outputs that the segment totals (8 m n k / SEGMENT bytes) stay below A and B's
     bytes (m n <= 64 (m + n) with SEGMENT = 512)."""
     tiles = -(-m // (16 * r)) * -(-n // (16 * r))
-    sms = _multiprocessors(cp.cuda.Device().id)
+    sms = launch.multiprocessors(cp.cuda.Device().id)
     small = 8 * m * n <= ordered.SEGMENT * (m + n)
     return k >= SPLIT_MIN_SEGMENTS * ordered.SEGMENT and tiles < SPLIT_WAVES * sms and small
-
-
-@functools.cache
-def _multiprocessors(device: int) -> int:
-    # (Device.attributes queries every attribute: ~100 us, longer than a small product.)
-    return int(
-        cp.cuda.runtime.deviceGetAttribute(cp.cuda.runtime.cudaDevAttrMultiProcessorCount, device)
-    )
 
 
 def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -1069,7 +995,7 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     segment). A transposed A (X.T of a C-ordered X, as in X.T @ X) is read in place: a copy of
     a 16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
     transposed = a.flags.f_contiguous and not a.flags.c_contiguous
-    a, b = (a if transposed else _c_contiguous(a)), _c_contiguous(b)
+    a, b = (a if transposed else c_contiguous(a)), c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
     count = -(-k // ordered.SEGMENT)
@@ -1078,10 +1004,10 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     device = cp.cuda.Device().id
     t = min((t for t in CHUNKS_SHAPES if t >= max(m, n)), default=None)
     shared = chunks_shared_bytes(t, transposed) if t is not None else 0
-    if t is not None and shared_fits(shared, device):
-        vec = _vector_suffix((a, b), (m if transposed else k, n))
+    if t is not None and launch.shared_fits(shared, device):
+        vec = vector_suffix((a, b), (m if transposed else k, n))
         kernel = _ordered_kernel_named(f"ordered_chunks_{t}{at}{vec}")
-        blocks = min(count, _resident_blocks(kernel, chunks_threads(t), device, shared))
+        blocks = min(count, launch.resident_blocks(kernel, chunks_threads(t), device, shared))
         kernel(
             (blocks,), (chunks_threads(t),),
             (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), segments),
@@ -1090,9 +1016,9 @@ def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
         return _segment_totals(segments, m, n)
     tile = 64
     kernel = _ordered_kernel_named(f"ordered_segments{at}")
-    for first in _batch_chunks(count):  # grid z: at most 65535 segments a launch
+    for first in batch_chunks(count):  # grid z: at most 65535 segments a launch
         kernel(
-            (-(-n // tile), -(-m // tile), _chunk(first, count)), (16, 16),
+            (-(-n // tile), -(-m // tile), chunk(first, count)), (16, 16),
             (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(first), segments),
         )  # fmt: skip
     return _segment_totals(segments, m, n)
@@ -1110,29 +1036,6 @@ def chunks_shared_bytes(t: int, transposed: bool) -> int:
     stage = groups * ordered.CHUNK
     a_floats = stage * t if transposed else t * (stage + 4)
     return 4 * (stages * (a_floats + stage * t) + groups * t * (t + 1))
-
-
-@functools.cache
-def _shared_limit(device: int) -> int:
-    """The most dynamic shared memory a block of GPU ``device`` may ask for (227 KiB on an
-    H100, 163 KiB on an A100, 64 KiB on a T4)."""
-    attribute = cp.cuda.runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin
-    return cp.cuda.runtime.deviceGetAttribute(attribute, device)
-
-
-def shared_fits(shared: int, device: int) -> bool:
-    """Whether a block of GPU ``device`` (the current one) may ask for ``shared`` bytes of
-    dynamic shared memory."""
-    return shared <= _shared_limit(device)
-
-
-def _refuse_unless_shared_fits(what: str, shared: int, device: int) -> None:
-    """NotImplementedError, naming ``what``, where a block of GPU ``device`` cannot have
-    ``shared`` bytes of shared memory (``ordered_product`` routes around such kernels)."""
-    if not shared_fits(shared, device):
-        raise NotImplementedError(
-            f"{what} needs {shared} bytes of shared memory a block; GPU {device} allows fewer"
-        )
 
 
 def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:
@@ -1156,26 +1059,17 @@ def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
     row of A and group of 4, 8 or 16 columns of B (the fewest that cover n); A's tiles in
     16-byte copies where k is a multiple of 4 (the rows then stay aligned)."""
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    a, b = c_contiguous(a), c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
     group = _column_group(n, ROWS_MAX_GROUP)
-    vec = _vector_suffix((a,), (k,))
+    vec = vector_suffix((a,), (k,))
     c = cp.empty((m, n), dtype=cp.float32)
     _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}{vec}")(
         (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
         (a, b, np.int32(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
     return c
-
-
-def _vector_suffix(arrays: tuple[cp.ndarray, ...], lines: tuple[int, ...]) -> str:
-    """The suffix of a kernel variant that moves its operands 16 bytes at a time ("_vec"),
-    where they allow it: every array 16-byte aligned and each one's line in memory (the floats
-    from one stored row's start to the next) a multiple of 4, so that every row starts aligned
-    too; else none."""
-    aligned = all(x.data.ptr % 16 == 0 for x in arrays)
-    return "_vec" if aligned and all(line % 4 == 0 for line in lines) else ""
 
 
 def thin_shared_bytes(k: int, group: int, vec: bool) -> int:
@@ -1200,7 +1094,7 @@ def thin_fits(k: int, n: int) -> bool:
     the kernel went down to two stages): where it may not, ``ordered_product`` takes the tall
     kernel and "auto" cuBLAS."""
     shared = max(thin_shared_bytes(k, _column_group(n, THIN_MAX_N), vec) for vec in (False, True))
-    return shared_fits(shared, cp.cuda.Device().id)
+    return launch.shared_fits(shared, cp.cuda.Device().id)
 
 
 def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -1208,17 +1102,17 @@ def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     shape; the ``ordered_thin`` kernels): one thread per row of A, B in shared memory, as many
     blocks as run at once, each with THIN_STAGES - 1 tiles of rows on their way while it sums
     one (16-byte copies where k is a multiple of 4 and A is aligned)."""
-    a, b = _c_contiguous(a), _c_contiguous(b)
+    a, b = c_contiguous(a), c_contiguous(b)
     m, k = a.shape
     n = b.shape[1]
-    group, vec = _column_group(n, THIN_MAX_N), _vector_suffix((a,), (k,))
+    group, vec = _column_group(n, THIN_MAX_N), vector_suffix((a,), (k,))
     device = cp.cuda.Device().id
     shared = thin_shared_bytes(k, group, bool(vec))
-    _refuse_unless_shared_fits("ordered_thin", shared, device)
+    launch.refuse_unless_shared_fits("ordered_thin", shared, device)
     kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")
     c = cp.empty((m, n), dtype=cp.float32)
     kernel(
-        (min(-(-m // THIN_THREADS), _resident_blocks(kernel, THIN_THREADS, device, shared)),),
+        (min(-(-m // THIN_THREADS), launch.resident_blocks(kernel, THIN_THREADS, device, shared)),),
         (THIN_THREADS,), (a, b, np.int64(m), np.int32(n), np.int32(k), c), shared_mem=shared,
     )  # fmt: skip
     return c
@@ -1255,13 +1149,6 @@ def _blocks_module() -> Any:
     from .. import cuda_blocks
 
     return cuda_blocks
-
-
-def as_float32(x: cp.ndarray) -> cp.ndarray:
-    """``x`` rounded to float32 as NumPy rounds it (CuPy's astype would flush subnormals)."""
-    if x.dtype == cp.float64:
-        return _conversion(ROUND, "mixpert_round")(x)
-    return x.astype(cp.float32, copy=False)  # float16 -> float32 is exact
 
 
 def matmul(
@@ -1314,13 +1201,6 @@ def workspace_bytes(level: Level, m: int, k: int, n: int, count: int = 1) -> int
     block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
     sums = _sum_blocking(level, m, k, n, count)[1] if level.kind == "int8" else None
     return workspace.gpu_bytes(level, m, k, n, _padded(k), _padded(k) > block, count, sums)
-
-
-def free_bytes() -> int:
-    """Device memory a product can take: free on the device, plus what CuPy's pool holds.
-    (``cp.cuda.Device().mem_info`` took 0.1 ms of host time a call on an H100 machine; the
-    runtime call itself 0.06.)"""
-    return cp.cuda.runtime.memGetInfo()[0] + cp.get_default_memory_pool().free_bytes()
 
 
 def matmul_stack(a: Any, b: Any, level: Level) -> Any:

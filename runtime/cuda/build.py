@@ -1,0 +1,29 @@
+"""The CUDA backend's two NVRTC modules, built through CuPy at first use: the pack module (tops,
+k-exponents, the INT8 and FP16 packers, level IV-blocks's kernels) and the combine module (the
+combine and bypass kernels, level fp32-ordered's kernels); and the device helpers' source, the
+preamble of the elementwise conversions (``convert``)."""
+
+from __future__ import annotations
+
+import functools
+
+import cupy as cp
+
+from ..cuda_kernels import COMBINE_SOURCE, PACK_SOURCE, render
+
+OPTIONS = ("--std=c++17",)
+
+
+@functools.cache
+def pack_module() -> cp.RawModule:
+    return cp.RawModule(code=render(PACK_SOURCE), options=OPTIONS)
+
+
+@functools.cache
+def combine_module() -> cp.RawModule:
+    return cp.RawModule(code=render(COMBINE_SOURCE), options=OPTIONS)
+
+
+def helpers() -> str:
+    """The device helpers (exact widening and rounding, ...) as a preamble of their own."""
+    return render("")
