@@ -50,24 +50,29 @@ def matmul(
 def tune(
     func: Callable[..., Any],
     args: Sequence[Any],
-    tol: float = 1e-6,
+    tol: float | None = None,
     *,
-    candidates: Sequence[str] = tuner.DEFAULT_CANDIDATES,
+    candidates: Sequence[str] | None = None,
     on_run: Callable[[], None] | None = None,
     measure: bool | None = None,
-    margin: float = tuner.DEFAULT_MARGIN,
+    margin: float | None = None,
     validation: Sequence[Sequence[Any]] = (),
+    target: tuner.Target | None = None,
 ) -> Plan:
     """Tune ``func`` (plain or ``mixpert.jit``-ed) on representative ``args``; return a Plan.
 
     Greedy per-op levels (MixPert 3.4; see ``mixpert.tuner``) so that the output error against
-    float64 stays within ``tol``: within ``margin * tol`` on ``args`` (room for inputs the
-    tuner does not see) and within tol on each input of ``validation`` (the worst is the plan's
-    ``held_out_error``). ``measure``: also time the plan against all native float32 (default:
-    only on a GPU, where it means something).
+    float64 stays within ``tol`` beyond the inputs seen: each op's own error and the error
+    model's figure for generic data of its size and magnitudes within its budget (tol; float32
+    grade for ops feeding a discrete step), the measured error within the share of tol its
+    spread leaves (``margin`` fixes that share instead), and within tol on each input of
+    ``validation`` (the worst is the plan's ``held_out_error``). ``tol`` None: 1e-6, said in
+    the log. ``target``: "cpu", "cuda" or "auto" (the GPU when one is usable here): the device
+    whose time the plan minimises; on a CPU target plans run native float32 where it meets tol.
+    ``measure``: also time the plan against all native float32 (default: only on a GPU).
     """
     jitted = func if isinstance(func, MixpertFunction) else jit(func)
     return tuner.tune(
         jitted, args, tol, candidates=candidates, on_run=on_run, measure=measure,
-        margin=margin, validation=validation,
+        margin=margin, validation=validation, target=target,
     )  # fmt: skip

@@ -34,17 +34,22 @@ final contents of arrays the function writes into count as outputs.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import networkx as nx
 import numpy as np
 
+from . import tuning_inputs
+from .error_model import error_spread, margin_for, model_error, own_error
 from .execution import record_calls
+from .execution.product_samples import ProductSample
 from .metrics import copies, float64_copies, is_float_array, output_error
 from .plans.plan import OpReport, Plan, function_identity, op_sources, op_table_hash, signature_of
 from .runtime import device
@@ -52,15 +57,23 @@ from .runtime.levels import AUTO, LADDER, NATIVE_LEVEL, Level, get_level
 from .timing import best_time, synchronizer_for
 
 INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
-# The greedy walk keeps a move while the error on the tuning input stays within MARGIN * tol:
-# errors vary between inputs. Measured (benchmarks/tuner_holdout.py, CPU, 20 fresh inputs):
-# margin 1 held tol on 50% of them for subspace iteration (worst 4.6 tol) and an RBF predictor
-# (worst 2.35 tol); 0.5 on 100% / 95% (worst 1.45 tol); 0.25 on 100% of both (worst 0.33 tol),
-# with the same number of profiling runs.
-DEFAULT_MARGIN = 0.25
-VALIDATION_RETRIES = 3  # halvings of the margin when validation inputs miss tol
+DEFAULT_TOL = 1e-6  # ``mixpert.tune`` without tol: about cuBLAS SGEMM's own error at n = 4096
+VALIDATION_RETRIES = 3  # tightenings when validation inputs miss tol
 BASELINE_LEVEL = NATIVE_LEVEL  # speedups are over every op at native float32
 MEASURED_FALLBACK = AUTO.name  # on a GPU, where an op's tuned level measures slower
+# An op whose result reaches a discrete step may err at most this many times native float32's
+# modelled error on it ("float32 grade": SGEMM's bound 2 k u |A||B| has the same slack over
+# NumPy's pairwise sums), so its decisions flip about as often as native float32's do.
+GRADE_SLACK = 2.0
+# An op whose own error on the tuning data is below 1/UNREPRESENTATIVE of the model's figure for
+# generic data (exact, integer, constant, tiny data) is judged by the model, not the data.
+UNREPRESENTATIVE = 4.0
+# Where a target has no GPU, emulation is the exact oracle, not a speed-up: native float32 where
+# it meets tol, else float64 BLAS, both at native speed.
+CPU_CANDIDATES = (NATIVE_LEVEL, "fp64")
+Target = Literal["auto", "cpu", "cuda"]
+TARGET_ENV = "MIXPERT_TUNE_TARGET"
+log = logging.getLogger("mixpert")
 
 
 class Tunable(Protocol):
@@ -81,6 +94,10 @@ class TolUnreachableWarning(UserWarning):
     """Even the most accurate candidate levels miss tol; the plan uses them anyway."""
 
 
+class NativeOnCpuWarning(UserWarning):
+    """No usable GPU: tuned functions run native float32 (or float64) where that meets tol."""
+
+
 def pareto_levels(ladder: Iterable[Level] = LADDER) -> tuple[str, ...]:
     """Levels no other level beats on both cost and expected error (the default candidates)."""
     levels = sorted(ladder, key=lambda lv: (lv.relative_cost, lv.expected_error))
@@ -99,10 +116,49 @@ def pareto_levels(ladder: Iterable[Level] = LADDER) -> tuple[str, ...]:
 DEFAULT_CANDIDATES = pareto_levels()
 
 
+def resolve_target(target: str | None) -> str:
+    """ "cpu" or "cuda": the device whose time the plan minimises. "auto" (or None, unless
+    ``$MIXPERT_TUNE_TARGET`` names one) is the GPU when one is usable here, else the CPU."""
+    target = target or os.environ.get(TARGET_ENV) or "auto"
+    if target not in get_args(Target):
+        raise ValueError(f"target={target!r}: it must be 'auto', 'cpu' or 'cuda'")
+    if target == "auto":
+        return "cuda" if device.gpu_available() else "cpu"
+    return target
+
+
+_told_native_on_cpu = False
+
+
+def _say_native_on_cpu(name: str) -> None:
+    """Once per process: what a tol= plan means on a machine without a GPU."""
+    global _told_native_on_cpu
+    if _told_native_on_cpu:
+        return
+    _told_native_on_cpu = True
+    warnings.warn(
+        f"mixpert: no usable GPU ({device.unavailable_reason()}): {name} and other tuned "
+        "functions run native float32 where it meets tol (float64 where it does not); "
+        "pass target='cuda' (mixpert tune --target cuda) to make the GPU's plan here",
+        NativeOnCpuWarning,
+        stacklevel=4,
+    )
+
+
 # --- profiling -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Trial:
+    """One profiling run under a plan: the function's error, its spread between inputs
+    (``error_model.error_spread``) and each op's own error."""
+
+    error: float
+    spread: float
+    own: Mapping[str, float]
+
+
 @dataclass
 class Profiler:
-    """Runs the function under candidate plans; caches errors; counts runs."""
+    """Runs the function under candidate plans; caches trials and model errors; counts runs."""
 
     func: Tunable
     args: tuple[Any, ...]
@@ -110,8 +166,10 @@ class Profiler:
     on_run: Callable[[], None] | None = None
     reference: Any = None
     runs: int = 0
-    errors: dict[tuple[tuple[str, str], ...], float] = field(default_factory=dict)
+    trials: dict[tuple[tuple[str, str], ...], Trial] = field(default_factory=dict)
     flops: dict[str, float] = field(default_factory=dict)  # op id -> sum of 2*m*k*n
+    samples: dict[str, list[ProductSample]] = field(default_factory=dict)  # from the first run
+    models: dict[tuple[str, str], float] = field(default_factory=dict)
 
     written: tuple[int, ...] = ()  # arguments the function writes into: outputs too
 
@@ -125,14 +183,14 @@ class Profiler:
         )
         self.reference = (result, *(reference_args[i] for i in self.written))
 
-    def error(self, levels: Mapping[str, str]) -> float:
+    def trial(self, levels: Mapping[str, str]) -> Trial:
         key = tuple(sorted(levels.items()))
-        if key in self.errors:
-            return self.errors[key]
+        if key in self.trials:
+            return self.trials[key]
         if self.budget is not None and self.runs >= self.budget:
             raise BudgetExhausted
         args = copies(self.args)  # the caller's arrays are never written by a profiling run
-        with record_calls() as calls:
+        with record_calls(samples=True) as calls:
             result = self.func.with_plan(dict(levels))(*args)
         outputs = (result, *(args[i] for i in self.written))
         self.runs += 1
@@ -141,10 +199,31 @@ class Profiler:
                 self.flops[call.op_id] = (
                     self.flops.get(call.op_id, 0.0) + 2.0 * call.m * call.k * call.n
                 )
+                if call.sample is not None:
+                    self.samples.setdefault(call.op_id, []).append(call.sample)
         if self.on_run is not None:
             self.on_run()
-        self.errors[key] = output_error(outputs, self.reference)
-        return self.errors[key]
+        own: dict[str, list[ProductSample]] = {}
+        for call in calls:
+            if call.sample is not None:
+                own.setdefault(call.op_id, []).append(call.sample)
+        self.trials[key] = Trial(
+            output_error(outputs, self.reference),
+            error_spread(outputs, self.reference),
+            {op: own_error(samples) for op, samples in own.items()},
+        )
+        return self.trials[key]
+
+    def error(self, levels: Mapping[str, str]) -> float:
+        """The function's Eq. 10 error under ``levels`` (one profiling run, cached)."""
+        return self.trial(levels).error
+
+    def model(self, op: str, level: str) -> float:
+        """``error_model.model_error`` of ``level`` on op ``op``'s sampled products (cached)."""
+        key = (op, level)
+        if key not in self.models:
+            self.models[key] = model_error(self.samples.get(op, []), level)
+        return self.models[key]
 
     def op_seconds(self, levels: Mapping[str, str]) -> dict[str, float]:
         """Measured seconds of each op under ``levels`` (the second of two runs: the first
@@ -177,6 +256,52 @@ def predicted_time(flops: Mapping[str, float], levels: Mapping[str, str]) -> flo
     )
 
 
+# --- the acceptance rule ----------------------------------------------------------------------
+@dataclass
+class Rule:
+    """When a plan is within tol beyond the inputs seen (the module docstring's rule).
+
+    ``margin``: a fixed share of tol for the function's measured error; None computes it from
+    the error's spread (``error_model.margin_for``), times ``scale`` (tightened when validation
+    inputs miss). ``decisions``: ops whose results reach a discrete step.
+    """
+
+    prof: Profiler
+    tol: float
+    decisions: frozenset[str] = frozenset()
+    margin: float | None = None
+    scale: float = 1.0
+
+    def share(self, trial: Trial) -> float:
+        """The share of tol the function's measured error may use under ``trial``."""
+        base = margin_for(trial.spread) if self.margin is None else self.margin
+        return base * self.scale
+
+    def budget(self, op: str) -> float:
+        """Float32 grade for an op that reaches a decision (at most tol); else tol."""
+        if op not in self.decisions:
+            return self.tol
+        return min(self.tol, GRADE_SLACK * self.prof.model(op, NATIVE_LEVEL))
+
+    def op_fits(self, trial: Trial, op: str, level: str) -> bool:
+        """Whether ``level`` keeps op ``op`` within its budget beyond the inputs seen."""
+        model, own = self.prof.model(op, level), trial.own.get(op, 0.0)
+        if op in self.decisions:  # a decision can hide any error: the op answers for itself
+            return max(own, model) <= self.budget(op)
+        if own * UNREPRESENTATIVE < model:  # the tuning data flattered the level: model it
+            return model <= self.budget(op)
+        return True  # representative data: the function's measured error decides
+
+    def accepts(self, trial: Trial, levels: Mapping[str, str]) -> bool:
+        if not trial.error <= self.share(trial) * self.tol:
+            return False
+        return all(
+            self.op_fits(trial, op, level)
+            for op, level in levels.items()
+            if op in self.prof.samples
+        )
+
+
 # --- the greedy search -----------------------------------------------------------------------
 @dataclass
 class Result:
@@ -186,6 +311,8 @@ class Result:
     runs: int
     flops: dict[str, float]
     contribution: dict[str, float]
+    margin: float = 1.0  # the share of tol the final plan's measured error was held to
+    exact_ops: dict[str, str] = field(default_factory=dict)  # op -> level it was exact at
 
 
 def _ordered(candidates: Sequence[str]) -> list[str]:
@@ -199,36 +326,43 @@ def _ordered(candidates: Sequence[str]) -> list[str]:
     ]
 
 
+def decision_ops(func: Tunable) -> frozenset[str]:
+    """Ops whose results reach a discrete step (argmin, comparisons, integer casts, ...)."""
+    found = getattr(func, "decision_ops", None)
+    return frozenset(found) if found is not None else frozenset()
+
+
 def greedy(
     func: Tunable,
     args: Sequence[Any],
     tol: float,
     candidates: Sequence[str] = DEFAULT_CANDIDATES,
     on_run: Callable[[], None] | None = None,
-    margin: float = 1.0,
+    margin: float | None = None,
+    scale: float = 1.0,
 ) -> Result:
-    """MixPert 3.4's greedy search (see the module docstring); a move is kept while the error
-    stays within ``margin * tol``."""
+    """MixPert 3.4's greedy search (see the module docstring); a move is kept while the plan
+    passes the acceptance ``Rule``."""
     rungs = _ordered(candidates)
     ops = list(func.ops)
     prof = Profiler(func, tuple(args), budget=max(1, len(ops) * len(rungs)), on_run=on_run)
+    rule = Rule(prof, tol, decision_ops(func), margin, scale)
     rung = dict.fromkeys(ops, len(rungs) - 1)
 
     def levels_of(r: Mapping[str, int]) -> dict[str, str]:
         return {op: rungs[i] for op, i in r.items()}
 
-    current_error = prof.error(levels_of(rung))
+    current = prof.trial(levels_of(rung))
     contribution = dict.fromkeys(ops, 0.0)
-    if current_error > tol:
+    if not rule.accepts(current, levels_of(rung)):
         warnings.warn(
             f"tol={tol:g} is tighter than the most accurate candidate ({rungs[-1]}) reaches "
-            f"(error {current_error:.2e}); using {rungs[-1]} for every op",
+            f"(error {current.error:.2e}); using {rungs[-1]} for every op",
             TolUnreachableWarning,
             stacklevel=3,
         )
-        return Result(levels_of(rung), current_error, False, prof.runs, prof.flops, contribution)
+        return Result(levels_of(rung), current.error, False, prof.runs, prof.flops, contribution)
 
-    accept = margin * tol
     graph = func.graph
     # by share of time at the start (all at one level, so by flops); ops that never reached the
     # runtime (matrix-vector sites, branches not taken) have no time to save: they stay native
@@ -245,11 +379,13 @@ def greedy(
             improved = False
             for op in order:
                 while rung[op] > 0:
-                    trial = {**rung, op: rung[op] - 1}
-                    err = prof.error(levels_of(trial))
-                    if err <= accept:
-                        contribution[op] += err - current_error
-                        rung, current_error, improved = trial, err, True
+                    trial_rungs = {**rung, op: rung[op] - 1}
+                    if not _model_allows(rule, op, rungs[trial_rungs[op]]):
+                        break  # generic data of this op would break its budget: no run needed
+                    trial = prof.trial(levels_of(trial_rungs))
+                    if rule.accepts(trial, levels_of(trial_rungs)):
+                        contribution[op] += trial.error - current.error
+                        rung, current, improved = trial_rungs, trial, True
                         continue
                     moved = False
                     preds = sorted(
@@ -259,43 +395,57 @@ def greedy(
                     for pred in preds:  # cheaper predecessors first
                         if rung[pred] >= len(rungs) - 1:
                             continue
-                        pair = {**trial, pred: rung[pred] + 1}
+                        pair = {**trial_rungs, pred: rung[pred] + 1}
                         if cost(pair) >= cost(rung):
                             continue
-                        err = prof.error(levels_of(pair))
-                        if err <= accept:
-                            contribution[op] += err - current_error
-                            rung, current_error, improved, moved = pair, err, True, True
+                        trial = prof.trial(levels_of(pair))
+                        if rule.accepts(trial, levels_of(pair)):
+                            contribution[op] += trial.error - current.error
+                            rung, current, improved, moved = pair, trial, True, True
                             break
                     if not moved:
                         break
     except BudgetExhausted:
         pass
-    levels, current_error = _auto_where_faster(prof, levels_of(rung), current_error, accept)
+    levels, current = _auto_where_faster(prof, rule, levels_of(rung), current)
     idle = dict.fromkeys(set(ops) - set(tunable), BASELINE_LEVEL)  # native, as they ran
-    return Result({**levels, **idle}, current_error, True, prof.runs, prof.flops, contribution)
+    exact = {
+        op: level
+        for op, level in levels.items()
+        if op in current.own and current.own[op] == 0.0 and prof.model(op, level) > 0.0
+    }
+    return Result(
+        {**levels, **idle}, current.error, True, prof.runs, prof.flops, contribution,
+        rule.share(current), exact,
+    )  # fmt: skip
+
+
+def _model_allows(rule: Rule, op: str, level: str) -> bool:
+    """Whether the model alone leaves ``level`` possible for ``op`` (saves a profiling run):
+    an op feeding a decision is held to its budget whatever the data."""
+    return op not in rule.decisions or rule.prof.model(op, level) <= rule.budget(op)
 
 
 def _auto_where_faster(
-    prof: Profiler, levels: dict[str, str], error: float, accept: float
-) -> tuple[dict[str, str], float]:
+    prof: Profiler, rule: Rule, levels: dict[str, str], current: Trial
+) -> tuple[dict[str, str], Trial]:
     """On a GPU, the measured check of the cost model: an op whose tuned level ran slower than
     "auto" on the tuning inputs (small, skinny or batched shapes, where packing costs more
-    than the INT8 tensor cores save) goes to "auto" where the error allows. The model alone
+    than the INT8 tensor cores save) goes to "auto" where the rule allows. The model alone
     cannot see this: its costs do not depend on shape. On the CPU emulation is the oracle and
     is never faster, so the model's plan stands."""
     if not any(device.is_cupy_array(a) for a in prof.args) or not levels:
-        return levels, error
+        return levels, current
     prof.budget = None  # the walk's cap; this check costs at most 4 + len(levels) runs
     fallback = dict.fromkeys(levels, MEASURED_FALLBACK)
     tuned_s, fallback_s = prof.op_seconds(levels), prof.op_seconds(fallback)
     slower = [op for op in levels if tuned_s.get(op, 0.0) > fallback_s.get(op, float("inf"))]
     for op in sorted(slower, key=lambda op: fallback_s[op] - tuned_s[op]):  # largest loss first
-        trial = {**levels, op: MEASURED_FALLBACK}
-        trial_error = prof.error(trial)
-        if trial_error <= accept:
-            levels, error = trial, trial_error
-    return levels, error
+        trial_levels = {**levels, op: MEASURED_FALLBACK}
+        trial = prof.trial(trial_levels)
+        if rule.accepts(trial, trial_levels):
+            levels, current = trial_levels, trial
+    return levels, current
 
 
 def exhaustive(
@@ -325,48 +475,75 @@ def exhaustive(
 def tune(
     jitted: Tunable,
     args: Sequence[Any],
-    tol: float = 1e-6,
+    tol: float | None = None,
     *,
-    candidates: Sequence[str] = DEFAULT_CANDIDATES,
+    candidates: Sequence[str] | None = None,
     on_run: Callable[[], None] | None = None,
     measure: bool | None = None,
-    margin: float = DEFAULT_MARGIN,
+    margin: float | None = None,
     validation: Sequence[Sequence[Any]] = (),
+    target: Target | None = None,
+    tuned_on: str = "",
 ) -> Plan:
     """Tune a ``mixpert.jit`` function on representative ``args``; return a Plan
-    (``mixpert.tune`` also takes plain functions). ``margin``: moves are kept while the error
-    on ``args`` stays within ``margin * tol`` (room for inputs the tuner does not see).
-    ``validation``: further inputs the plan must also keep within tol; when one misses, the
-    margin is halved and the search repeated (``VALIDATION_RETRIES`` times at most); the worst
-    of their errors is the plan's ``held_out_error``.
+    (``mixpert.tune`` also takes plain functions).
 
-    ``measure``: time the plan against all-fp32 (default: only on a GPU, where it means something).
+    ``tol``: the bound on the output error against float64 (None: ``DEFAULT_TOL``, said once in
+    the log). ``target``: the device whose time the plan minimises ("auto": the GPU when one is
+    usable here, else the CPU, where plans run native float32 or float64 BLAS; "cuda" makes the
+    GPU's plan anywhere, its errors measured on the exact CPU backend where there is no GPU).
+    ``candidates``: the levels to walk (default: the target's). ``margin``: a fixed share of tol
+    for the measured error in place of the computed one (``error_model.margin_for``).
+    ``validation``: further inputs the plan must also keep within tol; when one misses, the
+    share is tightened and the search repeated (``VALIDATION_RETRIES`` times at most); the
+    worst of their errors is the plan's ``held_out_error``. ``tuned_on``: the inputs in words,
+    for the plan's record. ``measure``: time the plan against all-fp32 (default: only on a GPU).
     """
+    if tol is None:
+        log.warning("mixpert.tune: no tol given; using tol=%g", DEFAULT_TOL)
+        tol = DEFAULT_TOL
     tol = checked_tol(tol)
+    where = resolve_target(target)
+    if candidates is None:
+        candidates = DEFAULT_CANDIDATES if where == "cuda" else CPU_CANDIDATES
+        if where == "cpu" and target in (None, "auto"):
+            _say_native_on_cpu(function_identity(jitted))
     policies = [c for c in candidates if get_level(c).kind == "policy"]
     if policies:
         raise ValueError(f"candidates {policies}: a policy is not a level the tuner can weigh")
-    if not 0 < margin <= 1:
+    if margin is not None and not 0 < margin <= 1:
         raise ValueError(f"margin={margin!r}: it must lie in (0, 1]")
     args = tuple(args)
     held_out_inputs = [Profiler(jitted, tuple(v)) for v in validation]  # references made once
-    runs = 0
-    for attempt in range(VALIDATION_RETRIES + 1):
-        if attempt:
-            margin /= 2  # the last plan missed tol on a validation input: tighten, search again
-        result = greedy(jitted, args, tol, candidates, on_run, margin)
+    runs, scale = 0, 1.0
+    for _ in range(VALIDATION_RETRIES + 1):
+        result = greedy(jitted, args, tol, candidates, on_run, margin, scale)
         runs += result.runs
         held_out = max((p.error(result.levels) for p in held_out_inputs), default=None)
         if held_out is None or held_out <= tol or not result.met_tol:
             break
+        scale *= min(0.5, 0.9 * tol / held_out)  # the next walk leaves the miss's room
     else:
         warnings.warn(
             f"the plan misses tol={tol:g} on a validation input (error {held_out:.2e}) even "
-            f"tuned within {margin:g} tol; its held_out_error says so",
+            f"tuned within {result.margin:.2g} tol; its held_out_error says so",
             TolUnreachableWarning,
             stacklevel=3,
         )
     result.runs = runs
+    return _plan_of(jitted, args, tol, result, held_out, measure, where, tuned_on)
+
+
+def _plan_of(
+    jitted: Tunable,
+    args: tuple[Any, ...],
+    tol: float,
+    result: Result,
+    held_out: float | None,
+    measure: bool | None,
+    target: str,
+    tuned_on: str,
+) -> Plan:
     base = predicted_time(result.flops, {})
     mine = predicted_time(result.flops, result.levels)
     measured = None
@@ -393,6 +570,8 @@ def tune(
         )
         for op, level in result.levels.items()
     ]
+    degenerate = tuning_inputs.degenerate_reason(args)
+    exact = "; ".join(f"{op} was exact at {level}" for op, level in result.exact_ops.items())
     return Plan(
         levels=result.levels,
         function=function_identity(jitted),
@@ -407,8 +586,11 @@ def tune(
         profiling_runs=result.runs,
         ops=reports,
         op_sources=op_sources(ops),
-        margin=margin,
+        margin=min(1.0, result.margin),
         held_out_error=held_out,
+        tuned_on=tuned_on or tuning_inputs.describe(args),
+        provisional="; ".join(r for r in (degenerate, exact) if r) if degenerate else "",
+        target=target,
     )
 
 

@@ -13,11 +13,14 @@ the result, callee writes into arguments).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
+import numpy as np
 from numba.core import ir
+from numba.core.ir_utils import guard
 
 from .sites import OpInfo, Site
 from .writes import call_writes, callee_object, resolve_call
@@ -69,6 +72,47 @@ VIEW_METHODS = frozenset(
 # array attributes that are metadata, not data.
 SHAPE_ONLY_FUNCS = frozenset(["empty", "zeros", "ones", "empty_like", "zeros_like", "ones_like"])
 META_ATTRS = frozenset(["shape", "ndim", "size", "dtype", "strides", "itemsize", "nbytes"])
+# Discrete steps: NumPy functions and array methods whose result jumps where their argument
+# crosses a threshold (an index, an order, a truth value, an integer). A product that reaches
+# one can change an output by more than its own error (a label flips), so the tuner holds it to
+# float32 grade. Comparisons, ``where``'s condition and casts to integers count too.
+DECISION_FUNCS = frozenset(
+    [
+        "argmin",
+        "argmax",
+        "argsort",
+        "argpartition",
+        "searchsorted",
+        "where",
+        "nonzero",
+        "argwhere",
+        "flatnonzero",
+        "count_nonzero",
+        "unique",
+        "sign",
+        "floor",
+        "ceil",
+        "rint",
+        "trunc",
+        "isclose",
+        "allclose",
+        "greater",
+        "greater_equal",
+        "less",
+        "less_equal",
+        "equal",
+        "not_equal",
+        "digitize",
+        "histogram",
+        "bincount",
+    ]
+)
+DECISION_METHODS = frozenset(["argmin", "argmax", "argsort", "nonzero"])
+DECISION_BUILTINS = frozenset(["int", "bool", "round"])
+INTEGER_KINDS = frozenset("biu")  # dtype kinds a cast rounds to: bool, signed, unsigned
+COMPARISONS = frozenset(
+    [operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne]
+)
 
 
 class DuplicateOpIdError(ValueError):
@@ -85,6 +129,16 @@ class FunctionSummary:
     returns: set[Token] = field(default_factory=set)  # tokens that reach the return value
     writes: dict[int, set[Token]] = field(default_factory=dict)  # tokens written into arg i
     mutates: set[int] = field(default_factory=set)  # args it may write into (any value)
+    decisions: set[Token] = field(default_factory=set)  # tokens reaching a discrete step
+
+    def decision_ops(self) -> frozenset[str]:
+        """Ops whose results reach a discrete step (``DECISION_FUNCS``), directly or through the
+        ops they feed."""
+        direct = {t for t in self.decisions if isinstance(t, str) and t in self.graph}
+        reach = set(direct)
+        for op in direct:
+            reach |= nx.ancestors(self.graph, op)
+        return frozenset(reach)
 
     def add_op(self, op: OpInfo) -> None:
         known = self.ops.get(op.op_id)
@@ -164,6 +218,11 @@ class _Analysis:
 
     def feed(self, op_id: str, new: set[Token]) -> None:
         self._add(self.preds, op_id, new)
+
+    def decide(self, new: set[Token]) -> None:
+        if not new <= self.out.decisions:
+            self.out.decisions |= new
+            self.changed = True
 
     def statements(self) -> Iterable[ir.Stmt]:
         for label in sorted(self.func_ir.blocks):
@@ -257,6 +316,8 @@ class _Analysis:
             elif value.op == "getattr" and value.attr in META_ATTRS:
                 pass  # a.shape carries no data of a
             else:
+                if value.op == "binop" and value.fn in COMPARISONS:
+                    self.decide(self.tokens_of(value.list_vars()))
                 if value.op == "inplace_binop":
                     self.write(value.lhs, self.tokens(value.rhs))
                 self.flow(target, self.tokens_of(value.list_vars()))
@@ -275,6 +336,11 @@ class _Analysis:
             everything |= self.tokens(receiver)
         if name is not None and name[1] == "numpy" and name[0] in SHAPE_ONLY_FUNCS:
             return
+        if _is_decision(name):
+            decided = args[:1] if name is not None and name[0] == "where" else args
+            self.decide(self.tokens_of(decided) | (self.tokens(receiver) if receiver else set()))
+        elif receiver is not None and _is_integer_cast(self.func_ir, name, args):
+            self.decide(self.tokens(receiver))
         for var in call_writes(self.func_ir, expr, self._mutates).vars:
             self.write(var, everything)
         self.flow(target, everything)
@@ -305,6 +371,7 @@ class _Analysis:
         for index in summary.mutates:
             if index < len(args):
                 self.write(args[index], mapped(summary.writes.get(index, set())))
+        self.decide(mapped(summary.decisions))
         self.flow(target, mapped(summary.returns))
 
     def _summary(self, expr: ir.Expr) -> FunctionSummary | None:
@@ -337,6 +404,39 @@ class _Analysis:
             if written:
                 out.writes[index] = written
         return out
+
+
+def _is_decision(name: tuple[str, object] | None) -> bool:
+    """Whether a resolved call (``resolve_call``) is a discrete step."""
+    if name is None:
+        return False
+    func, owner = name
+    if owner == "numpy":
+        return func in DECISION_FUNCS
+    if isinstance(owner, ir.Var):
+        return func.rsplit(".", 1)[-1] in DECISION_METHODS
+    return owner == "builtins" and func in DECISION_BUILTINS
+
+
+def _is_integer_cast(
+    func_ir: ir.FunctionIR, name: tuple[str, object] | None, args: list[ir.Var]
+) -> bool:
+    """Whether a method call is ``x.astype(<an integer or bool dtype>)``."""
+    return bool(name and name[0].endswith("astype") and args and _integer_dtype(func_ir, args[0]))
+
+
+def _integer_dtype(func_ir: ir.FunctionIR, var: ir.Var) -> bool:
+    """Whether ``var`` is a constant naming an integer or bool dtype (``np.int64``, "i4")."""
+    definition = guard(func_ir.get_definition, var)
+    if isinstance(definition, ir.Expr) and definition.op == "getattr":  # np.int64
+        module = getattr(guard(func_ir.get_definition, definition.value), "value", None)
+        value = getattr(module, definition.attr, None)
+    else:  # a global or constant: int, "i4"
+        value = getattr(definition, "value", None)
+    try:
+        return np.dtype(value).kind in INTEGER_KINDS
+    except TypeError:
+        return False
 
 
 def may_alias(

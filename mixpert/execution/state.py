@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,6 +26,7 @@ from mixpert.runtime.precision import get_default_level
 
 from .kept_packs import PackScope
 from .op_ids import op_id_of, op_index
+from .product_samples import ProductSample
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,20 @@ class CallRecord:
     rebalanced_k: int = 0  # k-indices equilibration moved or dropped (wide-range data)
     exact_lines: tuple[int, int] = (0, 0)  # unresolved (rows, columns) recomputed exactly
     reused: tuple[bool, bool] = (False, False)  # (A, B) reused a pack kept in this call
+    # rows, columns and output block kept for the tuner (``record_calls(samples=True)``)
+    sample: ProductSample | None = field(default=None, compare=False)
+
+    def __repr__(self) -> str:
+        exact = (
+            " ({} rows, {} columns exact)".format(*self.exact_lines)
+            if any(self.exact_lines)
+            else ""
+        )
+        where = f" on {self.backend}" if self.backend else ""
+        return (
+            f"<call {self.op_id} {self.m}x{self.k}x{self.n} at {self.level}{where}: "
+            f"{self.seconds * 1e3:.3g} ms{exact}>"
+        )
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -77,6 +92,8 @@ class _State(threading.local):
     plan: ActivePlan | None = None
     packs: PackScope | None = None
     records: list[CallRecord] | None = None
+    sampling: bool = False  # records keep a ProductSample (the tuner's)
+    sampled: dict[int, int]  # op index -> calls sampled in this recording
     own: bool = False  # this thread activated a plan or started recording itself
 
 
@@ -135,6 +152,19 @@ def recording() -> bool:
     return _mine().records is not None
 
 
+SAMPLES_PER_OP = 4  # calls of one op a recording keeps samples of (a loop's first few)
+
+
+def wants_sample(op_index: int) -> bool:
+    """Whether this call of op ``op_index`` should keep a ``ProductSample`` in the records
+    (``record_calls(samples=True)``, and fewer than ``SAMPLES_PER_OP`` kept for it so far)."""
+    if not (_state.sampling and recording()):
+        return False
+    taken = _state.sampled.get(op_index, 0)
+    _state.sampled[op_index] = taken + 1
+    return taken < SAMPLES_PER_OP
+
+
 def record(entry: CallRecord) -> None:
     records = _mine().records
     if records is not None:
@@ -142,17 +172,19 @@ def record(entry: CallRecord) -> None:
 
 
 @contextmanager
-def record_calls() -> Iterator[list[CallRecord]]:
+def record_calls(samples: bool = False) -> Iterator[list[CallRecord]]:
     """Collect a ``CallRecord`` (op id, m, k, n, level, seconds, backend) for every product of a
-    jitted function run in the body, in this thread (public as ``mixpert.record``).
+    jitted function run in the body, in this thread (public as ``mixpert.record``); with
+    ``samples``, each keeps a ``ProductSample`` of its operands and output (for the tuner).
 
     While recording, native float32 ops run through the runtime too (so they can be timed);
     their bits may then differ from Numba's BLAS in the last place.
     """
     records: list[CallRecord] = []
-    saved = (_state.records, _state.own, _latest.records)
-    _state.records, _state.own, _latest.records = records, True, records
+    saved = (_state.records, _state.sampling, _state.own, _latest.records)
+    _state.records, _state.sampling, _state.own, _latest.records = records, samples, True, records
+    _state.sampled = {}
     try:
         yield records
     finally:
-        _state.records, _state.own, _latest.records = saved
+        _state.records, _state.sampling, _state.own, _latest.records = saved

@@ -1,0 +1,138 @@
+"""What the tuner trusts: each op's own error, a data-independent model of each level's error on
+that op, and the margin a plan needs so that it holds on inputs the tuner never saw.
+
+**Own error** ``own_error(samples)``: MixPert Eq. 10 of the op's output against the float64
+product of the *same* float32 operands, over the ``ProductSample``s its calls kept in one
+profiling run. Unlike the function's error it cannot hide behind a discrete step (an argmin
+that happened not to flip) or behind later code that discards the product.
+
+**Model** ``model_error(samples, level)``: the level's Eq. 10 error on *generic* operands of the
+op's size and magnitudes: the sampled rows of A and columns of B with their signs, zeros and
+magnitudes kept and their low-order bits made random (each entry times 2^u, u uniform in
+[-1/2, 1/2], rounded to float32), multiplied at ``level`` on the exact CPU backend (whose bits
+the GPU reproduces for the INT8 levels) and measured against float64. It depends on k, on the
+operands' magnitudes (how their entries spread below each line's top, which sets what the INT8
+slices keep) and on the level's bits, and not on whether the tuning data happen to be exact in
+a lower level (integers, constants, small dyadic values).
+
+**Margin** ``margin_for(outputs, reference)``: the function's error on another input of the
+same size spreads around the error measured on this one. The outputs are cut into blocks of
+consecutive entries and their error re-estimated over blocks drawn with replacement (a
+bootstrap); with ``cv`` the spread of those estimates relative to their mean (at least
+``CV_FLOOR``; ``CV_UNSEEN`` where the outputs have too few entries to cut), a plan's measured
+error must stay within ``tol / (1 + Z * cv)``. Large outputs of many independent entries
+(a GEMM's) get a margin near 1; small or scalar outputs get ``1 / (1 + Z * CV_UNSEEN)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .execution.product_samples import ProductSample, squared_error
+from .runtime import cpu
+from .runtime.levels import AUTO, NATIVE_LEVEL, Level, get_level
+
+MODEL_ENTRIES = 4096  # output entries the model averages over: more twins for small samples
+MAX_TWINS = 16
+MODEL_SEED = 0x5EED  # the model is deterministic: the same samples give the same figure
+# Levels that are "auto" resolve per shape to one of these (both float32-grade): the model
+# takes the worse.
+AUTO_STANDS_FOR = (NATIVE_LEVEL, "IV")
+
+BLOCKS = 64  # blocks of consecutive output entries the bootstrap draws from
+MIN_BLOCKS = 8  # fewer entries than this: the spread is unseen
+RESAMPLES = 200
+Z = 2.0  # the error may sit this many spreads above the measured one
+CV_FLOOR = 0.05  # blocks of one input share its conditioning: never trust a tighter spread
+CV_UNSEEN = 0.5  # outputs too small to cut: assume errors vary by half between inputs
+
+
+def generic_twin(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``x`` with its signs, zeros, non-finite entries and magnitudes (within a factor of
+    sqrt 2) kept and its low-order bits random: what "data of this size and magnitude" means."""
+    factor = np.exp2(rng.uniform(-0.5, 0.5, size=x.shape))
+    twin = (x.astype(np.float64) * factor).astype(np.float32)
+    return np.where(np.isfinite(x), twin, x)
+
+
+def own_error(samples: Sequence[ProductSample]) -> float:
+    """Eq. 10 of an op's sampled outputs against float64 (0 where there is nothing to measure)."""
+    num = den = 0.0
+    for sample in samples:
+        d, r = sample.squared_error()
+        num, den = num + d, den + r
+    return _relative(num, den)
+
+
+def model_error(samples: Sequence[ProductSample], level: str | Level) -> float:
+    """``level``'s Eq. 10 error on generic twins of the sampled operands (see the module
+    docstring); 0 where the samples hold no product."""
+    level = get_level(level)
+    if level.kind == "policy":
+        return max(model_error(samples, name) for name in AUTO_STANDS_FOR)
+    rng = np.random.default_rng(MODEL_SEED)
+    num = den = 0.0
+    for sample in samples:
+        r, _, c = sample.shape
+        for _ in range(min(MAX_TWINS, -(-MODEL_ENTRIES // (r * c)))):
+            a, b = generic_twin(sample.a_rows, rng), generic_twin(sample.b_cols, rng)
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            d, w = squared_error(cpu.matmul(a, b, level), want)
+            num, den = num + d, den + w
+    return _relative(num, den)
+
+
+def _relative(num: float, den: float) -> float:
+    if not np.isfinite(num):
+        return float("inf")
+    return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
+
+
+# --- the margin -------------------------------------------------------------------------------
+def error_spread(outputs: Any, reference: Any) -> float:
+    """The bootstrap spread (coefficient of variation) of the outputs' Eq. 10 error over blocks
+    of consecutive entries; ``CV_UNSEEN`` when they are too small to cut into ``MIN_BLOCKS``."""
+    got, want = _flat_floats(outputs), _flat_floats(reference)
+    if got.size < MIN_BLOCKS or got.size != want.size:
+        return CV_UNSEEN
+    finite = np.isfinite(want)
+    diff = np.where(finite, got - want, 0.0)
+    want = np.where(finite, want, 0.0)
+    cuts = np.linspace(0, got.size, min(BLOCKS, got.size) + 1).astype(np.intp)
+    num = np.add.reduceat(diff * diff, cuts[:-1])
+    den = np.add.reduceat(want * want, cuts[:-1])
+    if not np.isfinite(num).all() or num.sum() == 0 or den.sum() == 0:
+        return CV_FLOOR
+    draws = np.random.default_rng(MODEL_SEED).integers(0, num.size, size=(RESAMPLES, num.size))
+    estimates = np.sqrt(num[draws].sum(axis=1) / np.maximum(den[draws].sum(axis=1), 1e-300))
+    return max(CV_FLOOR, float(estimates.std() / estimates.mean()))
+
+
+def margin_for(spread: float) -> float:
+    """The share of tol a measured error may use when its spread between inputs is ``spread``."""
+    return 1.0 / (1.0 + Z * spread)
+
+
+def _flat_floats(value: Any) -> np.ndarray:
+    """Every floating-point array of an output (nested tuples and lists), flattened into one
+    float64 host vector in order."""
+    if isinstance(value, (tuple, list)):
+        parts = [_flat_floats(item) for item in value]
+        return np.concatenate(parts) if parts else np.zeros(0)
+    array = np.asarray(value.get() if hasattr(value, "get") else value)
+    if not np.issubdtype(array.dtype, np.floating):
+        return np.zeros(0)
+    return array.astype(np.float64).ravel()
+
+
+__all__ = [
+    "AUTO",
+    "error_spread",
+    "generic_twin",
+    "margin_for",
+    "model_error",
+    "own_error",
+]

@@ -1,0 +1,68 @@
+"""What the tuner was given: its inputs in words, and whether they can be trusted.
+
+Smoke-test data (``np.arange(12) * 0.5 - 1``, small integers, ones, zeros, a tiny range) are
+exact, or nearly, in every level: a plan tuned on them would lower every op as far as it goes
+and then err 30x tol on the first real input. ``degenerate_reason`` says why an input is such
+data; the tuner then rests the plan on its error model alone and marks it provisional, and a
+``tol=`` function tunes again on its next call whose inputs are not degenerate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .metrics import is_float_array
+
+SHORT_BITS = 11  # significand bits of TF32, the narrowest level: values this short are exact
+TINY = 2.0**-100  # a range this far below 1 sits near float32's subnormals
+MIN_ENTRIES = 4  # smaller arrays (a scalar in a 1 x 1 array) say too little
+
+
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(x.get() if hasattr(x, "get") else x)
+
+
+def array_degenerate(x: Any) -> str | None:
+    """Why the float array ``x`` is degenerate tuning data, or None."""
+    values = _host(x).astype(np.float64, copy=False).ravel()
+    values = values[np.isfinite(values)]
+    if values.size < MIN_ENTRIES:
+        return None
+    magnitude = np.abs(values)
+    if not magnitude.any():
+        return "is all zeros"
+    if (values == values[0]).all():
+        return f"is constant ({values[0]:g})"
+    if (values == np.round(values)).all():
+        return "holds only integers"
+    significand, _ = np.frexp(values)
+    scaled = significand * 2.0**SHORT_BITS
+    if (scaled == np.round(scaled)).all():
+        return f"holds only values of at most {SHORT_BITS} significant bits (exact in every level)"
+    if magnitude.max() < TINY:
+        return f"lies below 2^{int(np.log2(TINY))} (subnormal or tiny range)"
+    return None
+
+
+def degenerate_reason(args: Sequence[Any]) -> str:
+    """Why ``args`` are degenerate tuning data ("" when no float array of them is): the first
+    float array argument that is all zeros, constant, integer, short-significand or tiny."""
+    sizable = [(i, a) for i, a in enumerate(args) if is_float_array(a) and a.size >= MIN_ENTRIES]
+    reasons = [(i, array_degenerate(a)) for i, a in sizable]
+    if not reasons or not all(why for _, why in reasons):
+        return ""  # an argument of real data: the model and the own errors see through the rest
+    return "; ".join(f"argument {i} {why}" for i, why in reasons)
+
+
+def describe(args: Sequence[Any]) -> str:
+    """The inputs in words, e.g. "1 input: float32 (64, 256), float32 (256, 128), 1.5"."""
+    return "1 input: " + ", ".join(_describe_arg(a) for a in args)
+
+
+def _describe_arg(arg: Any) -> str:
+    if hasattr(arg, "dtype") and hasattr(arg, "shape"):
+        return f"{arg.dtype} {tuple(arg.shape)}"
+    return type(arg).__name__
