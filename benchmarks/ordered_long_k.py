@@ -1,8 +1,9 @@
 """Probe: level fp32-ordered's kernels on long-k and skinny shapes, against cuBLAS SGEMM, in one
 run: the default choice, and each kernel forced (split-k over segments, the tile kernel walking
-all of k, the tall and thin kernels). Prints a table; used to set ``cuda._splits_k``'s crossover
-and the "auto" rules of ``dispatch._ordered_kernel_wins`` (the rows after the first ten are the
-shapes its comments cite). A trailing "t" (16x2097152x16t) gives A as X.T of a C-ordered X, as
+all of k, the tall and thin kernels). Prints a table; used to set
+``cuda.fp32_ordered._splits_k``'s crossover and the "auto" rules of
+``dispatch._ordered_kernel_wins`` (the rows after the first ten are the shapes its comments
+cite). A trailing "t" (16x2097152x16t) gives A as X.T of a C-ordered X, as
 in X.T @ Y, which split-k reads in place.
 
     python benchmarks/ordered_long_k.py [MxKxN[t] ...]
@@ -13,7 +14,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from mixpert.runtime import cuda, ordered
+from mixpert.runtime import ordered
+from mixpert.runtime.cuda import fp32_ordered
 from mixpert.runtime.device import exit_without_gpu
 from mixpert.testdata import gemmul8
 from mixpert.timing import gpu_median_seconds
@@ -61,18 +63,18 @@ def measure(cp: Any, m: int, k: int, n: int, seed: int, transposed: bool = False
     if transposed:  # the same values, stored as the transpose of a C-ordered (k, m) matrix
         a = cp.ascontiguousarray(a.T).T
     ref = a.astype(cp.float64) @ b.astype(cp.float64)
-    r = cuda.tile_size(m, n)
+    r = fp32_ordered.tile_size(m, n)
     runs = {
         "sgemm": lambda: cp.matmul(a, b),
-        "default": lambda: cuda.ordered_product(a, b),
-        "tile": lambda: cuda.ordered_product(a[None], b[None], r),
+        "default": lambda: fp32_ordered.ordered_product(a, b),
+        "tile": lambda: fp32_ordered.ordered_product(a[None], b[None], r),
     }
-    if -(-m // 64) <= cuda.MAX_GRID_YZ:  # split-k's grid y holds the row tiles
-        runs["split"] = lambda: cuda.ordered_split_product(a, b)
-    if n <= cuda.ROWS_MAX_N:
-        runs["tall"] = lambda: cuda.ordered_rows_product(a, b)
-    if k <= ordered.CHUNK and n <= cuda.THIN_MAX_N:
-        runs["thin"] = lambda: cuda.ordered_thin_product(a, b)
+    if -(-m // 64) <= fp32_ordered.MAX_GRID_YZ:  # split-k's grid y holds the row tiles
+        runs["split"] = lambda: fp32_ordered.ordered_split_product(a, b)
+    if n <= fp32_ordered.ROWS_MAX_N:
+        runs["tall"] = lambda: fp32_ordered.ordered_rows_product(a, b)
+    if k <= ordered.CHUNK and n <= fp32_ordered.THIN_MAX_N:
+        runs["thin"] = lambda: fp32_ordered.ordered_thin_product(a, b)
     flops = 2.0 * m * k * n
     seconds = {name: gpu_median_seconds(fn, flops) for name, fn in runs.items()}
     errors = {
@@ -82,7 +84,7 @@ def measure(cp: Any, m: int, k: int, n: int, seed: int, transposed: bool = False
         f"{name} {seconds['sgemm'] / t:.2f}x ({errors[name] / errors['sgemm']:.2f})"
         for name, t in seconds.items()
     )
-    splits = cuda._splits_k(m, n, k, r)
+    splits = fp32_ordered._splits_k(m, n, k, r)
     layout = ", A transposed" if transposed else ""
     return (f"{m} x {k} x {n}{layout} (segments {-(-k // ordered.SEGMENT)}, split {splits}): "
             f"sgemm {seconds['sgemm'] * 1e3:.3f} ms; {cells}")  # fmt: skip

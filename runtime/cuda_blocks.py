@@ -236,7 +236,7 @@ def _rows_launch(
         shared = stages * stage_bytes(nt, blocks.BLOCK_K, level.b_slices)
         per_group = -(-launch.resident_blocks(kernel, BLOCKS_THREADS, device, shared) // groups)
         launches.append((kernel, shared, max(1, min(tiles, MAX_GRID_YZ, per_group))))
-    return min(launches, key=lambda launch: -(-tiles // launch[2]))  # (the plain one on a tie)
+    return min(launches, key=lambda option: -(-tiles // option[2]))  # (the plain one on a tie)
 
 
 @functools.cache  # (one kernel object, so _resident_blocks allows it its memory once)

@@ -15,6 +15,7 @@ if not device.gpu_available():
 import cupy as cp  # noqa: E402
 
 from mixpert.runtime import cuda  # noqa: E402
+from mixpert.runtime.cuda import native, tn_gemm  # noqa: E402
 
 INT8_LEVELS = [level.name for level in LADDER if level.kind == "int8"]
 SHAPES = [(1, 1, 1), (1, 37, 1), (5, 3, 7), (64, 64, 64), (129, 257, 65), (300, 1000, 70)]
@@ -487,7 +488,7 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
     rows, cols = dispatch.unresolved_lines(a, b, "IV")
     assert rows * 40 + cols * 48 - rows * cols > 0.5 * 48 * 40
     got = cuda.int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
-    assert told == [1] and cp.array_equal(got, cuda._native_gemm(a, b, cuda.CUDA_R_32F))
+    assert told == [1] and cp.array_equal(got, native.native_gemm(a, b, tn_gemm.CUDA_R_32F))
 
 
 def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> None:
@@ -504,7 +505,7 @@ def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> 
     got = mixpert.matmul(a, b, level="auto")
     want = cuda.matmul(a, b, get_level("IV"))
     assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
-    assert not cp.array_equal(got, cuda._native_gemm(a, b, cuda.CUDA_R_32F))
+    assert not cp.array_equal(got, native.native_gemm(a, b, tn_gemm.CUDA_R_32F))
     narrow = b[:, : side - 1]
     got = mixpert.matmul(a, narrow, level="auto")
     assert cp.array_equal(got, cp.matmul(a, narrow))
@@ -532,7 +533,7 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     rows, cols = dispatch.unresolved_lines(a_dev, b_dev, "IV")
     assert bypass.exact_share(rows, cols, n, n) > bypass.AUTO_EXACT_SHARE
     got = dispatch.matmul(a_dev, b_dev)
-    sgemm = cuda._native_gemm(a_dev, b_dev, cuda.CUDA_R_32F)
+    sgemm = native.native_gemm(a_dev, b_dev, tn_gemm.CUDA_R_32F)
     np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(sgemm))
     a64, b64 = cp.asnumpy(a_dev).astype(np.float64), b.astype(np.float64)
     bound = 2 * n * 2.0**-24 * (np.abs(a64) @ np.abs(b64))

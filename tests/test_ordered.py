@@ -125,16 +125,16 @@ def test_gpu_kernel_keeps_subnormal_sums_with_the_cpu_bits() -> None:
 )  # k past a chunk and past a B slab (128), partial chunks; n > 16 takes column groups
 def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
     """The tall kernels (one thread per row of A and group of columns) keep the level's order."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(k + n)
-    m = cuda.ROWS_MIN_M + 37
+    m = fp32_ordered.ROWS_MIN_M + 37
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[3, 0], a[5, -1], b[0, -1] = np.inf, np.float32(1e-40), np.nan
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -143,7 +143,7 @@ def test_gpu_tall_products_have_the_cpu_bits(k, n) -> None:
 def test_gpu_split_k_reads_a_transposed_a_in_place_with_the_cpu_bits(m, n) -> None:
     """X.T @ Y with X C-ordered (A column-major): the split-k kernel reads A along its rows, with
     the bits of the C-ordered product, segments and partial stages included."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(m * n)
@@ -153,9 +153,9 @@ def test_gpu_split_k_reads_a_transposed_a_in_place_with_the_cpu_bits(m, n) -> No
     x[5, 1], x[-1, -1], b[7, 0] = np.float32(3e-41), np.inf, np.nan
     a_gpu = cp.asarray(x).T
     assert a_gpu.flags.f_contiguous and not a_gpu.flags.c_contiguous
-    assert cuda._splits_k(m, n, k, cuda.tile_size(m, n))
+    assert fp32_ordered._splits_k(m, n, k, fp32_ordered.tile_size(m, n))
     want = ordered.ordered_product(np.ascontiguousarray(x.T), b)
-    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -167,7 +167,7 @@ def test_gpu_split_k_reads_aligned_and_unaligned_operands_with_the_cpu_bits(
     """The split-k kernel for small outputs copies 16 bytes at a time where both operands are
     16-byte aligned (here k and n are multiples of 4), 4 bytes where either is not: the same
     bits."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(a_offset + 7 * b_offset)
@@ -178,9 +178,9 @@ def test_gpu_split_k_reads_aligned_and_unaligned_operands_with_the_cpu_bits(
     a_gpu = cp.empty(m * k + a_offset, dtype=cp.float32)[a_offset:].reshape(m, k)
     b_gpu = cp.empty(k * n + b_offset, dtype=cp.float32)[b_offset:].reshape(k, n)
     a_gpu[...], b_gpu[...] = cp.asarray(a), cp.asarray(b)
-    assert cuda._splits_k(m, n, k, cuda.tile_size(m, n))
+    assert fp32_ordered._splits_k(m, n, k, fp32_ordered.tile_size(m, n))
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(a_gpu, b_gpu).get()
+    got = fp32_ordered.ordered_product(a_gpu, b_gpu).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -191,11 +191,11 @@ def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n
     """The tall kernel's 16-byte tile loads (k a multiple of 4, A aligned) and its 4-byte ones
     (A one float past an aligned start) give the same bits, rows past m and a partial block
     included."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(k + offset)
-    m = cuda.ROWS_MIN_M + 77
+    m = fp32_ordered.ROWS_MIN_M + 77
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[9, 4], a[40, -1], b[-1, 0] = np.nan, np.float32(-1e-41), np.inf
@@ -204,7 +204,7 @@ def test_gpu_tall_kernel_reads_aligned_and_unaligned_rows_with_the_cpu_bits(k, n
     a_gpu[...] = cp.asarray(a)
     assert (a_gpu.data.ptr % 16 == 0) == (offset == 0)
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -227,7 +227,7 @@ def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
     pair in flight) for both stage sizes (k <= 16, 32), pairs (at most 32 x 32 with k <= 32, or
     33 to 64 a side with k <= 64), and the tile kernel beyond (32 x 40 x 32: past T = 32's k);
     stacks longer than the blocks that run at once."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(count + m + k + n)
@@ -236,7 +236,7 @@ def test_gpu_stack_kernels_have_the_cpu_bits(count, m, k, n) -> None:
     a[0, 0, 0], a[-1, -1, -1], b[count // 2, 0, -1] = np.float32(1e-40), np.inf, np.nan
     a[1] = -0.0  # a pair of -0.0 rows: the chains start from +0
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -264,7 +264,7 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
     chunk, T = 64: one or two): 16-byte and 4-byte copies, a last group cut short, more groups
     than blocks, single rows and columns; chains that end at -0.0 (the total is +0) and at a
     subnormal (kept)."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(count + m + k + n + offset)
@@ -277,9 +277,9 @@ def test_gpu_pairs_kernel_has_the_cpu_bits(count, m, k, n, offset) -> None:
         a[3, -1], b[3, :, -1] = 1e-20, 1e-20  # products of 1e-40: a subnormal sum
     a_gpu = cp.empty(a.size + offset, dtype=cp.float32)[offset:].reshape(a.shape)
     a_gpu[...] = cp.asarray(a)
-    assert cuda.pairs_tile(m, n, k) is not None
+    assert fp32_ordered.pairs_tile(m, n, k) is not None
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -291,8 +291,7 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     KiB here; a T4's 64 KiB is short of the split-k and 64 x 64 pairs kernels'), the
     products take the kernels that fit, with the same bits; asked for directly, the kernel
     refuses clearly."""
-    from mixpert.runtime import cuda
-    from mixpert.runtime.cuda import launch
+    from mixpert.runtime.cuda import fp32_ordered, launch
 
     cp = device.cupy_module()
     rng = np.random.default_rng(5)
@@ -304,40 +303,40 @@ def test_gpu_kernels_that_need_more_shared_memory_than_a_block_gets_are_routed_a
     x = rng.standard_normal((50, 30, 20)).astype(np.float32)
     y = rng.standard_normal((50, 20, 32)).astype(np.float32)
     x64 = rng.standard_normal((3, 64, 64)).astype(np.float32)
-    tall = rng.standard_normal((cuda.ROWS_MIN_M * 2 + 5, 32)).astype(np.float32)
+    tall = rng.standard_normal((fp32_ordered.ROWS_MIN_M * 2 + 5, 32)).astype(np.float32)
     thin = rng.standard_normal((32, 32)).astype(np.float32)
-    assert cuda.pairs_shared_bytes(32) > 32 * 1024
+    assert fp32_ordered.pairs_shared_bytes(32) > 32 * 1024
     monkeypatch.setattr(launch, "shared_fits", lambda shared, device: shared <= 32 * 1024)
     for left, right in ((a, b), (x, y), (x64, x64), (tall, thin)):
         want = ordered.ordered_product(left, right)
-        got = cuda.ordered_product(cp.asarray(left), cp.asarray(right)).get()
+        got = fp32_ordered.ordered_product(cp.asarray(left), cp.asarray(right)).get()
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     with pytest.raises(NotImplementedError, match="bytes of shared memory"):
-        cuda.ordered_pairs_product(cp.asarray(x), cp.asarray(y))
+        fp32_ordered.ordered_pairs_product(cp.asarray(x), cp.asarray(y))
     with pytest.raises(NotImplementedError, match="ordered_thin needs"):
-        cuda.ordered_thin_product(cp.asarray(tall), cp.asarray(thin))
+        fp32_ordered.ordered_thin_product(cp.asarray(tall), cp.asarray(thin))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("m", "k", "n"), [(65, 8, 8), (8, 65, 8), (8, 8, 72), (32, 40, 32)])
 def test_gpu_pairs_kernel_refuses_pairs_past_its_tiles(m, k, n) -> None:
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     a, b = cp.ones((2, m, k), dtype=cp.float32), cp.ones((2, k, n), dtype=cp.float32)
     with pytest.raises(ValueError, match=r"small-pairs kernel takes pairs with m, n <= T"):
-        cuda.ordered_pairs_product(a, b)
+        fp32_ordered.ordered_pairs_product(a, b)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("m", "k", "n"), [(16, 33, 16), (17, 16, 16), (16, 8, 17)])
 def test_gpu_small_stack_kernel_refuses_pairs_past_its_tile(m, k, n) -> None:
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     a, b = cp.ones((2, m, k), dtype=cp.float32), cp.ones((2, k, n), dtype=cp.float32)
     with pytest.raises(ValueError, match=r"small-stack kernel takes pairs with m, n <= 16"):
-        cuda.ordered_stack_product(a, b)
+        fp32_ordered.ordered_stack_product(a, b)
 
 
 @pytest.mark.gpu
@@ -346,17 +345,17 @@ def test_gpu_tall_kernel_walks_several_row_blocks_per_block(k, n, monkeypatch) -
     """With grid y capped at 2, each block of the tall kernel walks three row blocks (the last
     partial): its per-warp tile buffers and copy groups start afresh for each, on the 16-byte
     (k % 4 == 0) and 4-byte paths, with and without segments."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
-    monkeypatch.setattr(cuda, "MAX_GRID_YZ", 2)
+    monkeypatch.setattr(fp32_ordered, "MAX_GRID_YZ", 2)
     rng = np.random.default_rng(k + n)
-    m = 5 * cuda.ROWS_THREADS + 77
+    m = 5 * fp32_ordered.ROWS_THREADS + 77
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[-1, -1], b[0, 0] = np.float32(-2e-40), np.inf
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_rows_product(cp.asarray(a), cp.asarray(b)).get()
+    got = fp32_ordered.ordered_rows_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -364,15 +363,15 @@ def test_gpu_tall_kernel_walks_several_row_blocks_per_block(k, n, monkeypatch) -
 def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
     """Row blocks beyond grid y's 65535 loop inside the kernels: the tall fp32-ordered kernel
     (128 rows a block) and the bypass of a NaN column at level IV (64 rows a block)."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(9)
     for level, rows_per_block, k, n in (
-        ("fp32-ordered", cuda.ROWS_THREADS, 3, 2),
+        ("fp32-ordered", fp32_ordered.ROWS_THREADS, 3, 2),
         ("IV", 64, 5, 3),
     ):
-        m = cuda.MAX_GRID_YZ * rows_per_block + 300
+        m = fp32_ordered.MAX_GRID_YZ * rows_per_block + 300
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         b[0, 1] = np.nan  # IV: column 1 is recomputed by the bypass kernel, every row block
@@ -402,24 +401,24 @@ def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
 def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
     """Every kernel sums segment totals in order: the segment-sensitive operands give 0 (one
     float64 chain would give 1), random ones the CPU model's bits."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
-    m = cuda.ROWS_MIN_M + 37 if m is None else m
-    split = cuda._splits_k(m, n, k, cuda.tile_size(m, n))
+    m = fp32_ordered.ROWS_MIN_M + 37 if m is None else m
+    split = fp32_ordered._splits_k(m, n, k, fp32_ordered.tile_size(m, n))
     assert split == (kernel == "split")
     segments = k // ordered.SEGMENT
     for first in (0, segments - 2):  # the last pair: the totals' last rounds too
         a, b = segment_sensitive(m, n, segments, first)
         a, b = np.pad(a, ((0, 0), (0, k - a.shape[1]))), np.pad(b, ((0, k - b.shape[0]), (0, 0)))
-        got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+        got = fp32_ordered.ordered_product(cp.asarray(a), cp.asarray(b)).get()
         assert not got.any(), first
     rng = np.random.default_rng(k)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[1, 3], b[-1, 0] = np.float32(1e-40), np.inf
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(cp.asarray(a), cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(cp.asarray(a), cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -431,11 +430,12 @@ def test_gpu_long_k_kernels_have_the_cpu_bits(m, k, n, kernel) -> None:
 def test_gpu_thin_products_have_the_cpu_bits(k, n, offset) -> None:
     """The thin kernel (k within one chunk, n <= 32: TSM2L's shape) keeps the level's order,
     with 16-byte and 4-byte loads of A, and with more row blocks than blocks that run at once."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(k * 100 + n)
-    m = cuda.ROWS_MIN_M * 3 + 37 if k != 4 else 3_000_037  # several blocks, a partial last one
+    # several blocks, a partial last one
+    m = fp32_ordered.ROWS_MIN_M * 3 + 37 if k != 4 else 3_000_037
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[3, 0], a[5, -1], b[0, -1] = np.inf, np.float32(1e-40), np.nan
@@ -447,7 +447,7 @@ def test_gpu_thin_products_have_the_cpu_bits(k, n, offset) -> None:
     a_gpu = flat[offset:].reshape(m, k)
     a_gpu[...] = cp.asarray(a)
     want = ordered.ordered_product(a, b)
-    got = cuda.ordered_product(a_gpu, cp.asarray(b)).get()
+    got = fp32_ordered.ordered_product(a_gpu, cp.asarray(b)).get()
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     if k > 1 and n > 1:
         assert got.view(np.uint32)[9, 0] == 0
@@ -458,13 +458,13 @@ def test_gpu_thin_kernel_launched_with_more_shared_memory_than_before_keeps_the_
     """One thin kernel (16 columns, 16-byte copies) takes more shared memory as k grows: each
     launch, in any order, is allowed what it takes (a cached allowance once left k = 32 after
     k = 8 allowed k = 8's amount: a launch failure)."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import fp32_ordered
 
     cp = device.cupy_module()
     rng = np.random.default_rng(16)
     b = rng.standard_normal((32, 16)).astype(np.float32)
     for k in (32, 8, 32, 4, 16, 28):
-        a = rng.standard_normal((cuda.ROWS_MIN_M + 129, k)).astype(np.float32)
+        a = rng.standard_normal((fp32_ordered.ROWS_MIN_M + 129, k)).astype(np.float32)
         want = ordered.ordered_product(a, b[:k])
-        got = cuda.ordered_thin_product(cp.asarray(a), cp.asarray(b[:k])).get()
+        got = fp32_ordered.ordered_thin_product(cp.asarray(a), cp.asarray(b[:k])).get()
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), k

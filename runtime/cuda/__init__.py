@@ -30,32 +30,24 @@ from typing import Any
 
 import cupy as cp
 import numpy as np
-from cupy.cuda import cublas
 
-from .. import bypass, fp16split, ordered, pack_reuse, workspace
+from .. import bypass, fp16split, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
-from ..cuda_kernels import (
-    COLUMN_TILE_K,
-    ROWS_THREADS,
-    STRIP_LANE_COLUMNS,
-    THIN_THREADS,
-)
+from ..cuda_kernels import COLUMN_TILE_K, STRIP_LANE_COLUMNS
 from ..levels import LEVELS, Kind, Level
-from ..ordered_kernels import (
-    CHUNKS_SHAPES,
-    PAIRS_SHAPES,
-    PAIRS_STAGES,
-    ROWS_MAX_GROUP,
-    THIN_MAX_N,
-    THIN_STAGES,
-    TOTALS_THREADS,
-    TOTALS_WIDTH,
-)
 from ..packer import fraction_bits, pair_exponent
-from . import build, launch, tn_gemm
-from .convert import ACCUMULATE, NARROW, WIDEN, as_float32, conversion
-from .geometry import MAX_GRID_YZ, batch_chunks, chunk
-from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
+from . import build, tn_gemm
+from .convert import ACCUMULATE, as_float32, conversion
+from .fp32_ordered import ordered_product, thin_fits  # noqa: F401  (thin_fits: the dispatcher's)
+from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
+from .launch import flag_counts, free_bytes
+from .native import (  # noqa: F401  (contiguous_sgemm_stack: the dispatcher's)
+    contiguous_sgemm_stack,
+    fp64_product,
+    native_gemm,
+    sgemm_stack,
+    tf32_product,
+)
 from .tn_gemm import CUDA_R_32F
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
@@ -76,10 +68,6 @@ BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
 
 
 _FLOAT32 = np.dtype(np.float32)
-_ONE_F32 = np.array(1.0, dtype=np.float32)
-_ZERO_F32 = np.array(0.0, dtype=np.float32)
-# Their host addresses for cuBLAS's alpha and beta (``.ctypes`` builds an object each call).
-_ONE_F32_PTR, _ZERO_F32_PTR = _ONE_F32.ctypes.data, _ZERO_F32.ctypes.data
 
 
 def _padded(k: int) -> int:
@@ -214,7 +202,7 @@ def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
         for first in batch_chunks(count):
             build.pack_module().get_function("strip_max_bits")(
                 (-(-rows // STRIP_ROWS), min(-(-cols // STRIP_WIDTH), STRIP_GRID_Y),
-                 chunk(first, count)),
+                 chunk_length(first, count)),
                 (32, 8),
                 (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
                  np.int32(STRIP_ROWS), np.int64(x.strides[0] // item), np.int32(first),
@@ -259,7 +247,7 @@ def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
     if k:
         for first in batch_chunks(count):
             build.pack_module().get_function("k_exponents")(
-                (-(-k // 256), chunk(first, count)), (256,),
+                (-(-k // 256), chunk_length(first, count)), (256,),
                 (a_top, b_top, np.int32(k), np.int32(first), f),
             )  # fmt: skip
     return f
@@ -352,7 +340,7 @@ def pack_int8_columns(
     deep = _deep(slices, k, bypass_wide)
     module = build.pack_module()
     for first in batch_chunks(count):
-        grid, batch0 = (tiles, chunks, chunk(first, count)), np.int32(first)
+        grid, batch0 = (tiles, chunks, chunk_length(first, count)), np.int32(first)
         module.get_function("column_tops")(
             grid, (32, 8),
             (x3, row_stride, np.int32(k), np.int32(n), kexp, np.int32(chunk), batch_stride,
@@ -528,7 +516,7 @@ def _combine(
     grid = (min(-(-n // (vec * COMBINE_THREADS)), 1024), min(m, MAX_GRID_YZ))
     for first in batch_chunks(count):
         build.combine_module().get_function(kernel)(
-            (*grid, chunk(first, count)),
+            (*grid, chunk_length(first, count)),
             (COMBINE_THREADS,),
             (sums, np.int32(sums.shape[0]), np.int64(count * m * n), np.int32(w0),
              np.int32(step), np.int32(exp_offset),
@@ -548,10 +536,10 @@ def _bypass_lines(
     return at once)."""
     (count, m, k), n = a.shape, b.shape[2]
     a_s, b_s = (tuple(np.int64(x // a.itemsize) for x in y.strides) for y in (a, b))
+    rows = min(-(-m // BYPASS_TILE), MAX_GRID_YZ)
     for first in batch_chunks(count):
         build.combine_module().get_function("bypass_lines")(
-            (-(-n // BYPASS_TILE), min(-(-m // BYPASS_TILE), MAX_GRID_YZ), chunk(first, count)),
-            (16, 16),
+            (-(-n // BYPASS_TILE), rows, chunk_length(first, count)), (16, 16),
             (a_pack.nonfinite, b_pack.nonfinite, a, a_s[1], a_s[2], a_s[0], b, b_s[1], b_s[2],
              b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
@@ -665,7 +653,7 @@ def int8_product(
             read_counts()
     if on_native is not None:
         on_native()
-    return _native_gemm(a, b, CUDA_R_32F)
+    return native_gemm(a, b, CUDA_R_32F)
 
 
 def _mostly_exact(
@@ -782,340 +770,6 @@ def fp16_product(a: cp.ndarray, b: cp.ndarray, k_block: int | None = None) -> cp
         gemm_tn(a_pack, 1, b_pack, 1, depth, part[1], start, accumulate=True)  # + lo_a hi_b
         add(part, total)
     return _combine("combine_float64", total, *offsets)
-
-
-def tf32_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Native float32 GEMM with TF32 tensor-core inputs (COMPUTE_32F_FAST_TF32)."""
-    return _native_gemm(a, b, cublas.CUBLAS_COMPUTE_32F_FAST_TF32)
-
-
-def sgemm_stack(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """cuBLAS strided-batched SGEMM of two stacks, called directly: ``cp.matmul`` does the same
-    GEMM after ~20 us of Python checks, as long as the whole call on a small stack. The compute
-    type is the one ``cp.matmul`` passes (the data type CUDA_R_32F): with
-    CUBLAS_COMPUTE_32F cuBLAS chose kernels 12-14% slower at 1024 x 64^3 and 128^3 (H100)."""
-    return _native_gemm(a, b, CUDA_R_32F)
-
-
-def contiguous_sgemm_stack(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """``sgemm_stack`` for two C-contiguous float32 stacks (the caller has checked)."""
-    return _contiguous_gemm(a, b, CUDA_R_32F)
-
-
-def _native_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
-    """One float32 cuBLAS GEMM at ``compute``: cublasGemmEx for two matrices,
-    cublasGemmStridedBatchedEx for two stacks (s, m, k) and (s, k, n)."""
-    return _contiguous_gemm(c_contiguous(a), c_contiguous(b), compute)
-
-
-def _contiguous_gemm(a: cp.ndarray, b: cp.ndarray, compute: int) -> cp.ndarray:
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    c = cp.empty((*a.shape[:-2], m, n), dtype=cp.float32)
-    handle = cp.cuda.device.get_cublas_handle()
-    ops = (handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, n, m, k, _ONE_F32_PTR)
-    tail = (compute, cublas.CUBLAS_GEMM_DEFAULT)
-    if a.ndim == 3:
-        cublas.gemmStridedBatchedEx(
-            *ops, b.data.ptr, CUDA_R_32F, n, k * n, a.data.ptr, CUDA_R_32F, k, m * k,
-            _ZERO_F32_PTR, c.data.ptr, CUDA_R_32F, n, m * n, a.shape[0], *tail,
-        )  # fmt: skip
-        return c
-    cublas.gemmEx(
-        *ops, b.data.ptr, CUDA_R_32F, n, a.data.ptr, CUDA_R_32F, k,
-        _ZERO_F32_PTR, c.data.ptr, CUDA_R_32F, n, *tail,
-    )  # fmt: skip
-    return c
-
-
-def fp64_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """float64 product of the float32 inputs, rounded once: exact widening and narrowing (no
-    flush of subnormals), the canonical NaN (the CPU backend's bits where sums agree)."""
-    widen = conversion(WIDEN, "mixpert_widen")
-    product = cp.matmul(widen(a), widen(b))
-    return conversion(NARROW, "mixpert_narrow")(product)
-
-
-@functools.cache
-def _ordered_kernel_named(name: str) -> Any:
-    return build.combine_module().get_function(name)
-
-
-def ordered_product(a: cp.ndarray, b: cp.ndarray, r: int | None = None) -> cp.ndarray:
-    """Level fp32-ordered (``ordered``) for two matrices or two stacks (s, m, k) and (s, k, n)
-    with m, n > 0: a matrix product with few output tiles and a long k split over its
-    segments (``ordered_split_product``); a tall one (m >= ROWS_MIN_M) through
-    ``ordered_thin_product`` (k <= CHUNK, n <= THIN_MAX_N) or ``ordered_rows_product``
-    (n <= ROWS_MAX_N); a stack of pairs of at most 16 x 16 outputs with k <= STACK_MAX_K
-    through ``ordered_stack_product``, of at most 32 x 32 with k <= 32 or of 33 to 64 (the larger
-    of m and n) with k <= 64 through ``ordered_pairs_product`` (where the GPU's blocks can have
-    its shared memory); else a 16 R x 16 R output tile per block (R: ``tile_size`` by default),
-    each block walking the whole k."""
-    stack = a.ndim == 3
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    if r is None:
-        r = tile_size(m, n)
-    if not stack and _splits_k(m, n, k, r):
-        return ordered_split_product(a, b)
-    if not stack and m >= ROWS_MIN_M and k <= ordered.CHUNK and n <= THIN_MAX_N and thin_fits(k, n):
-        return ordered_thin_product(a, b)
-    if not stack and m >= ROWS_MIN_M and n <= ROWS_MAX_N:
-        return ordered_rows_product(a, b)
-    if stack and max(m, n) <= 16 and k <= STACK_MAX_K:
-        return ordered_stack_product(a, b)
-    pairs = pairs_tile(m, n, k) if stack else None
-    if pairs is not None and launch.shared_fits(pairs_shared_bytes(pairs), cp.cuda.Device().id):
-        return ordered_pairs_product(a, b)
-    a3 = c_contiguous(a if stack else a[None])
-    b3 = c_contiguous(b if stack else b[None])
-    count = a3.shape[0]
-    tile = 16 * r
-    c = cp.empty((count, m, n), dtype=cp.float32)
-    kernel = _ordered_kernel_named(f"ordered_product_{r}{_segmented(k)}")
-    for first in batch_chunks(count):
-        kernel(
-            (-(-n // tile), min(-(-m // tile), MAX_GRID_YZ), chunk(first, count)), (16, 16),
-            (a3, b3, np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
-        )  # fmt: skip
-    return c if stack else c[0]
-
-
-# Stacks of pairs of at most 16 x 16 outputs: the whole k in one stage. (At k = 64 the tile
-# kernel is faster: 41 against 52 us at 1024 x 64^3 on an H100, the stack kernel's 64-step
-# stages spilling registers.)
-STACK_MAX_K = 32
-
-
-def ordered_stack_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp32-ordered for a stack of pairs of at most 16 x 16 outputs (k <= STACK_MAX_K;
-    the ``ordered_stack`` kernels, staging 16 or 32 k-steps): as many blocks as fit on the GPU
-    at once, each walking pairs with the next pair's operands in flight while it computes this
-    one's tile."""
-    count, m, k = a.shape
-    n = b.shape[2]
-    if max(m, n) > 16 or not 0 < k <= STACK_MAX_K:
-        raise ValueError(
-            f"the small-stack kernel takes pairs with m, n <= 16 and 0 < k <= {STACK_MAX_K}; "
-            f"got {m} x {k} x {n}"
-        )
-    a, b = c_contiguous(a), c_contiguous(b)
-    kernel = _ordered_kernel_named(f"ordered_stack_{16 if k <= 16 else 32}")
-    c = cp.empty((count, m, n), dtype=cp.float32)
-    grid = min(count, launch.resident_blocks(kernel, 256, cp.cuda.Device().id))
-    kernel((grid,), (16, 16), (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c))
-    return c
-
-
-def _pairs_per_group(t: int) -> int:
-    """Pairs a block of ``ordered_pairs_<t>`` sums at once: a 4 x 4 block of outputs a thread."""
-    return PAIRS_SHAPES[t][1] // (t * t // 16)
-
-
-def pairs_tile(m: int, n: int, k: int) -> int | None:
-    """T of the ``ordered_pairs`` kernel for pairs of m x k x n (the smallest that covers m and
-    n, if it holds k), or None. (T = 64 for 32 x 64 x 32 pairs ran at 0.6x the tile kernel on an
-    H100: three quarters of its threads idle.)"""
-    t = min((t for t in PAIRS_SHAPES if max(m, n) <= t), default=None)
-    return t if t is not None and 0 < k <= PAIRS_SHAPES[t][0] else None
-
-
-def pairs_shared_bytes(t: int) -> int:
-    """Dynamic shared memory of ``ordered_pairs_<t>`` (its PairsLayout): PAIRS_STAGES stages of
-    a group's pairs, A's rows padded by 4 floats."""
-    kmax = PAIRS_SHAPES[t][0]
-    return 4 * PAIRS_STAGES * _pairs_per_group(t) * (t * (kmax + 4) + kmax * t)
-
-
-def ordered_pairs_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp32-ordered for a stack of small pairs (m, n <= T, k <= the longest k for T in
-    PAIRS_SHAPES; the ``ordered_pairs`` kernels): as many blocks as fit on the GPU at once,
-    each walking groups of pairs through two shared-memory stages (cp.async), a 4 x 4 block of
-    outputs a thread; in 16-byte pieces where k and n are multiples of 4 and both stacks
-    16-byte aligned."""
-    count, m, k = a.shape
-    n = b.shape[2]
-    t = pairs_tile(m, n, k)
-    if t is None:
-        raise ValueError(
-            f"the small-pairs kernel takes pairs with m, n <= T and 0 < k <= the longest k for "
-            f"T, T the least of {list(PAIRS_SHAPES)} covering m and n "
-            f"({ {t: kmax for t, (kmax, _) in PAIRS_SHAPES.items()} }); got {m} x {k} x {n}"
-        )
-    a, b = c_contiguous(a), c_contiguous(b)
-    vec = vector_suffix((a, b), (k, n))
-    device = cp.cuda.Device().id
-    shared = pairs_shared_bytes(t)
-    launch.refuse_unless_shared_fits("the small-pairs kernel", shared, device)
-    kernel = _ordered_kernel_named(f"ordered_pairs_{t}{vec}")
-    c = cp.empty((count, m, n), dtype=cp.float32)
-    threads = PAIRS_SHAPES[t][1]
-    groups = -(-count // _pairs_per_group(t))
-    grid = min(groups, launch.resident_blocks(kernel, threads, device, shared))
-    kernel(
-        (grid,), (threads,),
-        (a, b, np.int32(m), np.int32(n), np.int32(k), np.int64(count), c),
-        shared_mem=shared,
-    )  # fmt: skip
-    return c
-
-
-def tile_size(m: int, n: int) -> int:
-    """R of the fp32-ordered tile kernels (16 R x 16 R outputs a block): the smallest of 1, 2
-    and 4 that covers m and n (small matrices waste no threads)."""
-    return 1 if max(m, n) <= 16 else 2 if max(m, n) <= 32 else 4
-
-
-def _segmented(k: int) -> str:
-    """The kernel variant for k: "_segments" where k spans more than one segment."""
-    return "_segments" if k > ordered.SEGMENT else ""
-
-
-SPLIT_MIN_SEGMENTS = 8  # split k only where it is long enough to give each block real work
-SPLIT_WAVES = 2  # ... and the output tiles alone fill fewer than this many blocks per SM
-
-
-def _splits_k(m: int, n: int, k: int, r: int) -> bool:
-    """Whether a product's k is split: long enough, too few output tiles to fill the GPU, and
-    few enough outputs that the segment totals (8 m n k / SEGMENT bytes) stay below A and B's
-    bytes (m n <= 64 (m + n) with SEGMENT = 512)."""
-    tiles = -(-m // (16 * r)) * -(-n // (16 * r))
-    sms = launch.multiprocessors(cp.cuda.Device().id)
-    small = 8 * m * n <= ordered.SEGMENT * (m + n)
-    return k >= SPLIT_MIN_SEGMENTS * ordered.SEGMENT and tiles < SPLIT_WAVES * sms and small
-
-
-def ordered_split_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp32-ordered with k split (TSM2X's long-k case, small m and n): each segment of k
-    gets its float64 totals, then each entry's totals are added in segment order and rounded
-    once: the bits of one thread walking the whole k. Outputs of at most 32 x 32 run
-    ``ordered_chunks`` (a block walks a run of segments, a stage's chunks summed at once, the
-    next stage copied meanwhile); larger ones, and all on GPUs whose blocks cannot have that
-    kernel's shared memory, ``ordered_segments`` (a block per 64 x 64 output tile and
-    segment). A transposed A (X.T of a C-ordered X, as in X.T @ X) is read in place: a copy of
-    a 16 x 2^21 transpose took 0.76 ms on an H100, three times the product."""
-    transposed = a.flags.f_contiguous and not a.flags.c_contiguous
-    a, b = (a if transposed else c_contiguous(a)), c_contiguous(b)
-    m, k = a.shape
-    n = b.shape[1]
-    count = -(-k // ordered.SEGMENT)
-    segments = cp.empty((count, m, n), dtype=cp.float64)
-    at = "_at" if transposed else ""
-    device = cp.cuda.Device().id
-    t = min((t for t in CHUNKS_SHAPES if t >= max(m, n)), default=None)
-    shared = chunks_shared_bytes(t, transposed) if t is not None else 0
-    if t is not None and launch.shared_fits(shared, device):
-        vec = vector_suffix((a, b), (m if transposed else k, n))
-        kernel = _ordered_kernel_named(f"ordered_chunks_{t}{at}{vec}")
-        blocks = min(count, launch.resident_blocks(kernel, chunks_threads(t), device, shared))
-        kernel(
-            (blocks,), (chunks_threads(t),),
-            (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(count), segments),
-            shared_mem=shared,
-        )  # fmt: skip
-        return _segment_totals(segments, m, n)
-    tile = 64
-    kernel = _ordered_kernel_named(f"ordered_segments{at}")
-    for first in batch_chunks(count):  # grid z: at most 65535 segments a launch
-        kernel(
-            (-(-n // tile), -(-m // tile), chunk(first, count)), (16, 16),
-            (a, b, np.int32(m), np.int32(n), np.int32(k), np.int32(first), segments),
-        )  # fmt: skip
-    return _segment_totals(segments, m, n)
-
-
-def chunks_threads(t: int) -> int:
-    """Threads a block of ``ordered_chunks_<t>``: a 4 x 4 block of outputs each, per chunk."""
-    return CHUNKS_SHAPES[t][0] * t * t // 16
-
-
-def chunks_shared_bytes(t: int, transposed: bool) -> int:
-    """Dynamic shared memory of ``ordered_chunks_<t>`` (its ChunksLayout): its stages of A and
-    B, and a float32 chunk sum per group and output."""
-    groups, stages = CHUNKS_SHAPES[t]
-    stage = groups * ordered.CHUNK
-    a_floats = stage * t if transposed else t * (stage + 4)
-    return 4 * (stages * (a_floats + stage * t) + groups * t * (t + 1))
-
-
-def _segment_totals(segments: cp.ndarray, m: int, n: int) -> cp.ndarray:
-    """Each entry's segment totals added in segment order, rounded once (16-byte copies where
-    the entry count is even: every segment's entries then start 16-byte aligned)."""
-    c = cp.empty((m, n), dtype=cp.float32)
-    vec = "_vec" if m * n % 2 == 0 else ""
-    _ordered_kernel_named(f"ordered_segment_totals{vec}")(
-        (-(-(m * n) // TOTALS_WIDTH),),
-        (TOTALS_THREADS,),
-        (segments, np.int32(len(segments)), np.int64(m * n), c),
-    )
-    return c
-
-
-ROWS_MIN_M = 2048  # tall: enough rows to fill the GPU with one thread per row and column group
-ROWS_MAX_N = 128  # ... and few enough columns that A is read from DRAM once (then from L2)
-
-
-def ordered_rows_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp32-ordered for one tall product (the ``ordered_rows`` kernels): one thread per
-    row of A and group of 4, 8 or 16 columns of B (the fewest that cover n); A's tiles in
-    16-byte copies where k is a multiple of 4 (the rows then stay aligned)."""
-    a, b = c_contiguous(a), c_contiguous(b)
-    m, k = a.shape
-    n = b.shape[1]
-    group = _column_group(n, ROWS_MAX_GROUP)
-    vec = vector_suffix((a,), (k,))
-    c = cp.empty((m, n), dtype=cp.float32)
-    _ordered_kernel_named(f"ordered_rows_{group}{_segmented(k)}{vec}")(
-        (-(-n // group), min(-(-m // ROWS_THREADS), MAX_GRID_YZ)), (ROWS_THREADS,),
-        (a, b, np.int32(m), np.int32(n), np.int32(k), c),
-    )  # fmt: skip
-    return c
-
-
-def thin_shared_bytes(k: int, group: int, vec: bool) -> int:
-    """Dynamic shared memory of ``ordered_thin_<group>`` for k: B, the stages of A's rows (each row
-    k floats padded to an odd count of floats, or of float4s where read 16 bytes at a time:
-    ``thin_stride``) and the staged outputs."""
-    stride = 4 * ((k // 4) | 1) if vec else k | 1
-    return 4 * (
-        ordered.CHUNK * group + (THIN_STAGES * stride + 4 * ((group // 4) | 1)) * THIN_THREADS
-    )
-
-
-def _column_group(n: int, most: int) -> int:
-    """The columns a thread of the tall (``most``: ROWS_MAX_GROUP) or thin (THIN_MAX_N) kernels
-    sums: the least of 4, 8, 16, 32 covering n, at most ``most``."""
-    return min(4 if n <= 4 else 8 if n <= 8 else 16 if n <= 16 else 32, most)
-
-
-def thin_fits(k: int, n: int) -> bool:
-    """Whether a block of the current GPU may have the thin kernel's shared memory for k and n,
-    with either copy width (at most 59392 bytes, at k = n = 32: a T4's 64 KiB is enough since
-    the kernel went down to two stages): where it may not, ``ordered_product`` takes the tall
-    kernel and "auto" cuBLAS."""
-    shared = max(thin_shared_bytes(k, _column_group(n, THIN_MAX_N), vec) for vec in (False, True))
-    return launch.shared_fits(shared, cp.cuda.Device().id)
-
-
-def ordered_thin_product(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
-    """Level fp32-ordered for one tall product with k <= CHUNK and n <= THIN_MAX_N (TSM2L's
-    shape; the ``ordered_thin`` kernels): one thread per row of A, B in shared memory, as many
-    blocks as run at once, each with THIN_STAGES - 1 tiles of rows on their way while it sums
-    one (16-byte copies where k is a multiple of 4 and A is aligned)."""
-    a, b = c_contiguous(a), c_contiguous(b)
-    m, k = a.shape
-    n = b.shape[1]
-    group, vec = _column_group(n, THIN_MAX_N), vector_suffix((a,), (k,))
-    device = cp.cuda.Device().id
-    shared = thin_shared_bytes(k, group, bool(vec))
-    launch.refuse_unless_shared_fits("ordered_thin", shared, device)
-    kernel = _ordered_kernel_named(f"ordered_thin_{group}{vec}")
-    c = cp.empty((m, n), dtype=cp.float32)
-    kernel(
-        (min(-(-m // THIN_THREADS), launch.resident_blocks(kernel, THIN_THREADS, device, shared)),),
-        (THIN_THREADS,), (a, b, np.int64(m), np.int32(n), np.int32(k), c), shared_mem=shared,
-    )  # fmt: skip
-    return c
 
 
 # Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0.

@@ -11,5 +11,6 @@ def batch_chunks(count: int) -> range:
     return range(0, count, MAX_GRID_YZ)
 
 
-def chunk(first: int, count: int) -> int:
+def chunk_length(first: int, count: int) -> int:
+    """Matrices in the chunk of a stack of ``count`` that starts at ``first``."""
     return min(MAX_GRID_YZ, count - first)
