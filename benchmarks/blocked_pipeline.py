@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from mixpert.benchmark import measure_calls, random_inputs, results_folder
-from mixpert.plot_style import grouped_bars
+from mixpert.bench.gemm import measure_calls, random_inputs, results_folder
+from mixpert.bench.plot_style import grouped_bars
 from mixpert.runtime import device, get_level
 
 DISTRIBUTIONS = ("normal", "phi0.5")

@@ -21,8 +21,8 @@ from mixpert.runtime import device
 
 device.exit_without_gpu("benchmarks/blocks_flagged_rows.py")
 
-from mixpert import family_report  # noqa: E402
-from mixpert.benchmark import measure_methods, method_cells, summary  # noqa: E402
+from mixpert.bench import family_report  # noqa: E402
+from mixpert.bench.gemm import measure_methods, method_cells, summary  # noqa: E402
 from mixpert.testdata import gemmul8  # noqa: E402
 
 SHAPES = ((65536, 4096, 16), (65536, 4096, 64), (16384, 16384, 64), (1048576, 512, 32))

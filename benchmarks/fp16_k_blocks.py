@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mixpert.benchmark import results_folder
+from mixpert.bench.gemm import results_folder
 from mixpert.runtime import device
 
 device.exit_without_gpu("benchmarks/fp16_k_blocks.py")

@@ -3,7 +3,7 @@
 python benchmarks/gpu_gemm.py [--quick] [--out DIR]
 """
 
-from mixpert.cli import bench
+from mixpert.cli.bench import bench
 
 if __name__ == "__main__":
     bench()

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import mixpert
-from mixpert.benchmark import measure_calls, results_folder
-from mixpert.plot_style import grouped_bars
+from mixpert.bench.gemm import measure_calls, results_folder
+from mixpert.bench.plot_style import grouped_bars
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.testdata import gemmul8
 

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 import mixpert
-from mixpert.benchmark import results_folder
+from mixpert.bench.gemm import results_folder
+from mixpert.bench.plot_style import grouped_bars
 from mixpert.jit import MixpertFunction
-from mixpert.plot_style import grouped_bars
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.samples import load_sample
 from mixpert.timing import best_time

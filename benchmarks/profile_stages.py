@@ -13,7 +13,7 @@ device.exit_without_gpu("benchmarks/profile_stages.py")
 
 import cupy as cp
 
-from mixpert.benchmark import breakdown
+from mixpert.bench.gemm import breakdown
 from mixpert.runtime import cuda
 from mixpert.timing import gpu_median_seconds as median_seconds
 

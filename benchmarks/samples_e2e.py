@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mixpert.benchmark import results_folder
+from mixpert.bench.gemm import results_folder
 from mixpert.runtime.device import device_name, exit_without_gpu
 from mixpert.samples import SampleRun, load_sample, run_sample, sample_paths
 
@@ -126,7 +126,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mixpert.plot_style import COLORS
+    from mixpert.bench.plot_style import COLORS
 
     names = [r["sample"] for r in rows]
     x = range(len(rows))

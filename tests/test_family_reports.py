@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mixpert import benchmark_batched, benchmark_skinny
+from mixpert.bench import batched as benchmark_batched
+from mixpert.bench import skinny as benchmark_skinny
 
 
 def test_batched_results_carry_the_issue_fields(tmp_path: Path) -> None:
@@ -55,7 +56,7 @@ def test_measure_calls_reports_each_calls_error_and_shows_skipped_entries(monkey
     error is against the float64 product, and a call that leaves entries unwritten reads NaN."""
     import numpy as np
 
-    from mixpert import benchmark
+    from mixpert.bench import gemm as benchmark
 
     monkeypatch.setattr(benchmark, "gpu_median_seconds", lambda fn, flops: 0.5)
     rng = np.random.default_rng(1)
@@ -73,7 +74,7 @@ def test_measure_calls_reports_each_calls_error_and_shows_skipped_entries(monkey
 def test_method_cells_give_each_methods_time_ratio_and_errors() -> None:
     """The rows' common fields from one measurement: milliseconds, the ratio to SGEMM's time,
     the method's error beside SGEMM's, and what it ran, methods in measuring order."""
-    from mixpert import benchmark
+    from mixpert.bench import gemm as benchmark
 
     measured = {"sgemm": (2e-3, 1e-6, "sgemm"), "auto": (5e-4, 2e-7, "IV"), "x": (4e-3, 3e-7, "x")}
     assert benchmark.method_cells(measured) == [

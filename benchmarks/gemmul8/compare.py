@@ -16,8 +16,8 @@ from pathlib import Path
 
 import cupy as cp
 
-from mixpert import family_report
-from mixpert.benchmark import measure_calls, method_cells, method_fn, summary
+from mixpert.bench import family_report
+from mixpert.bench.gemm import measure_calls, method_cells, method_fn, summary
 from mixpert.runtime import device
 from mixpert.testdata import gemmul8 as phi_matrix
 

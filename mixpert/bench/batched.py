@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runtime import LADDER
+from ..runtime.levels import AUTO
+from ..testdata import gemmul8
 from . import family_report
-from .benchmark import measure_methods, method_cells, summary
-from .runtime import LADDER
-from .runtime.levels import AUTO
-from .testdata import gemmul8
+from .gemm import measure_methods, method_cells, summary
 
 # batch x (m x k x n): the MAGMA seed's small sizes up to large ones, and the two skinny forms.
 SHAPES = (
@@ -55,7 +55,7 @@ class BatchedRow:
 
 
 def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[BatchedRow]:
-    from .runtime import device
+    from ..runtime import device
 
     cp = device.cupy_module()
     if cp is None:

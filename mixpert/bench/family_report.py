@@ -1,5 +1,5 @@
-"""Tables, plots and files of the shape-family benchmarks (``benchmark_batched``,
-``benchmark_skinny``): one line per shape, one column per method, ratios to SGEMM of one run."""
+"""Tables, plots and files of the shape-family benchmarks (``bench.batched``,
+``bench.skinny``): one line per shape, one column per method, ratios to SGEMM of one run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .runtime.levels import AUTO
+from ..runtime.levels import AUTO
 
 
 @dataclass(frozen=True)

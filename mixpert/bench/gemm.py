@@ -1,4 +1,4 @@
-"""The GPU benchmark: every level (but IV-blocks, for tall products: ``benchmark_skinny``) beside
+"""The GPU benchmark: every level (but IV-blocks, for tall products: ``bench.skinny``) beside
 cuBLAS SGEMM and TF32, timed in one run.
 
 Absolute times drift between machines; ratios measured in one run do not, so every row carries
@@ -15,16 +15,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .runtime import LADDER, get_level
-from .runtime.levels import AUTO
-from .testdata import gemmul8
-from .timing import gpu_median_seconds
+from ..runtime import LADDER, get_level
+from ..runtime.levels import AUTO
+from ..testdata import gemmul8
+from ..timing import gpu_median_seconds
 
 SQUARE = (128, 256, 512, 1024, 2048, 3072, 4096, 8192, 16384)
 DOUBLE_K = (4096, 8192)  # m = n, k = 2n
 SKINNY = ((65536, 4096, 16), (65536, 4096, 64), (65536, 4096, 128), (16384, 16384, 64))
 DISTRIBUTIONS = ("phi0.5", "normal")
-# (IV-blocks serves tall products, ``benchmark_skinny``: on square ones its kernel reads A once
+# (IV-blocks serves tall products, ``bench.skinny``: on square ones its kernel reads A once
 # per 64 columns of B.)
 SQUARE_LEVELS = tuple(lv.name for lv in LADDER if lv.emulated and lv.kind != "blocks")
 METHODS = ("sgemm", "tf32", *SQUARE_LEVELS, AUTO.name)
@@ -70,7 +70,7 @@ def random_inputs(cp: Any, m: int, k: int, n: int, dist: str, seed: int) -> tupl
 def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], str]:
     """(call, what it runs) for a method of the tables: "sgemm" (``cp.matmul``: cuBLAS SGEMM,
     strided-batched for stacks), "tf32", "auto" or a level, on two matrices or two stacks."""
-    from .runtime import cuda, dispatch
+    from ..runtime import cuda, dispatch
 
     if name == "sgemm":
         return (lambda: cp.matmul(a, b)), "sgemm"
@@ -91,7 +91,7 @@ def run(
     dists: Iterable[str] = DISTRIBUTIONS,
     progress: Callable[[str], None] = print,
 ) -> list[Row]:
-    from .runtime import device
+    from ..runtime import device
 
     cp = device.cupy_module()
     if cp is None:
@@ -184,7 +184,7 @@ def summary(label: str, timings: dict[str, tuple[float, float, str]]) -> str:
 
 def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     """Milliseconds of each stage of one ``level`` call at n x n x n (phi = 0.5 inputs)."""
-    from .runtime import cuda, device
+    from ..runtime import cuda, device
 
     cp = device.cupy_module()
     chosen = get_level(level)
@@ -197,15 +197,14 @@ def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     return out
 
 
-RESULTS = Path("benchmarks/results")
-
-
-def results_folder(gpu: str, base: Path = RESULTS) -> Path:
-    """Where a GPU's benchmark results live: ``base``/<its name, spaces as dashes>."""
+def results_folder(gpu: str, base: Path) -> Path:
+    """Where a GPU's benchmark results live: ``base``/<its name, spaces as dashes>. ``base`` has
+    no default: a folder relative to the working directory would scatter results."""
     return base / gpu.replace(" ", "-")
 
 
 def write_results(rows: list[Row], extra: dict[str, Any], out_dir: Path) -> Path:
+    """gemm.json in ``out_dir`` (made if missing); returns its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {"machine": platform.node(), "rows": [asdict(r) for r in rows], **extra}
     path = out_dir / "gemm.json"

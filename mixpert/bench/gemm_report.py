@@ -1,4 +1,4 @@
-"""Tables and plots of GPU benchmark rows (``benchmark.Row``), for the terminal and for files."""
+"""Tables and plots of GPU benchmark rows (``bench.gemm.Row``), for the terminal and for files."""
 
 from __future__ import annotations
 

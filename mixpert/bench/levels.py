@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .metrics import float64_product, relative_error
-from .runtime import LADDER, device, dispatch
-from .testdata import gemmul8
-from .timing import best_time, synchronizer
+from ..metrics import float64_product, relative_error
+from ..runtime import LADDER, device, dispatch
+from ..testdata import gemmul8
+from ..timing import best_time, synchronizer
 
 
 @dataclass(frozen=True)

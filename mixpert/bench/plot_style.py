@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .runtime.levels import LADDER
+from ..runtime.levels import LADDER
 
 BASELINES = ("sgemm", "fp32", "tf32", "TF32", "native float32")
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

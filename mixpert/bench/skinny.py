@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..runtime import LADDER
+from ..runtime.levels import AUTO
+from ..testdata import gemmul8
+from ..timing import gpu_median_seconds
 from . import family_report
-from .benchmark import measure_methods, method_cells, summary
-from .runtime import LADDER
-from .runtime.levels import AUTO
-from .testdata import gemmul8
-from .timing import gpu_median_seconds
+from .gemm import measure_methods, method_cells, summary
 
 SHAPES = (  # m x k x n (issue 16's list: TSM2R, TSM2L and long-k forms)
     (65536, 4096, 16),
@@ -62,7 +62,7 @@ def copy_gbps(cp: Any, nbytes: int) -> float:
 
 
 def run(quick: bool = False, progress: Callable[[str], None] = print) -> list[SkinnyRow]:
-    from .runtime import device
+    from ..runtime import device
 
     cp = device.cupy_module()
     if cp is None:

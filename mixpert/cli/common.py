@@ -23,9 +23,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .plans.plan import Plan
-from .runtime.levels import NATIVE_LEVEL, get_level
-from .source_files import load_module
+from ..plans.plan import Plan
+from ..runtime.levels import NATIVE_LEVEL, get_level
+from ..source_files import load_module
 
 console = Console() if sys.stdout.isatty() else Console(width=240, soft_wrap=True)
 CONTEXT = {"help_option_names": ["-h", "--help"]}

@@ -9,8 +9,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_common import CONTEXT, console, load_function, parse_shapes, print_json, user_errors
-from .plans.plan import Plan
+from ..plans.plan import Plan
+from .common import CONTEXT, console, load_function, parse_shapes, print_json, user_errors
 
 
 @click.command("inspect", context_settings=CONTEXT)
@@ -41,8 +41,8 @@ def inspect(
     Without --shapes only the untyped pipeline runs (ops, graph, Numba IR); with --shapes the
     function is compiled and run once, adding shapes, predicted cost and LLVM call sites.
     """
-    from . import inspection
-    from .jit import MixpertFunction, jit
+    from .. import inspection
+    from ..jit import MixpertFunction, jit
 
     func = load_function(target)
     args = parse_shapes(shapes, seed) if shapes else ()
@@ -103,7 +103,7 @@ def inspect(
 
 
 def _draw(result: Any, png_file: str) -> None:
-    from .graph_picture import draw_png
+    from ..inspection.graph_picture import draw_png
 
     try:
         tool = draw_png(result.ops, result.graph, png_file)

@@ -14,7 +14,9 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .cli_common import (
+from ..plans.plan import Plan
+from ..samples import Sample, SampleRun, load_sample, run_sample, sample_paths
+from .common import (
     CONTEXT,
     console,
     plan_summary,
@@ -23,8 +25,6 @@ from .cli_common import (
     progress,
     user_errors,
 )
-from .plans.plan import Plan
-from .samples import Sample, SampleRun, load_sample, run_sample, sample_paths
 
 
 def ops_table(sample: Sample) -> Table:

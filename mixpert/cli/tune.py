@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from .cli_common import (
+from .common import (
     CONTEXT,
     console,
     load_function,
@@ -37,11 +37,11 @@ def tune(
 
     Exits 1 when TOL is tighter than the most accurate level reaches (the plan then uses it).
     """
-    from .jit import MixpertFunction, jit
-    from .plans import check_folder, read_plans
-    from .runtime.levels import get_level
-    from .tuner import DEFAULT_CANDIDATES, _ordered, checked_tol
-    from .tuner import tune as run_tune
+    from ..jit import MixpertFunction, jit
+    from ..plans import check_folder, read_plans
+    from ..runtime.levels import get_level
+    from ..tuner import DEFAULT_CANDIDATES, _ordered, checked_tol
+    from ..tuner import tune as run_tune
 
     with user_errors("--tol"):
         tol = checked_tol(tol)

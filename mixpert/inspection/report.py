@@ -17,8 +17,7 @@ import networkx as nx
 from numba import typeof
 from numba.core.dispatcher import Dispatcher
 
-from . import graph_picture
-from .execution import (
+from ..execution import (
     EMPTY_PLAN,
     CallRecord,
     MixpertRuntimeError,
@@ -27,11 +26,12 @@ from .execution import (
     record_calls,
     reraise_pending,
 )
-from .passes import pipeline
-from .passes.dispatcher import make_dispatcher
-from .passes.record import KEY, CompileRecord, RewriteNote
-from .passes.sites import OpInfo
-from .plans.plan import as_active_plan
+from ..passes import pipeline
+from ..passes.dispatcher import make_dispatcher
+from ..passes.record import KEY, CompileRecord, RewriteNote
+from ..passes.sites import OpInfo
+from ..plans.plan import as_active_plan
+from . import graph_picture
 
 
 @dataclass(frozen=True)
