@@ -3,13 +3,13 @@
 At each size, on N(0,1) and phi = 0.5 inputs (no line needs special handling there), beside
 cuBLAS SGEMM and TF32:
 
-- ``IV``: as shipped: class sums and combine per block of A's rows (``cuda._sum_blocking``);
+- ``IV``: as shipped: class sums and combine per block of A's rows (``cuda.sliced.sum_blocking``);
 - ``IV one block``: every row in one block (the path before blocks);
 - ``IV no rebalancing``: all-zero k-exponents (every k-index kept; the tops passes stay);
 - ``IV no wide-range handling``: no rebalancing and no deep-entry count in the pack kernels:
   the cost of issue 11's handling is this row's time against ``IV``'s (since the tops read
   also gives the packers their lines' maxima, it is left out of that cost: results before
-  ``cuda.OperandTops`` counted it);
+  ``cuda.packs.OperandTops`` counted it);
 - ``V``: the floor-grade level, as shipped.
 
 Blocks run the same GEMMs (``gemm_tn`` cuts A into ``workspace.gemm_row_block`` rows) and one
@@ -41,34 +41,35 @@ DISTRIBUTIONS = ("normal", "phi0.5")
 @contextlib.contextmanager
 def one_block() -> Iterator[None]:
     """Every row of A in one block of class sums (the path before blocks)."""
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import sliced
 
-    original = cuda._sum_blocking
+    original = sliced.sum_blocking
 
     def whole(level: Any, m: int, k: int, n: int, count: int = 1) -> tuple[int, int]:
         return (m if count == 1 else count), original(level, m, k, n, count)[1]
 
-    with mock.patch.object(cuda, "_sum_blocking", whole):
+    with mock.patch.object(sliced, "sum_blocking", whole):
         yield
 
 
 @contextlib.contextmanager
 def no_rebalancing() -> Iterator[None]:
     """All-zero k-exponents: every k-index kept where it is. (The one read of each operand
-    stays: it also gives the packers their lines' maxima, ``cuda.OperandTops``.)"""
+    stays: it also gives the packers their lines' maxima, ``cuda.packs.OperandTops``.)"""
     import cupy as cp
 
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import sliced
 
     def zeros(a_top: Any, b_top: Any) -> Any:
         return cp.zeros((a_top.shape[0], a_top.shape[1] + 1), dtype=cp.int32)
 
-    with mock.patch.object(cuda, "exponents_from_tops", zeros):
+    with mock.patch.object(sliced, "exponents_from_tops", zeros):
         yield
 
 
 def variants(cp: Any, a: Any, b: Any) -> dict[str, tuple[Callable[[], Any], str]]:
     from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import native
 
     iv, v = get_level("IV"), get_level("V")
     plain = dataclasses.replace(iv, name="IV-plain", bypass_wide=False)
@@ -82,7 +83,7 @@ def variants(cp: Any, a: Any, b: Any) -> dict[str, tuple[Callable[[], Any], str]
 
     return {
         "sgemm": ((lambda: cp.matmul(a, b)), "sgemm"),
-        "tf32": ((lambda: cuda.tf32_product(a, b)), "tf32"),
+        "tf32": ((lambda: native.tf32_product(a, b)), "tf32"),
         "IV": ((lambda: cuda.matmul(a, b, iv)), "IV"),
         "IV one block": (under(one_block, iv), "IV"),
         "IV no rebalancing": (under(no_rebalancing, iv), "IV"),

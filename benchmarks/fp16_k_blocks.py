@@ -21,6 +21,7 @@ device.exit_without_gpu("benchmarks/fp16_k_blocks.py")
 import cupy as cp
 
 from mixpert.runtime import cuda, get_level
+from mixpert.runtime.cuda import sliced
 from mixpert.testdata import gemmul8
 from mixpert.timing import gpu_median_seconds
 
@@ -49,8 +50,8 @@ def measure(n: int, dist: str) -> dict:
     for block in BLOCKS:
         kb = block or 10**9
         row[f"fp16/{block or 'none'}"] = (
-            error(cuda.fp16_product(a, b, kb), ref),
-            sgemm / gpu_median_seconds(lambda kb=kb: cuda.fp16_product(a, b, kb), flops),
+            error(sliced.fp16_product(a, b, kb), ref),
+            sgemm / gpu_median_seconds(lambda kb=kb: sliced.fp16_product(a, b, kb), flops),
         )
     return row
 

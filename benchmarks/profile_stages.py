@@ -14,7 +14,7 @@ device.exit_without_gpu("benchmarks/profile_stages.py")
 import cupy as cp
 
 from mixpert.bench.gemm import breakdown
-from mixpert.runtime import cuda
+from mixpert.runtime.cuda import packs, sliced
 from mixpert.timing import gpu_median_seconds as median_seconds
 
 
@@ -22,10 +22,10 @@ def int8_ceiling_ms(n: int) -> float:
     """One n^3 INT8 GEMM, contiguous TN operands, random digits."""
     rng = cp.random.default_rng(0)
     kexp = cp.zeros(n + 1, dtype=cp.int32)
-    a = cuda.pack_int8(rng.standard_normal((n, n), dtype=cp.float32), kexp, cuda.A_SIDE, 1, False)
-    b = cuda.pack_int8(rng.standard_normal((n, n), dtype=cp.float32), kexp, cuda.B_SIDE, 1, True)
+    a = packs.pack_int8(rng.standard_normal((n, n), dtype=cp.float32), kexp, packs.A_SIDE, 1, False)
+    b = packs.pack_int8(rng.standard_normal((n, n), dtype=cp.float32), kexp, packs.B_SIDE, 1, True)
     out = cp.empty((n, n), dtype=cp.int32)
-    return median_seconds(lambda: cuda.gemm_tn(a, 0, b, 0, a.k_pad, out), 2.0 * n**3) * 1e3
+    return median_seconds(lambda: sliced.gemm_tn(a, 0, b, 0, a.k_pad, out), 2.0 * n**3) * 1e3
 
 
 def main(sizes: list[int]) -> None:

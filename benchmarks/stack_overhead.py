@@ -12,6 +12,7 @@ import time
 import cupy as cp
 
 from mixpert.runtime import LEVELS, cuda, device, dispatch
+from mixpert.runtime.cuda import fp32_ordered
 from mixpert.testdata import gemmul8
 
 CALLS = 400
@@ -45,10 +46,10 @@ def probe(rng, count: int, m: int, k: int, n: int) -> None:
     ordered = LEVELS["fp32-ordered"]
     layers = {
         "cp.matmul": lambda: cp.matmul(a, b),
-        "ordered kernel": lambda: cuda.ordered_product(a, b),
-        "  tiles R = 1": lambda: cuda.ordered_product(a, b, 1),
-        "  tiles R = 2": lambda: cuda.ordered_product(a, b, 2),
-        "  tiles R = 4": lambda: cuda.ordered_product(a, b, 4),
+        "ordered kernel": lambda: fp32_ordered.ordered_product(a, b),
+        "  tiles R = 1": lambda: fp32_ordered.ordered_product(a, b, 1),
+        "  tiles R = 2": lambda: fp32_ordered.ordered_product(a, b, 2),
+        "  tiles R = 4": lambda: fp32_ordered.ordered_product(a, b, 4),
         "matmul_stack": lambda: cuda.matmul_stack(a, b, ordered),
         "dispatch auto": lambda: dispatch.matmul(a, b, "auto"),
         "resolve_level": lambda: dispatch.resolve_level("auto", a, b, "cuda"),

@@ -14,6 +14,7 @@ from pathlib import Path
 import cupy as cp
 
 from mixpert.runtime import LEVELS, cuda, dispatch
+from mixpert.runtime.cuda import fp32_ordered, packs, sliced
 from mixpert.testdata import gemmul8
 from mixpert.timing import gpu_median_seconds
 
@@ -32,7 +33,7 @@ def small_row(rng, count: int, m: int, k: int, n: int) -> dict:
     return {
         "shape": f"{count} x {m}x{k}x{n}",
         "sgemm": ms(lambda: cp.matmul(a, b), flops),
-        "kernel": ms(lambda: cuda.ordered_product(a, b), flops),
+        "kernel": ms(lambda: fp32_ordered.ordered_product(a, b), flops),
         "matmul_stack": ms(lambda: cuda.matmul_stack(a, b, ordered), flops),
         "dispatch": ms(lambda: dispatch.matmul(a, b, ordered), flops),
         "auto": ms(lambda: dispatch.matmul(a, b, "auto"), flops),
@@ -43,33 +44,35 @@ def large_row(rng, count: int, m: int, k: int, n: int) -> dict:
     level = LEVELS["IV"]
     a, b = gemmul8(cp, rng, (count, m, k), 0.5), gemmul8(cp, rng, (count, k, n), 0.5)
     flops = 2.0 * count * m * k * n
-    a_tops, b_tops = cuda.a_tops(a), cuda.b_tops(b)  # as int8_product_stack takes them
-    kexp = cuda.exponents_from_tops(a_tops.k, b_tops.k)
+    a_tops, b_tops = packs.a_tops(a), packs.b_tops(b)  # as int8_product_stack takes them
+    kexp = packs.exponents_from_tops(a_tops.k, b_tops.k)
 
-    def pack_a() -> cuda.PackedOperand:
+    def pack_a() -> packs.PackedOperand:
         lines, wide = a.reshape(-1, k), level.bypass_wide
-        return cuda.pack_int8(lines, kexp, cuda.A_SIDE, level.a_slices, False, wide, count, a_tops)
+        return packs.pack_int8(
+            lines, kexp, packs.A_SIDE, level.a_slices, False, wide, count, a_tops
+        )
 
-    def pack_b() -> cuda.PackedOperand:
-        return cuda.pack_int8_columns(b, kexp, level.b_slices, True, level.bypass_wide, b_tops)
+    def pack_b() -> packs.PackedOperand:
+        return packs.pack_int8_columns(b, kexp, level.b_slices, True, level.bypass_wide, b_tops)
 
     a_pack, b_pack = pack_a(), pack_b()
-    sums = cuda.int8_class_sums(a_pack, b_pack, level)
+    sums = sliced.int8_class_sums(a_pack, b_pack, level)
     return {
         "shape": f"{count} x {m}x{k}x{n}",
         "sgemm": ms(lambda: cp.matmul(a, b), flops),
-        "IV stack": ms(lambda: cuda.int8_product_stack(a, b, level), flops),
+        "IV stack": ms(lambda: sliced.int8_product_stack(a, b, level), flops),
         "IV pair by pair": ms(
-            lambda: [cuda.int8_product(a[i], b[i], level) for i in range(count)], flops
+            lambda: [sliced.int8_product(a[i], b[i], level) for i in range(count)], flops
         ),
-        "k-exponents": ms(lambda: cuda.k_exponents(a, b), flops),
+        "k-exponents": ms(lambda: packs.k_exponents(a, b), flops),
         "pack A": ms(pack_a, flops),
         "pack B": ms(pack_b, flops),
         "INT8 GEMMs (strided batched)": ms(
-            lambda: cuda.int8_class_sums(a_pack, b_pack, level), flops
+            lambda: sliced.int8_class_sums(a_pack, b_pack, level), flops
         ),
         "combine + bypass": ms(
-            lambda: cuda._combine_int8(sums, a_pack, b_pack, a, b, level), flops
+            lambda: sliced._combine_int8(sums, a_pack, b_pack, a, b, level), flops
         ),
     }
 

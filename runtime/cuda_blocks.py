@@ -31,10 +31,11 @@ from .blocks_kernels import (
     stage_bytes,
 )
 from .combine import overflow_slack
-from .cuda import _deep, build, launch
+from .cuda import build, launch
 from .cuda.convert import WIDEN, conversion
 from .cuda.geometry import MAX_GRID_YZ
 from .cuda.launch import c_contiguous, flag_counts, free_bytes, vector_suffix
+from .cuda.packs import deep_argument
 from .levels import Level, triangle
 
 MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
@@ -119,7 +120,7 @@ def blocks_product(
     a, b = c_contiguous(a), c_contiguous(b)
     blocks_k = -(-k // blocks.BLOCK_K)
     n_tiles = -(-n // 8)
-    deep = _deep(level.a_slices, k, level.bypass_wide)
+    deep = deep_argument(level.a_slices, k, level.bypass_wide)
     words = blocks_k * n_tiles * level.b_slices * (blocks.BLOCK_K // 32) * 64
     fragments = cp.empty(words, dtype=cp.uint32)
     exps = cp.empty(blocks_k * n_tiles * 8, dtype=cp.int32)

@@ -15,7 +15,21 @@ if not device.gpu_available():
 import cupy as cp  # noqa: E402
 
 from mixpert.runtime import cuda  # noqa: E402
-from mixpert.runtime.cuda import native, tn_gemm  # noqa: E402
+from mixpert.runtime.cuda.native import native_gemm  # noqa: E402
+from mixpert.runtime.cuda.packs import (  # noqa: E402
+    A_SIDE,
+    B_SIDE,
+    a_tops,
+    b_tops,
+    exponents_from_tops,
+    k_exponents,
+    pack_a,
+    pack_b,
+    pack_int8,
+    pack_int8_columns,
+)
+from mixpert.runtime.cuda.sliced import int8_product  # noqa: E402
+from mixpert.runtime.cuda.tn_gemm import CUDA_R_32F  # noqa: E402
 
 INT8_LEVELS = [level.name for level in LADDER if level.kind == "int8"]
 SHAPES = [(1, 1, 1), (1, 37, 1), (5, 3, 7), (64, 64, 64), (129, 257, 65), (300, 1000, 70)]
@@ -283,8 +297,8 @@ def test_the_pack_kernels_flag_the_cpu_unresolved_lines(case: str, level: str) -
     lv = get_level(level)
     rows, cols = cpu.unresolved_lines(a, b, lv)
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
-    kexp = cuda.k_exponents(a_dev, b_dev)
-    a_pack, b_pack = cuda._pack_a(a_dev, kexp, lv), cuda._pack_b(b_dev, kexp, lv)
+    kexp = k_exponents(a_dev, b_dev)
+    a_pack, b_pack = pack_a(a_dev, kexp, lv), pack_b(b_dev, kexp, lv)
     assert int(a_pack.nonfinite.sum()) == rows and int(b_pack.nonfinite.sum()) == cols
     assert dispatch.unresolved_lines(a_dev, b_dev, level) == (rows, cols)
     if case == "phi=2.5" or (case, level) == ("outlier-row", "IV"):
@@ -309,17 +323,17 @@ def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) 
     else:
         a, b = wide_range_cases(np.random.default_rng(31))[case]
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
-    kexp = cuda.k_exponents(a_dev, b_dev)
+    kexp = k_exponents(a_dev, b_dev)
     packs = []
     for blocks in (1, 10**6):
-        monkeypatch.setattr(cuda, "COLUMN_BLOCKS", blocks)
-        packs.append(cuda.pack_int8_columns(b_dev, kexp, 3, True, bypass_wide=True))
+        monkeypatch.setattr("mixpert.runtime.cuda.packs.COLUMN_BLOCKS", blocks)
+        packs.append(pack_int8_columns(b_dev, kexp, 3, True, bypass_wide=True))
     for field in ("data", "exponents", "nonfinite"):
         assert cp.array_equal(getattr(packs[0], field), getattr(packs[1], field)), field
     b3, kexp2 = (b_dev, kexp) if b_dev.ndim == 3 else (b_dev[None], kexp[None])
     n = b3.shape[2]
     for z in range(b3.shape[0]):  # the row packer on B^T: an independent implementation
-        rows = cuda.pack_int8(cp.ascontiguousarray(b3[z].T), kexp2[z], cuda.B_SIDE, 3, True, True)
+        rows = pack_int8(cp.ascontiguousarray(b3[z].T), kexp2[z], B_SIDE, 3, True, True)
         part = packs[0].part(z * n, n)
         for field in ("data", "exponents", "nonfinite"):
             assert cp.array_equal(getattr(rows, field), getattr(part, field)), (z, field)
@@ -371,8 +385,8 @@ def test_the_pack_kernels_give_the_cpu_packer_bytes(slices: int, moved: bool) ->
         f[9] = equilibrate.DEAD
     kexp = cp.asarray(np.append(f, np.int32(moved)))
     for side, rebalanced in (
-        (cuda.A_SIDE, equilibrate.rebalance_a(lines, f)),
-        (cuda.B_SIDE, equilibrate.rebalance_b(lines.T, f).T),
+        (A_SIDE, equilibrate.rebalance_a(lines, f)),
+        (B_SIDE, equilibrate.rebalance_b(lines.T, f).T),
     ):
         exps = packer.scale_exponents(rebalanced, axis=1)
         digits = packer.slice_rows(rebalanced, exps, slices).transpose(1, 0, 2)
@@ -380,13 +394,13 @@ def test_the_pack_kernels_give_the_cpu_packer_bytes(slices: int, moved: bool) ->
         flags = ~np.isfinite(lines).all(axis=1) | wide
         rows = cp.asarray(lines)
         packs = [  # each line's maximum found by the packer, then taken from its operand's tops
-            cuda.pack_int8(rows, kexp, side, slices, False, True),
-            cuda.pack_int8(rows, kexp, side, slices, False, True, tops=cuda.a_tops(rows)),
+            pack_int8(rows, kexp, side, slices, False, True),
+            pack_int8(rows, kexp, side, slices, False, True, tops=a_tops(rows)),
         ]
-        if side == cuda.B_SIDE:  # B's columns, read in place from a row-major B
+        if side == B_SIDE:  # B's columns, read in place from a row-major B
             b = cp.asarray(np.ascontiguousarray(lines.T))
-            packs.append(cuda.pack_int8_columns(b, kexp, slices, False, True))
-            packs.append(cuda.pack_int8_columns(b, kexp, slices, False, True, cuda.b_tops(b)))
+            packs.append(pack_int8_columns(b, kexp, slices, False, True))
+            packs.append(pack_int8_columns(b, kexp, slices, False, True, b_tops(b)))
         for pack in packs:
             np.testing.assert_array_equal(cp.asnumpy(pack.exponents), exps)
             np.testing.assert_array_equal(cp.asnumpy(pack.data)[:, :, :k], digits)
@@ -411,7 +425,7 @@ def test_one_read_gives_the_k_and_line_maxima(
     line's largest finite |entry| and NaN/Inf flag, for stacks and matrices, B either way, with
     subnormal, zero, NaN and Inf entries and lines of them."""
     if grid_y is not None:
-        monkeypatch.setattr(cuda, "STRIP_GRID_Y", grid_y)
+        monkeypatch.setattr("mixpert.runtime.cuda.packs.STRIP_GRID_Y", grid_y)
     rng = np.random.default_rng(sum(shape))
     count, rows, cols = shape
     x = make(rng, (count * rows, cols), "binades").reshape(shape)
@@ -424,18 +438,18 @@ def test_one_read_gives_the_k_and_line_maxima(
     bad_cols = ~np.isfinite(x).all(axis=1).reshape(-1)
     rows_max, cols_max = finite_max_bits(x, 2).reshape(-1), finite_max_bits(x, 1).reshape(-1)
     dev = cp.asarray(x)
-    tops = cuda.a_tops(dev)  # x's rows are the lines, its columns the k-indices
+    tops = a_tops(dev)  # x's rows are the lines, its columns the k-indices
     np.testing.assert_array_equal(cp.asnumpy(tops.k).reshape(-1), cols_max)
     np.testing.assert_array_equal(cp.asnumpy(tops.lines), rows_max)
     np.testing.assert_array_equal(cp.asnumpy(tops.bad) != 0, bad_rows)
     for b in (dev, *((cp.asfortranarray(dev[0]),) if count == 1 else ())):
-        tops = cuda.b_tops(b)  # x as B: a stack, or a column-major matrix
+        tops = b_tops(b)  # x as B: a stack, or a column-major matrix
         np.testing.assert_array_equal(cp.asnumpy(tops.k).reshape(-1), rows_max)
         np.testing.assert_array_equal(cp.asnumpy(tops.lines), cols_max)
         np.testing.assert_array_equal(cp.asnumpy(tops.bad) != 0, bad_cols)
     if count == 1:  # a matrix, as the products pass it
-        np.testing.assert_array_equal(cp.asnumpy(cuda.a_tops(dev[0]).lines), rows_max)
-        np.testing.assert_array_equal(cp.asnumpy(cuda.b_tops(dev[0]).lines), cols_max)
+        np.testing.assert_array_equal(cp.asnumpy(a_tops(dev[0]).lines), rows_max)
+        np.testing.assert_array_equal(cp.asnumpy(b_tops(dev[0]).lines), cols_max)
 
 
 def test_stack_packs_take_the_tops_only_for_the_pairs_where_no_k_index_moves() -> None:
@@ -449,18 +463,18 @@ def test_stack_packs_take_the_tops_only_for_the_pairs_where_no_k_index_moves() -
     b[1, 7, :] *= np.float32(2.0**-20)
     a[2, 4, 9], b[0, 11, 5] = np.nan, np.inf
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
-    a_top, b_top = cuda.a_tops(a_dev), cuda.b_tops(b_dev)
-    kexp = cuda.exponents_from_tops(a_top.k, b_top.k)
+    a_top, b_top = a_tops(a_dev), b_tops(b_dev)
+    kexp = exponents_from_tops(a_top.k, b_top.k)
     assert list(cp.asnumpy(kexp[:, -1]) != 0) == [False, True, False]
     rows = a_dev.reshape(-1, 300)
     pairs = (
         (
-            cuda.pack_int8(rows, kexp, cuda.A_SIDE, 3, False, True, 3, a_top),
-            cuda.pack_int8(rows, kexp, cuda.A_SIDE, 3, False, True, 3),
+            pack_int8(rows, kexp, A_SIDE, 3, False, True, 3, a_top),
+            pack_int8(rows, kexp, A_SIDE, 3, False, True, 3),
         ),
         (
-            cuda.pack_int8_columns(b_dev, kexp, 3, True, True, b_top),
-            cuda.pack_int8_columns(b_dev, kexp, 3, True, True),
+            pack_int8_columns(b_dev, kexp, 3, True, True, b_top),
+            pack_int8_columns(b_dev, kexp, 3, True, True),
         ),
     )
     for with_tops, without in pairs:
@@ -481,14 +495,14 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
     a = cp.asarray(rng.standard_normal((48, k)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((k, 40)).astype(np.float32))
     iv, told = get_level("IV"), []
-    got = cuda.int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
-    assert not told and cp.array_equal(got, cuda.int8_product(a, b, iv))
+    got = int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
+    assert not told and cp.array_equal(got, int8_product(a, b, iv))
     a = cp.asarray(gemmul8(np, rng, (48, k), 2.5))  # phi = 2.5: most lines unresolved at IV
     b = cp.asarray(gemmul8(np, rng, (k, 40), 2.5))
     rows, cols = dispatch.unresolved_lines(a, b, "IV")
     assert rows * 40 + cols * 48 - rows * cols > 0.5 * 48 * 40
-    got = cuda.int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
-    assert told == [1] and cp.array_equal(got, native.native_gemm(a, b, tn_gemm.CUDA_R_32F))
+    got = int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
+    assert told == [1] and cp.array_equal(got, native_gemm(a, b, CUDA_R_32F))
 
 
 def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> None:
@@ -505,7 +519,7 @@ def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> 
     got = mixpert.matmul(a, b, level="auto")
     want = cuda.matmul(a, b, get_level("IV"))
     assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
-    assert not cp.array_equal(got, native.native_gemm(a, b, tn_gemm.CUDA_R_32F))
+    assert not cp.array_equal(got, native_gemm(a, b, CUDA_R_32F))
     narrow = b[:, : side - 1]
     got = mixpert.matmul(a, narrow, level="auto")
     assert cp.array_equal(got, cp.matmul(a, narrow))
@@ -533,7 +547,7 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     rows, cols = dispatch.unresolved_lines(a_dev, b_dev, "IV")
     assert bypass.exact_share(rows, cols, n, n) > bypass.AUTO_EXACT_SHARE
     got = dispatch.matmul(a_dev, b_dev)
-    sgemm = native.native_gemm(a_dev, b_dev, tn_gemm.CUDA_R_32F)
+    sgemm = native_gemm(a_dev, b_dev, CUDA_R_32F)
     np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(sgemm))
     a64, b64 = cp.asnumpy(a_dev).astype(np.float64), b.astype(np.float64)
     bound = 2 * n * 2.0**-24 * (np.abs(a64) @ np.abs(b64))

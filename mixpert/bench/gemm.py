@@ -71,11 +71,12 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
     """(call, what it runs) for a method of the tables: "sgemm" (``cp.matmul``: cuBLAS SGEMM,
     strided-batched for stacks), "tf32", "auto" or a level, on two matrices or two stacks."""
     from ..runtime import cuda, dispatch
+    from ..runtime.cuda import native
 
     if name == "sgemm":
         return (lambda: cp.matmul(a, b)), "sgemm"
     if name == "tf32":
-        return (lambda: cuda.tf32_product(a, b)), "tf32"
+        return (lambda: native.tf32_product(a, b)), "tf32"
     if name == AUTO.name:  # as users call it: mixpert.matmul(a, b), backend "auto"
         chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
         return (lambda: dispatch.matmul(a, b, AUTO)), chosen.name
@@ -185,12 +186,13 @@ def summary(label: str, timings: dict[str, tuple[float, float, str]]) -> str:
 def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     """Milliseconds of each stage of one ``level`` call at n x n x n (phi = 0.5 inputs)."""
     from ..runtime import cuda, device
+    from ..runtime.cuda import sliced
 
     cp = device.cupy_module()
     chosen = get_level(level)
     a, b = random_inputs(cp, n, n, n, "phi0.5", 99)
     flops = 2.0 * n**3
-    stages = cuda.staged_product(a, b, chosen)
+    stages = sliced.staged_product(a, b, chosen)
     out = {name: gpu_median_seconds(fn, flops) * 1e3 for name, fn in stages.items()}
     whole = cuda.PRODUCTS[chosen.kind]
     out["whole call"] = gpu_median_seconds(lambda: whole(a, b, chosen), flops) * 1e3

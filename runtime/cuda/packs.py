@@ -1,0 +1,332 @@
+"""The operands of the sliced levels on their way to the tensor cores: one read of each operand
+for its tops (``OperandTops``: the maxima along its k-indices, for the k-exponents, and along its
+lines), the k-exponents (``equilibrate``), and the packers (``packer``, ``fp16split``): each
+line's scale, NaN/Inf or unresolved flag (``bypass``) and digits.
+
+Layout: a packed operand is (lines, slots, k_pad), one row of A or one column of B per line, the
+line's slices side by side along k (k contiguous: the TN layout IMMA wants). B's slices are
+stored in reverse order, so the slices (i, g - i) of one weight class g are two contiguous spans
+and one GEMM over K = count * k_pad sums the whole class (``sliced.int8_class_sums``). The
+kernels are the pack module's (``build``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from .. import bypass
+from ..cuda_kernels import COLUMN_TILE_K, STRIP_LANE_COLUMNS
+from ..levels import Level
+from ..packer import fraction_bits
+from . import build
+from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
+
+K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
+PACK_THREADS = 256  # the most threads of a one-line-per-block pack kernel (``_line_threads``)
+# k-exponents of equilibrate.k_exponents: A's columns are scaled by 2^-f (sign -1), B's rows by
+# 2^f (sign +1).
+A_SIDE, B_SIDE = -1, 1
+STRIP_ROWS = 128  # rows per block of ``strip_max_bits``: 2048 blocks at n = 8192
+STRIP_WIDTH = 32 * STRIP_LANE_COLUMNS  # ... and columns
+STRIP_GRID_Y = MAX_GRID_YZ  # strips of columns side by side (the blocks take more in turn)
+COLUMN_BLOCKS = 4096  # blocks B's column packing aims for (1024-8192 measured alike)
+_NULL = np.uint64(0)  # a null pointer argument
+
+
+def padded(k: int) -> int:
+    return max(K_ALIGN, -(-k // K_ALIGN) * K_ALIGN)
+
+
+def rows_contiguous(x: cp.ndarray) -> bool:
+    """Unit stride along each row and a positive whole-element stride between rows."""
+    return x.strides[1] == x.itemsize and x.strides[0] % x.itemsize == 0 and x.strides[0] > 0
+
+
+def unit_inner(x: cp.ndarray) -> cp.ndarray:
+    """``x`` itself when its rows are contiguous (any row stride), else a C-contiguous copy."""
+    return x if rows_contiguous(x) else cp.ascontiguousarray(x)
+
+
+def packable_b(b: cp.ndarray) -> cp.ndarray:
+    """B itself when its rows or its columns are contiguous, else a C-contiguous copy: B's tops
+    and its pack then read it in place (a B such as b[:, ::2] was copied by each)."""
+    return b if rows_contiguous(b) or rows_contiguous(b.T) else cp.ascontiguousarray(b)
+
+
+class PackedOperand:
+    """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags;
+    a stack's matrices one after another (``batch`` of them, ``count // batch`` lines each).
+    ``flagged`` (one int32 on the device): how many lines the INT8 pack kernels flagged, NaN/Inf
+    or unresolved, for the whole pack (not a ``part``), so "auto" reads one number per operand.
+    """
+
+    def __init__(self, count: int, slots: int, k_pad: int, dtype: Any, batch: int = 1) -> None:
+        self.data = cp.empty((count, slots, k_pad), dtype=dtype)
+        self.exponents = cp.empty(count, dtype=cp.int32)
+        flags = cp.zeros(count + 1, dtype=cp.int32)  # one allocation, one memset
+        self.nonfinite, self.flagged = flags[:count], flags[count:]
+        self.k_pad = k_pad
+        self.slots = slots
+        self.batch = batch
+
+    def span(self, first_slot: int) -> int:
+        """Device pointer to slot ``first_slot`` of line 0."""
+        return self.data.data.ptr + first_slot * self.k_pad * self.data.itemsize
+
+    @property
+    def ld(self) -> int:
+        return self.slots * self.k_pad
+
+    @property
+    def lines(self) -> int:
+        """Lines of one matrix of the stack."""
+        return self.data.shape[0] // self.batch
+
+    def part(self, first: int, count: int, batch: int = 1) -> PackedOperand:
+        """Lines ``first`` .. ``first + count`` (``batch`` matrices' worth) as a pack of their
+        own: a view, no copy."""
+        view = copy.copy(self)
+        view.data = self.data[first : first + count]
+        view.exponents = self.exponents[first : first + count]
+        view.nonfinite = self.nonfinite[first : first + count]
+        view.batch = batch
+        return view
+
+
+def _line_threads(k: int) -> int:
+    """Threads of a one-line-per-block kernel: a warp per 512 entries, up to PACK_THREADS. Short
+    lines (stacks of small matrices) get small blocks, so many lines are packed at once."""
+    return min(PACK_THREADS, 32 * max(1, -(-k // 512)))
+
+
+def _launch_pack(
+    kernel: str, lines: cp.ndarray, packed: PackedOperand, *extra: Any, tail: tuple[Any, ...] = ()
+) -> None:
+    count, k = lines.shape
+    if count == 0:
+        return
+    fn = build.pack_module().get_function(kernel)
+    stride = np.int64(lines.strides[0] // lines.itemsize)
+    fn(
+        (count,),
+        (_line_threads(k),),
+        (
+            lines,
+            stride,
+            np.int32(k),
+            np.int32(packed.k_pad),
+            *extra,
+            packed.data,
+            packed.exponents,
+            packed.nonfinite,
+            *tail,
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandTops:
+    """One read of an operand (``strip_max_bits``): its half of ``equilibrate.k_exponents``,
+    ``k`` (s, k), the largest finite |entry| along each k-index as float32 bits, and from the
+    same read each line's (row of A, column of B; s * lines), ``lines``, with ``bad`` != 0
+    where the line holds a NaN/Inf. Where no k-index moves, ``lines`` are the packers' scales,
+    so the packers need not read the operand for them (``pack_int8``, ``pack_int8_columns``):
+    at n = 8192 on an H100 B was read three times for its pack before, twice now."""
+
+    k: cp.ndarray
+    lines: cp.ndarray
+    bad: cp.ndarray
+
+
+def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
+    """``OperandTops`` of a stack ``x`` (s, rows, cols) with contiguous rows whose lines are its
+    rows (``lines_along_rows``: A's rows, B^T's rows; k-indices are the columns) or its
+    columns (a row-major B; k-indices are the rows)."""
+    count, rows, cols = x.shape
+    k, lines = (cols, rows) if lines_along_rows else (rows, cols)
+    out = cp.zeros(count * (k + 2 * lines), dtype=cp.uint32)  # one allocation, one memset
+    k_top = out[: count * k]
+    line_top, line_bad = out[count * k :].reshape(2, count * lines)
+    if rows and cols:
+        if lines_along_rows:
+            col_top, col_bad, row_top, row_bad = k_top, _NULL, line_top, line_bad
+        else:
+            col_top, col_bad, row_top, row_bad = line_top, line_bad, k_top, _NULL
+        item = x.itemsize
+        for first in batch_chunks(count):
+            build.pack_module().get_function("strip_max_bits")(
+                (-(-rows // STRIP_ROWS), min(-(-cols // STRIP_WIDTH), STRIP_GRID_Y),
+                 chunk_length(first, count)),
+                (32, 8),
+                (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
+                 np.int32(STRIP_ROWS), np.int64(x.strides[0] // item), np.int32(first),
+                 col_top, col_bad, row_top, row_bad),
+            )  # fmt: skip
+    return OperandTops(k_top.reshape(count, k), line_top, line_bad)
+
+
+def a_tops(a_rows: cp.ndarray) -> OperandTops:
+    """A's tops: ``a_rows`` (m, k) or a stack (s, m, k), rows contiguous."""
+    return _strip_maxima(a_rows if a_rows.ndim == 3 else a_rows[None], lines_along_rows=True)
+
+
+def b_tops(b: cp.ndarray) -> OperandTops:
+    """B's tops: a C-contiguous stack (s, k, n), or B (k, n) either way."""
+    if b.ndim == 3 or rows_contiguous(b):
+        return _strip_maxima(b if b.ndim == 3 else b[None], lines_along_rows=False)
+    return _strip_maxima(unit_inner(b.T)[None], lines_along_rows=True)
+
+
+def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
+    """``equilibrate.k_exponents`` on the GPU: ``a_rows`` is A with contiguous rows, ``b`` is B
+    (either layout); one read of each, no host synchronisation. Entry k (one past the
+    exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k, n), both
+    C-contiguous: one row of k + 1 entries per pair."""
+    f = exponents_from_tops(a_tops(a_rows).k, b_tops(b).k)
+    return f if a_rows.ndim == 3 else f[0]
+
+
+def tops_and_exponents(
+    a_rows: cp.ndarray, b: cp.ndarray
+) -> tuple[OperandTops, OperandTops, cp.ndarray]:
+    """Both matrices' tops (one read of each) and their product's k-exponents."""
+    a_top, b_top = a_tops(a_rows), b_tops(b)
+    return a_top, b_top, exponents_from_tops(a_top.k, b_top.k)[0]
+
+
+def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
+    """``equilibrate.exponents_from_tops``, (s, k + 1): entry k says whether any moves."""
+    count, k = a_top.shape
+    f = cp.zeros((count, k + 1), dtype=cp.int32)
+    if k:
+        for first in batch_chunks(count):
+            build.pack_module().get_function("k_exponents")(
+                (-(-k // 256), chunk_length(first, count)), (256,),
+                (a_top, b_top, np.int32(k), np.int32(first), f),
+            )  # fmt: skip
+    return f
+
+
+def deep_argument(slices: int, k: int, bypass_wide: bool) -> np.int32:
+    """The packers' ``deep`` argument: ``bypass.deep_binades``, or NO_BYPASS."""
+    if not bypass_wide:
+        return np.int32(bypass.NO_BYPASS)
+    return np.int32(bypass.deep_binades(fraction_bits(slices), k))
+
+
+def _line_tops(tops: OperandTops | None) -> tuple[Any, Any]:
+    """The packers' line_top and line_bad arguments: ``tops``' lines, or null pointers."""
+    return (_NULL, _NULL) if tops is None else (tops.lines, tops.bad)
+
+
+def pack_int8(
+    lines: cp.ndarray,
+    kexp: cp.ndarray,
+    side: int,
+    slices: int,
+    reversed_slots: bool,
+    bypass_wide: bool = False,
+    batch: int = 1,
+    tops: OperandTops | None = None,
+) -> PackedOperand:
+    """``packer.slice_rows`` on the GPU: digits of each rebalanced row of ``lines`` (rows
+    contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns. The
+    ``nonfinite`` flags also mark unresolved lines when ``bypass_wide`` (``bypass``). A stack:
+    ``batch`` matrices' lines one after another, ``kexp`` (batch, k + 1). ``tops``: the
+    lines' ``OperandTops`` (one pass over ``lines`` instead of two where no k-index moves)."""
+    count, k = lines.shape
+    packed = PackedOperand(count, slices, padded(k), cp.int8, batch)
+    _launch_pack(
+        "pack_int8", lines, packed, kexp, np.int32(max(1, count // batch)), np.int32(side),
+        np.int32(slices), np.int32(reversed_slots), deep_argument(slices, k, bypass_wide),
+        *_line_tops(tops), tail=(packed.flagged,),
+    )  # fmt: skip
+    return packed
+
+
+def pack_int8_columns(
+    x: cp.ndarray,
+    kexp: cp.ndarray,
+    slices: int,
+    reversed_slots: bool,
+    bypass_wide: bool = False,
+    tops: OperandTops | None = None,
+) -> PackedOperand:
+    """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
+    (s, k, n) of them with ``kexp`` (s, k + 1). Three launches (column maxima, digits, flags)
+    over strips of 32 columns and chunks of k, so any n fills the GPU; the first reads nothing
+    where ``tops`` (B's ``OperandTops``) hold and no k-index moves. On an H100 (IV, ms, n =
+    2048 / 4096 / 8192 / 16384): 0.085 / 0.18 / 0.52 / 1.84, against 0.17 / 0.33 / 0.72 / 1.99
+    for a block per strip and all of k, one launch (both before ``tops``)."""
+    x3 = x if x.ndim == 3 else x[None]
+    count, k, n = x3.shape
+    packed = PackedOperand(count * n, slices, padded(k), cp.int8, count)
+    if n == 0:
+        return packed
+    column_top = cp.zeros(count * n, dtype=cp.uint64)
+    deep_counts = cp.zeros(count * n, dtype=cp.int32)
+    item = x3.itemsize
+    row_stride, batch_stride = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
+    tiles = -(-n // 32)
+    chunk = column_chunk(tiles * count, packed.k_pad)
+    chunks = min(-(-packed.k_pad // chunk), MAX_GRID_YZ)
+    deep = deep_argument(slices, k, bypass_wide)
+    module = build.pack_module()
+    for first in batch_chunks(count):
+        grid, batch0 = (tiles, chunks, chunk_length(first, count)), np.int32(first)
+        module.get_function("column_tops")(
+            grid, (32, 8),
+            (x3, row_stride, np.int32(k), np.int32(n), kexp, np.int32(chunk), batch_stride,
+             batch0, *_line_tops(tops), column_top, packed.nonfinite),
+        )  # fmt: skip
+        module.get_function("pack_int8_column_chunks")(
+            grid, (32, 8),
+            (x3, row_stride, np.int32(k), np.int32(n), np.int32(packed.k_pad), kexp,
+             np.int32(chunk), np.int32(slices), np.int32(reversed_slots), deep, batch_stride,
+             batch0, column_top, packed.data, packed.exponents, deep_counts),
+        )  # fmt: skip
+    lines = count * n
+    module.get_function("finish_columns")(
+        (-(-lines // 256),),
+        (256,),
+        (deep_counts, np.int64(lines), np.int32(k), packed.nonfinite, packed.flagged),
+    )
+    return packed
+
+
+def column_chunk(tiles: int, k_pad: int) -> int:
+    """k-indices per block of ``pack_int8_columns`` for ``tiles`` strips of 32 columns: enough
+    chunks for COLUMN_BLOCKS blocks, whole shared tiles (COLUMN_TILE_K) each."""
+    chunks = max(1, COLUMN_BLOCKS // tiles)
+    return -(-k_pad // (COLUMN_TILE_K * chunks)) * COLUMN_TILE_K
+
+
+def pack_a(
+    a_rows: cp.ndarray, kexp: cp.ndarray, level: Level, tops: OperandTops | None = None
+) -> PackedOperand:
+    """A's rows, slots in order."""
+    wide = level.bypass_wide
+    return pack_int8(a_rows, kexp, A_SIDE, level.a_slices, False, bypass_wide=wide, tops=tops)
+
+
+def pack_b(
+    b: cp.ndarray, kexp: cp.ndarray, level: Level, tops: OperandTops | None = None
+) -> PackedOperand:
+    """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
+    slices, wide = level.b_slices, level.bypass_wide
+    if rows_contiguous(b):
+        return pack_int8_columns(b, kexp, slices, True, bypass_wide=wide, tops=tops)
+    return pack_int8(unit_inner(b.T), kexp, B_SIDE, slices, True, bypass_wide=wide, tops=tops)
+
+
+def pack_fp16(
+    lines: cp.ndarray, kexp: cp.ndarray, side: int, reversed_slots: bool
+) -> PackedOperand:
+    packed = PackedOperand(lines.shape[0], 2, padded(lines.shape[1]), cp.float16)
+    _launch_pack("pack_fp16", lines, packed, kexp, np.int32(side), np.int32(reversed_slots))
+    return packed
