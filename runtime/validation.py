@@ -1,12 +1,19 @@
-"""Checks on the operands of a product: errors name the operand, the value and the rule."""
+"""Checks on the arguments of a product: errors name the operand, the value and the rule."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 ACCEPTED_FLOATS = (np.float16, np.float32, np.float64)
+Backend = Literal["auto", "cpu", "cuda"]
+BACKENDS: tuple[Backend, ...] = ("auto", "cpu", "cuda")
+
+
+def check_backend(backend: Any) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}")
 
 
 def refuse_masked(values: Any, names: Any = None) -> None:
