@@ -49,6 +49,7 @@ from .plans.plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .runtime.device import is_cupy_array, is_dask_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
+from .tuner import Target
 
 
 def weak_float_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -253,6 +254,13 @@ class MixpertFunction(Generic[P, R]):
         summary = callees.summary_of(self)
         return summary.graph.copy() if summary is not None else nx.DiGraph()
 
+    @property
+    def decision_ops(self) -> frozenset[str]:
+        """Ops whose results reach a discrete step (argmin, a comparison, an integer cast, ...),
+        directly or through the ops they feed: the tuner holds them to float32 grade."""
+        summary = callees.summary_of(self)
+        return summary.decision_ops() if summary is not None else frozenset()
+
     def __repr__(self) -> str:
         return f"<mixpert.jit {self.py_func.__module__}.{self.py_func.__qualname__}>"
 
@@ -266,6 +274,7 @@ def jit(
     plan_file: str | Path | None = None,
     on_missing: OnMissing | None = None,
     default_level: str = NATIVE_LEVEL,
+    target: Target | None = None,
     cache: bool = False,
     scalar_rules: ScalarRules = "numpy",
     **options: Any,
@@ -281,6 +290,7 @@ def jit(
     plan_file: str | Path | None = None,
     on_missing: OnMissing | None = None,
     default_level: str = NATIVE_LEVEL,
+    target: Target | None = None,
     cache: bool = False,
     scalar_rules: ScalarRules = "numpy",
     **options: Any,
@@ -295,6 +305,7 @@ def jit(
     plan_file: str | Path | None = None,
     on_missing: OnMissing | None = None,
     default_level: str = NATIVE_LEVEL,
+    target: Target | None = None,
     cache: bool = False,
     scalar_rules: ScalarRules = "numpy",
     **options: Any,
@@ -306,7 +317,10 @@ def jit(
     whose output error (MixPert Eq. 10 against float64) was within tol on representative inputs;
     it is read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and
     ``on_missing`` ("tune", "default": every op at ``default_level``, "raise") says what happens
-    when none matches; see ``mixpert.plans.lookup``. ``cache=True`` caches the compiled code on
+    when none matches; see ``mixpert.plans.lookup``. ``target``: the device a tuned plan
+    minimises time on ("auto": the GPU when one is usable, else the CPU, where plans run native
+    float32 where it meets tol; "cuda" makes the GPU's plan on any machine; see
+    ``mixpert.tuner``). ``cache=True`` caches the compiled code on
     disk, apart from plain Numba's entries. ``scalar_rules``: "numpy" (default) types Python
     number literals combined with float32 operands as NumPy 2 does (NEP 50: ``x * 0.5`` stays
     float32; ``passes.scalar_rules``), "numba" keeps Numba's promotion to float64. Other
@@ -315,7 +329,9 @@ def jit(
     """
 
     def wrap(f: Callable[P, R]) -> MixpertFunction[P, R]:
-        book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level)
+        book = (
+            None if tol is None else PlanBook(tol, plan_file, on_missing, default_level, target)
+        )
         return MixpertFunction(
             f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book,
             scalar_rules=scalar_rules,

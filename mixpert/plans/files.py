@@ -86,6 +86,9 @@ PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "op_sources": _SOURCES,
     "margin": _rule(lambda v: _number(v) and 0 < v <= 1, "a number in (0, 1]"),
     "held_out_error": _rule(lambda v: v is None or _number(v), "a number or null"),
+    "tuned_on": _STR,
+    "provisional": _STR,
+    "target": _rule(lambda v: v in ("", "cpu", "cuda"), "'cpu', 'cuda' or ''"),
 }
 REQUIRED = ("levels", "function", "op_hash", "signature", "device", "tol", "error",
             "predicted_speedup")  # fmt: skip

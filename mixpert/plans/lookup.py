@@ -23,19 +23,25 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..runtime.levels import NATIVE_LEVEL, get_level
-from ..tuner import Tunable, checked_tol, tune
+from ..tuner import Target, Tunable, checked_tol, resolve_target, tune
+from ..tuning_inputs import degenerate_reason
+from ..tuning_progress import TuningProgress
 from .files import check_folder
 from .plan import Plan, function_identity, read_plans, signature_of
 
 OnMissing = Literal["tune", "default", "raise"]
 ON_MISSING_ENV = "MIXPERT_ON_MISSING_PLAN"
 log = logging.getLogger("mixpert")
+
+
+class DegenerateTuningDataWarning(UserWarning):
+    """A first call brought smoke-test data (integers, constants, zeros, a tiny range)."""
 
 
 class MissingPlanError(LookupError):
@@ -51,6 +57,7 @@ class PlanBook:
         plan_file: str | Path | None = None,
         on_missing: OnMissing | None = None,
         default_level: str = NATIVE_LEVEL,
+        target: Target | None = None,
     ):
         source = "argument on_missing" if on_missing else f"${ON_MISSING_ENV}"
         on_missing = on_missing or os.environ.get(ON_MISSING_ENV, "tune")  # type: ignore[assignment]
@@ -59,10 +66,20 @@ class PlanBook:
         get_level(default_level)  # unknown names fail at decoration
         self.tol = checked_tol(tol)
         self.on_missing, self.default_level = on_missing, default_level
+        self.target = target
+        resolve_target(target)  # an unknown target fails at decoration
         self.plan_file = check_folder(plan_file) if plan_file else None
         self.plans: list[Plan] = []
         self._file_read = False
         self._lock = threading.RLock()
+
+    @staticmethod
+    def _real_data(func: Tunable, plan: Plan, args: Sequence[Any]) -> bool:
+        """Whether ``args`` are fit to replace ``plan``'s degenerate tuning data."""
+        if degenerate_reason(args):
+            return False
+        log.info("%s: tuning again on real data (%s)", function_identity(func), plan.provisional)
+        return True
 
     def plan_for(self, func: Tunable, args: Sequence[Any]) -> Plan | dict[str, str]:
         with self._lock:
@@ -78,7 +95,10 @@ class PlanBook:
             self._file_read = True
         for plan in self.plans:
             if plan.matches(args) and plan.tol <= self.tol:
-                return plan
+                if not (plan.provisional and self._real_data(func, plan, args)):
+                    return plan
+                self.plans.remove(plan)  # tuned on smoke data: this call brings real data
+                break
         if self.on_missing == "raise":
             raise MissingPlanError(
                 f"no plan for {func!r} with tol {self.tol:g} and inputs {signature_of(args)}"
@@ -87,16 +107,20 @@ class PlanBook:
             )
         if self.on_missing == "default":
             return dict.fromkeys(func.ops, self.default_level)
-        log.info("tuning %s on its first call (tol %g) ...", function_identity(func), self.tol)
-        start = time.perf_counter()
-        plan = tune(func, args, tol=self.tol)
-        log.info(
-            "tuned %s: %d profiling runs, %.1f s -> %s",
-            function_identity(func),
-            plan.profiling_runs,
-            time.perf_counter() - start,
-            ", ".join(plan.levels[op] for op in sorted(plan.levels)),
-        )
+        progress = TuningProgress(
+            function_identity(func), list(func.ops), len(func.ops) * 6 + 1, self.tol,
+            resolve_target(self.target),
+        )  # fmt: skip
+        plan = tune(func, args, tol=self.tol, on_run=progress, target=self.target)
+        progress.done(plan.levels)
+        if plan.provisional:
+            warnings.warn(
+                f"mixpert: {function_identity(func)} was tuned on degenerate data "
+                f"({plan.provisional}): its plan rests on the error model alone and is tuned "
+                "again on the next call whose inputs are not degenerate",
+                DegenerateTuningDataWarning,
+                stacklevel=5,
+            )
         self.plans.append(plan)
         if self.plan_file is not None:
             plan.save(self.plan_file)

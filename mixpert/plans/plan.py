@@ -120,10 +120,34 @@ class Plan:
     op_sources: dict[str, str] = field(default_factory=dict)  # op id -> source hash
     margin: float = 1.0  # moves were kept within margin * tol on the tuning inputs
     held_out_error: float | None = None  # worst error on validation inputs, when given
+    tuned_on: str = ""  # the inputs it was tuned on, in words
+    # why the tuning data could not be trusted ("" when they could): the plan rests on the error
+    # model, and a ``tol=`` function tunes again on its next call with other data
+    provisional: str = ""
+    target: str = ""  # the device whose costs it minimises ("cpu" or "cuda")
 
     def __post_init__(self) -> None:
         for level in self.levels.values():
             get_level(level)  # unknown names fail at load time, not mid-run
+
+    def __str__(self) -> str:
+        """The plan as a user reads it: one line of facts, then a line per op."""
+        held = f", held-out {self.held_out_error:.2e}" if self.held_out_error is not None else ""
+        lines = [
+            f"plan for {self.function} (tol {self.tol:g}, on {self.target or self.device}): "
+            f"error {self.error:.2e} within {self.margin:.2g} tol{held}, predicted "
+            f"{self.predicted_speedup:.2f}x native float32"
+            + ("" if self.met_tol else "; tol NOT met: the most accurate levels")
+        ]
+        if self.tuned_on:
+            lines.append(f"  tuned on {self.tuned_on}")
+        if self.provisional:
+            lines.append(f"  provisional: {self.provisional}")
+        for op, level in self.levels.items():
+            report = next((r for r in self.ops if r.op_id == op), None)
+            where = f"  {report.location}" if report else ""
+            lines.append(f"  {op:<24} {level:<12}{where}")
+        return "\n".join(lines)
 
     # --- checks ----------------------------------------------------------------------------
     def is_for(self, func: Any) -> bool:
