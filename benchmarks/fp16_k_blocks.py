@@ -20,8 +20,8 @@ device.exit_without_gpu("benchmarks/fp16_k_blocks.py")
 
 import cupy as cp
 
-from mixpert.runtime import cuda, get_level
-from mixpert.runtime.cuda import sliced
+from mixpert.runtime import get_level
+from mixpert.runtime.cuda import backend, sliced
 from mixpert.testdata import gemmul8
 from mixpert.timing import gpu_median_seconds
 
@@ -44,8 +44,8 @@ def measure(n: int, dist: str) -> dict:
     row: dict = {"n": n, "dist": dist, "sgemm_error": error(cp.matmul(a, b), ref)}
     iv = get_level("IV")
     row["IV"] = (
-        error(cuda.matmul(a, b, iv), ref),
-        sgemm / gpu_median_seconds(lambda: cuda.matmul(a, b, iv), flops),
+        error(backend.matmul(a, b, iv), ref),
+        sgemm / gpu_median_seconds(lambda: backend.matmul(a, b, iv), flops),
     )
     for block in BLOCKS:
         kb = block or 10**9

@@ -11,8 +11,8 @@ import time
 
 import cupy as cp
 
-from mixpert.runtime import LEVELS, cuda, device, dispatch
-from mixpert.runtime.cuda import fp32_ordered
+from mixpert.runtime import LEVELS, device, dispatch
+from mixpert.runtime.cuda import backend, fp32_ordered
 from mixpert.testdata import gemmul8
 
 CALLS = 400
@@ -50,7 +50,7 @@ def probe(rng, count: int, m: int, k: int, n: int) -> None:
         "  tiles R = 1": lambda: fp32_ordered.ordered_product(a, b, 1),
         "  tiles R = 2": lambda: fp32_ordered.ordered_product(a, b, 2),
         "  tiles R = 4": lambda: fp32_ordered.ordered_product(a, b, 4),
-        "matmul_stack": lambda: cuda.matmul_stack(a, b, ordered),
+        "matmul_stack": lambda: backend.matmul_stack(a, b, ordered),
         "dispatch auto": lambda: dispatch.matmul(a, b, "auto"),
         "resolve_level": lambda: dispatch.resolve_level("auto", a, b, "cuda"),
         "cupy_module": device.cupy_module,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import cupy as cp
 
-from mixpert.runtime import LEVELS, cuda, dispatch
-from mixpert.runtime.cuda import fp32_ordered, packs, sliced
+from mixpert.runtime import LEVELS, dispatch
+from mixpert.runtime.cuda import backend, fp32_ordered, packs, sliced
 from mixpert.testdata import gemmul8
 from mixpert.timing import gpu_median_seconds
 
@@ -34,7 +34,7 @@ def small_row(rng, count: int, m: int, k: int, n: int) -> dict:
         "shape": f"{count} x {m}x{k}x{n}",
         "sgemm": ms(lambda: cp.matmul(a, b), flops),
         "kernel": ms(lambda: fp32_ordered.ordered_product(a, b), flops),
-        "matmul_stack": ms(lambda: cuda.matmul_stack(a, b, ordered), flops),
+        "matmul_stack": ms(lambda: backend.matmul_stack(a, b, ordered), flops),
         "dispatch": ms(lambda: dispatch.matmul(a, b, ordered), flops),
         "auto": ms(lambda: dispatch.matmul(a, b, "auto"), flops),
     }

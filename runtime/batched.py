@@ -11,7 +11,7 @@
 Both backends take the same route, so every batch element has the same bits on CPU and GPU.
 (Folding lets the equilibration along k see the whole stack: a folded element may differ in its
 last bits from the same product alone.) ``dispatch`` passes a ``stack_product`` that runs all
-pairs in one call: on the GPU a few launches for the whole stack (``cuda.matmul_stack``).
+pairs in one call: on the GPU a few launches for the whole stack (``cuda.backend.matmul_stack``).
 """
 
 from __future__ import annotations
@@ -76,6 +76,6 @@ def matmul(a: Any, b: Any, product: Matmul2D, stack_product: Matmul2D | None = N
 def _as_float32(xp: Any, x: Any) -> Any:
     if xp is np:
         return x.astype(np.float32, copy=False)
-    from .cuda import as_float32
+    from .cuda.convert import as_float32
 
     return as_float32(x)

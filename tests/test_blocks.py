@@ -115,10 +115,12 @@ def test_nonfinite_lines_and_the_ends_of_the_range() -> None:
 
 def _gpu_matches_cpu(a: np.ndarray, b: np.ndarray, a_gpu: object = None) -> None:
     cp = device.cupy_module()
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import backend
 
     expected = cpu.matmul(a, b, LEVEL)
-    got = cp.asnumpy(cuda.matmul(cp.asarray(a) if a_gpu is None else a_gpu, cp.asarray(b), LEVEL))
+    got = cp.asnumpy(
+        backend.matmul(cp.asarray(a) if a_gpu is None else a_gpu, cp.asarray(b), LEVEL)
+    )
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
@@ -145,36 +147,36 @@ def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
     """1 and 4 n-tiles a block: the variant capped for 4 blocks an SM, with its own shared
     memory and grid, where its extra blocks save a round of A's row tiles; the plain one where
     both take as many rounds; the CPU model's bits."""
-    from mixpert.runtime import cuda_blocks
+    from mixpert.runtime.cuda import iv_blocks
     from mixpert.runtime.cuda.launch import resident_blocks
 
     cp = device.cupy_module()
     gpu = cp.cuda.Device().id
     vec = "_vec" if k % 4 == 0 else ""
-    nt = cuda_blocks.n_tiles_per_block(-(-n // 8))
+    nt = iv_blocks.n_tiles_per_block(-(-n // 8))
 
     def variant(name: str, shapes: dict[int, tuple[int, int]]) -> tuple[object, int, int]:
         """The kernel, its shared memory, and the blocks of it the GPU runs at once."""
-        kernel = cuda_blocks._rows_kernel(f"blocks_rows_{nt}{name}{vec}")
-        shared = shapes[nt][0] * cuda_blocks.stage_bytes(nt, blocks.BLOCK_K, LEVEL.b_slices)
+        kernel = iv_blocks._rows_kernel(f"blocks_rows_{nt}{name}{vec}")
+        shared = shapes[nt][0] * iv_blocks.stage_bytes(nt, blocks.BLOCK_K, LEVEL.b_slices)
         return (
             kernel,
             shared,
-            resident_blocks(kernel, cuda_blocks.BLOCKS_THREADS, gpu, shared),
+            resident_blocks(kernel, iv_blocks.BLOCKS_THREADS, gpu, shared),
         )
 
     busy, plain = (
-        variant("_busy", cuda_blocks.BLOCKS_BUSY_SHAPES),
-        variant("", cuda_blocks.BLOCKS_SHAPES),
+        variant("_busy", iv_blocks.BLOCKS_BUSY_SHAPES),
+        variant("", iv_blocks.BLOCKS_SHAPES),
     )
     busy_rows, plain_rows = busy[2], plain[2]
     if busy_rows <= plain_rows:
         assert cp.cuda.Device().compute_capability != "90", "an H100 runs more capped blocks"
         pytest.skip(f"the capped variant runs no more blocks here ({busy_rows}, {plain_rows})")
-    tile = cuda_blocks.BLOCKS_TILE_ROWS
+    tile = iv_blocks.BLOCKS_TILE_ROWS
 
     def launch(m: int) -> tuple[object, int, int]:
-        return cuda_blocks._rows_launch(nt, vec, m, 1, LEVEL, gpu)
+        return iv_blocks._rows_launch(nt, vec, m, 1, LEVEL, gpu)
 
     assert launch(tile) == (plain[0], plain[1], 1)  # one round each
     if busy_rows < 2 * plain_rows:
@@ -345,10 +347,10 @@ def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     import functools
 
     cp = device.cupy_module()
-    from mixpert.runtime import cuda, cuda_blocks
+    from mixpert.runtime.cuda import backend, iv_blocks
 
     m, k, n = 16384, 1024, 16
-    assert cuda_blocks._sample_stride(m, k) == 64
+    assert iv_blocks._sample_stride(m, k) == 64
     rng = np.random.default_rng(11)
     a, b = gemmul8(np, rng, (m, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
     a[::64] = gemmul8(np, rng, (m // 64, k), 6.0)
@@ -356,11 +358,11 @@ def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     assert dispatch.unresolved_lines(a, b, LEVEL) == (m // 64, 0)
     a, b = cp.asarray(a), cp.asarray(b)
     told: list[int] = []
-    got = cuda.matmul(
+    got = backend.matmul(
         a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
     )
     assert told == []
-    assert cp.array_equal(got, cuda.matmul(a, b, LEVEL), equal_nan=True)
+    assert cp.array_equal(got, backend.matmul(a, b, LEVEL), equal_nan=True)
 
 
 @pytest.mark.gpu
@@ -375,11 +377,11 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
     import functools
 
     cp = device.cupy_module()
-    from mixpert.runtime import cuda, cuda_blocks
+    from mixpert.runtime.cuda import backend, iv_blocks
 
     m, k, n = 4096, 1024, 16
-    sampled = cuda_blocks.sampled_rows(m, k)
-    stride = cuda_blocks._sample_stride(m, k)
+    sampled = iv_blocks.sampled_rows(m, k)
+    stride = iv_blocks._sample_stride(m, k)
     assert len(sampled) * stride == m and blocks.AUTO_ROW_ENTRIES * m == 8 * stride * n
     assert all(i * stride <= r < (i + 1) * stride for i, r in enumerate(sampled))
     rng = np.random.default_rng(wide)
@@ -390,11 +392,11 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
     assert dispatch.unresolved_lines(a, b, LEVEL) == (wide, 0)
     a, b = cp.asarray(a), cp.asarray(b)
     told: list[int] = []
-    got = cuda.matmul(
+    got = backend.matmul(
         a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
     )
     assert told == ([1] if falls_back else [])
-    want = cp.matmul(a, b) if falls_back else cuda.matmul(a, b, LEVEL)
+    want = cp.matmul(a, b) if falls_back else backend.matmul(a, b, LEVEL)
     assert cp.array_equal(got, want, equal_nan=True)
 
 
@@ -408,7 +410,7 @@ def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> No
     import functools
 
     cp = device.cupy_module()
-    from mixpert.runtime import cuda
+    from mixpert.runtime.cuda import backend
 
     rng = np.random.default_rng(9)
 
@@ -431,9 +433,9 @@ def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> No
     cases = ((narrow, False), (few, False), (most, True), (entries, True), (nonfinite, False))
     for (a, b), falls_back in cases:
         told: list[int] = []
-        got = cuda.matmul(
+        got = backend.matmul(
             a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
         )
-        want = cp.matmul(a, b) if falls_back else cuda.matmul(a, b, LEVEL)
+        want = cp.matmul(a, b) if falls_back else backend.matmul(a, b, LEVEL)
         assert told == ([1] if falls_back else [])
         assert cp.array_equal(got, want, equal_nan=True)

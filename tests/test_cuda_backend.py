@@ -14,7 +14,7 @@ if not device.gpu_available():
 
 import cupy as cp  # noqa: E402
 
-from mixpert.runtime import cuda  # noqa: E402
+from mixpert.runtime.cuda import backend  # noqa: E402
 from mixpert.runtime.cuda.native import native_gemm  # noqa: E402
 from mixpert.runtime.cuda.packs import (  # noqa: E402
     A_SIDE,
@@ -157,13 +157,13 @@ def test_no_host_synchronisation_inside_a_call() -> None:
     n = 4096
     a = cp.random.standard_normal((n, n), dtype=cp.float32)
     b = cp.random.standard_normal((n, n), dtype=cp.float32)
-    cuda.matmul(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
+    backend.matmul(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
     cp.cuda.Device().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         start = cp.cuda.Event()
         start.record(stream)
-        cuda.matmul(a, b, get_level("IV"))
+        backend.matmul(a, b, get_level("IV"))
         end = cp.cuda.Event()
         end.record(stream)
         assert not end.done, "the call waited for the GPU (a host synchronisation inside it)"
@@ -517,7 +517,7 @@ def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> 
     a = cp.asarray(rng.standard_normal((side, k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((k, side), dtype=np.float32))
     got = mixpert.matmul(a, b, level="auto")
-    want = cuda.matmul(a, b, get_level("IV"))
+    want = backend.matmul(a, b, get_level("IV"))
     assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
     assert not cp.array_equal(got, native_gemm(a, b, CUDA_R_32F))
     narrow = b[:, : side - 1]
@@ -540,7 +540,7 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     for x in (a_dev, a_dev.copy()):
         if x is not a_dev:
             x[: n // 4, 5] = np.float32(np.nan)  # a quarter of the rows: NaN lines only
-        want = cp.asnumpy(cuda.matmul(x, b_dev, iv))
+        want = cp.asnumpy(backend.matmul(x, b_dev, iv))
         got = cp.asnumpy(dispatch.matmul(x, b_dev))
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     a_dev[:, 3] *= np.float32(1e6)

@@ -18,7 +18,8 @@ if not device.gpu_available():
 import cupy as cp  # noqa: E402
 from cupy.cuda import memory_hook  # noqa: E402
 
-from mixpert.runtime import cuda, workspace  # noqa: E402
+from mixpert.runtime import workspace  # noqa: E402
+from mixpert.runtime.cuda import backend  # noqa: E402
 
 
 class PeakBytes(memory_hook.MemoryHook):
@@ -68,7 +69,7 @@ def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, bloc
     expected = np.stack(
         [dispatch.matmul(x, y, level, backend="cpu") for x, y in zip(sa, sb, strict=True)]
     )
-    got = cp.asnumpy(cuda.matmul_stack(cp.asarray(sa), cp.asarray(sb), get_level(level)))
+    got = cp.asnumpy(backend.matmul_stack(cp.asarray(sa), cp.asarray(sb), get_level(level)))
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
@@ -92,7 +93,7 @@ def test_the_result_is_ready_on_the_callers_stream(monkeypatch) -> None:
     expected = dispatch.matmul(a, b, "IV", backend="cpu")
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
-        got = cuda.matmul(cp.asarray(a), cp.asarray(b), get_level("IV"))
+        got = backend.matmul(cp.asarray(a), cp.asarray(b), get_level("IV"))
         host = cp.asnumpy(got, stream=stream)  # ordered on the caller's stream only
     np.testing.assert_array_equal(host, expected)
 
@@ -113,7 +114,7 @@ def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None
     *stack, m, k, n = shape
     a = cp.asarray(rng.standard_normal((*stack, m, k)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((*stack, k, n)).astype(np.float32))
-    product = cuda.matmul_stack if stack else cuda.matmul
+    product = backend.matmul_stack if stack else backend.matmul
     product(a, b, get_level(level))  # compiles kernels, picks the GEMM algorithms
     cp.cuda.Device().synchronize()
     hook = PeakBytes()
@@ -122,7 +123,7 @@ def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None
         cp.cuda.Device().synchronize()
     assert hook.peak <= 4 * (a.nbytes + b.nbytes + c.nbytes), (hook.peak, a.nbytes)
     count = stack[0] if stack else 1
-    assert hook.peak <= cuda.workspace_bytes(get_level(level), m, k, n, count)  # the refusal's
+    assert hook.peak <= backend.workspace_bytes(get_level(level), m, k, n, count)  # the refusal's
 
 
 @pytest.mark.parametrize("shape", [(300, 400, 200), (3, 300, 400, 200)])
@@ -130,9 +131,9 @@ def test_a_product_that_cannot_fit_is_refused_before_allocating(monkeypatch, sha
     *stack, m, k, n = shape
     a = cp.ones((*stack, m, k), cp.float32)
     b = cp.ones((*stack, k, n), cp.float32)
-    monkeypatch.setattr(cuda, "free_bytes", lambda: 1_000_000)
+    monkeypatch.setattr(backend, "free_bytes", lambda: 1_000_000)
     hook = PeakBytes()
     rows = m * (stack[0] if stack else 1)
     with hook, pytest.raises(MemoryError, match=rf"level IV: a \({rows} x {k}\) @ \({k} x {n}\)"):
-        (cuda.matmul_stack if stack else cuda.matmul)(a, b, get_level("IV"))
+        (backend.matmul_stack if stack else backend.matmul)(a, b, get_level("IV"))
     assert hook.peak == 0

@@ -33,7 +33,7 @@ SHAPES = (
     (16, 4096, 4096, 4096),
 )
 QUICK = ((4096, 32, 32, 32), (1024, 64, 64, 64), (64, 1024, 1024, 1024))
-# Levels with a stack path (cuda.STACK_PRODUCTS); fp16 runs pair by pair and is left out.
+# Levels with a stack path (cuda.backend.STACK_PRODUCTS); fp16 runs pair by pair and is left out.
 LEVELS = tuple(lv.name for lv in LADDER if lv.kind in ("int8", "ordered", "fp64"))
 METHODS = ("sgemm", "tf32", *LEVELS, AUTO.name)
 PHI = 0.5

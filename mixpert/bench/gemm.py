@@ -70,8 +70,8 @@ def random_inputs(cp: Any, m: int, k: int, n: int, dist: str, seed: int) -> tupl
 def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], str]:
     """(call, what it runs) for a method of the tables: "sgemm" (``cp.matmul``: cuBLAS SGEMM,
     strided-batched for stacks), "tf32", "auto" or a level, on two matrices or two stacks."""
-    from ..runtime import cuda, dispatch
-    from ..runtime.cuda import native
+    from ..runtime import dispatch
+    from ..runtime.cuda import backend, native
 
     if name == "sgemm":
         return (lambda: cp.matmul(a, b)), "sgemm"
@@ -82,8 +82,8 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
         return (lambda: dispatch.matmul(a, b, AUTO)), chosen.name
     level = get_level(name)
     if a.ndim == 3:
-        return (lambda: cuda.matmul_stack(a, b, level)), name
-    product = cuda.PRODUCTS[level.kind]
+        return (lambda: backend.matmul_stack(a, b, level)), name
+    product = backend.PRODUCTS[level.kind]
     return (lambda: product(a, b, level)), name
 
 
@@ -185,8 +185,8 @@ def summary(label: str, timings: dict[str, tuple[float, float, str]]) -> str:
 
 def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     """Milliseconds of each stage of one ``level`` call at n x n x n (phi = 0.5 inputs)."""
-    from ..runtime import cuda, device
-    from ..runtime.cuda import sliced
+    from ..runtime import device
+    from ..runtime.cuda import backend, sliced
 
     cp = device.cupy_module()
     chosen = get_level(level)
@@ -194,7 +194,7 @@ def breakdown(n: int = 16384, level: str = "IV") -> dict[str, float]:
     flops = 2.0 * n**3
     stages = sliced.staged_product(a, b, chosen)
     out = {name: gpu_median_seconds(fn, flops) * 1e3 for name, fn in stages.items()}
-    whole = cuda.PRODUCTS[chosen.kind]
+    whole = backend.PRODUCTS[chosen.kind]
     out["whole call"] = gpu_median_seconds(lambda: whole(a, b, chosen), flops) * 1e3
     return out
 

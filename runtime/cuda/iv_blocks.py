@@ -20,8 +20,8 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
-from . import blocks, bypass, workspace
-from .blocks_kernels import (
+from .. import blocks, bypass, workspace
+from ..blocks_kernels import (
     BLOCKS_BUSY_SHAPES,
     BLOCKS_BYPASS_THREADS,
     BLOCKS_N_TILES,
@@ -30,13 +30,13 @@ from .blocks_kernels import (
     BLOCKS_TILE_ROWS,
     stage_bytes,
 )
-from .combine import overflow_slack
-from .cuda import build, launch
-from .cuda.convert import WIDEN, conversion
-from .cuda.geometry import MAX_GRID_YZ
-from .cuda.launch import c_contiguous, flag_counts, free_bytes, vector_suffix
-from .cuda.packs import deep_argument
-from .levels import Level, triangle
+from ..combine import overflow_slack
+from ..levels import Level, triangle
+from . import build, launch
+from .convert import WIDEN, conversion
+from .geometry import MAX_GRID_YZ
+from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
+from .packs import deep_argument
 
 MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
 QUERY_FREE_ABOVE = 256 << 20  # workspace bytes past which a call asks what memory is free first

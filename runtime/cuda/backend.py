@@ -1,0 +1,189 @@
+"""The CUDA backend's entry points, as the dispatcher calls them: ``matmul`` and ``matmul_stack``
+at a concrete level, each level kind through one table of products (``PRODUCTS``; whole stacks
+in one call: ``STACK_PRODUCTS``), and the workspace checked before anything is allocated; what
+inspection asks (``unresolved_lines``, ``rebalanced_k``) and the dispatcher's questions about
+the GPU. The products themselves are the package's other modules': ``sliced`` (INT8 and FP16
+slices), ``iv_blocks``, ``fp32_ordered`` and ``native``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol
+
+import cupy as cp
+import numpy as np
+
+from .. import pack_reuse, workspace
+from ..combine import int32_k_block
+from ..levels import Kind, Level
+from . import iv_blocks
+from .convert import as_float32
+from .fp32_ordered import ordered_product, thin_fits
+from .launch import free_bytes
+from .native import contiguous_sgemm_stack, fp64_product, sgemm_stack, tf32_product
+from .packs import k_exponents, pack_a, pack_b, packable_b, padded, tops_and_exponents, unit_inner
+from .sliced import (
+    FP16_K_BLOCK,
+    fp16_product,
+    int8_product,
+    int8_product_stack,
+    sum_blocking,
+    unresolved_counts,
+)
+
+__all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: the dispatcher's)
+    "PRODUCTS",
+    "STACK_PRODUCTS",
+    "Call",
+    "blocks_supported",
+    "contiguous_sgemm_stack",
+    "free_bytes",
+    "matmul",
+    "matmul_stack",
+    "ordered_product",
+    "rebalanced_k",
+    "thin_fits",
+    "unresolved_lines",
+    "workspace_bytes",
+]
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+class Call(NamedTuple):
+    """What a call asks beyond a @ b at its level: the operands whose packs to keep (kind
+    "int8": ``pack_reuse``), and level "auto"'s fallback to cuBLAS SGEMM where most of C would
+    be recomputed exactly (kinds "int8" and "blocks": ``native_when_bypassed``, with
+    ``on_native`` called when the fallback runs). The other kinds take none of it."""
+
+    keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
+    native_when_bypassed: bool = False
+    on_native: Callable[[], None] | None = None
+
+
+PLAIN = Call()
+
+
+class Product(Protocol):
+    def __call__(
+        self, a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN, /
+    ) -> cp.ndarray: ...
+
+
+def _int8(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> cp.ndarray:
+    return int8_product(a, b, level, call.keep, call.native_when_bypassed, call.on_native)
+
+
+def _blocks(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> cp.ndarray:
+    return iv_blocks.blocks_product(a, b, level, call.native_when_bypassed, call.on_native)
+
+
+# Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0, every kind's product.
+PRODUCTS: dict[Kind, Product] = {
+    "int8": _int8,
+    "blocks": _blocks,
+    "fp16": lambda a, b, level, call=PLAIN: fp16_product(a, b),
+    "tf32": lambda a, b, level, call=PLAIN: tf32_product(a, b),
+    "fp32": lambda a, b, level, call=PLAIN: cp.matmul(a, b),
+    "fp64": lambda a, b, level, call=PLAIN: fp64_product(a, b),
+    "ordered": lambda a, b, level, call=PLAIN: ordered_product(a, b),
+}
+# ... and for two stacks (s, m, k), (s, k, n) in one call; the other kinds run pair by pair.
+STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]] = {
+    "int8": int8_product_stack,
+    "tf32": lambda a, b, level: tf32_product(a, b),
+    "fp32": lambda a, b, level: sgemm_stack(a, b),
+    "fp64": lambda a, b, level: fp64_product(a, b),
+    "ordered": lambda a, b, level: ordered_product(a, b),
+}
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    level: Level,
+    keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
+    native_when_bypassed: bool = False,
+    on_native: Callable[[], None] | None = None,
+) -> Any:
+    """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
+
+    CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
+    dimensions give zeros. NaN/Inf lines are handled inside the combine kernels (IV-blocks: its
+    bypass kernels). Levels of kind "int8" keep the packs of the operands ``keep`` names
+    (``pack_reuse``; IV-blocks packs nothing to keep); ``native_when_bypassed``:
+    ``int8_product``'s and ``iv_blocks.blocks_product``'s fallback of level "auto" (``Call``).
+    """
+    product = PRODUCTS.get(level.kind)
+    if product is None:
+        raise ValueError(f"level {level.name!r} (kind {level.kind}) has no CUDA implementation")
+    host = not (isinstance(a, cp.ndarray) or isinstance(b, cp.ndarray))
+    a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0 or k == 0:
+        c = cp.zeros((m, n), dtype=cp.float32)
+    else:
+        _check_workspace(level, m, k, n)
+        c = product(a, b, level, Call(keep, native_when_bypassed, on_native))
+    return cp.asnumpy(c) if host else c
+
+
+def matmul_stack(a: Any, b: Any, level: Level) -> Any:
+    """``matmul`` of each pair of two stacks (s, m, k) and (s, k, n), as one stack: the whole
+    stack in a few launches where the level's kind has a stack product, else pair by pair."""
+    a_dev, b_dev = isinstance(a, cp.ndarray), isinstance(b, cp.ndarray)
+    host = not (a_dev or b_dev)
+    if not (a_dev and b_dev and a.dtype == _FLOAT32 and b.dtype == _FLOAT32):
+        a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    count, m, k = a.shape
+    n = b.shape[2]
+    if 0 in (count, m, k, n):
+        c = cp.zeros((count, m, n), dtype=cp.float32)
+    elif level.kind in STACK_PRODUCTS:
+        _check_workspace(level, m, k, n, count)
+        c = STACK_PRODUCTS[level.kind](a, b, level)
+    else:
+        c = cp.stack([matmul(a[i], b[i], level) for i in range(count)])
+    return cp.asnumpy(c) if host else c
+
+
+def _check_workspace(level: Level, m: int, k: int, n: int, count: int = 1) -> None:
+    """MemoryError before allocating when ``count`` products' workspace cannot fit."""
+    if level.emulated and level.kind != "blocks":  # (IV-blocks checks its own operands)
+        needed = workspace_bytes(level, m, k, n, count)
+        workspace.check_fits(level, count * m, k, n, needed, free_bytes(), "GPU")
+
+
+def workspace_bytes(level: Level, m: int, k: int, n: int, count: int = 1) -> int:
+    """The most device memory ``count`` (m x k) @ (k x n) products at an emulated ``level``
+    allocate at once (``workspace.gpu_bytes``)."""
+    block = int32_k_block(level) if level.kind == "int8" else FP16_K_BLOCK
+    sums = sum_blocking(level, m, k, n, count)[1] if level.kind == "int8" else None
+    return workspace.gpu_bytes(level, m, k, n, padded(k), padded(k) > block, count, sums)
+
+
+def unresolved_lines(a: Any, b: Any, level: Level) -> tuple[int, int]:
+    """``cpu.unresolved_lines`` from the pack kernels' own flags (one pack of each operand),
+    NaN/Inf lines left out; brings two numbers to the host (level IV-blocks: counted from the
+    entries' bits, ``iv_blocks.unresolved_lines``)."""
+    if not level.bypass_wide or 0 in (*a.shape, b.shape[1]):
+        return 0, 0
+    a, b = as_float32(cp.asarray(a)), as_float32(cp.asarray(b))
+    if level.kind == "blocks":
+        return iv_blocks.unresolved_lines(a, b, level)
+    a_rows, b = unit_inner(a), packable_b(b)
+    a_top, b_top, kexp = tops_and_exponents(a_rows, b)  # as int8_product packs them
+    packs = pack_a(a_rows, kexp, level, a_top), pack_b(b, kexp, level, b_top)
+    return unresolved_counts(a, b, *packs)
+
+
+def rebalanced_k(a: Any, b: Any) -> int:
+    """k-indices ``k_exponents`` moves or drops (brings one number to the host)."""
+    f = k_exponents(unit_inner(as_float32(cp.asarray(a))), as_float32(cp.asarray(b)))
+    return int(cp.count_nonzero(f[:-1]))
+
+
+def blocks_supported() -> bool:
+    """Whether the current GPU runs level IV-blocks's kernels (INT8 mma.sync)."""
+    return iv_blocks.supported(cp.cuda.Device().id)
