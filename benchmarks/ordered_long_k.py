@@ -2,9 +2,9 @@
 run: the default choice, and each kernel forced (split-k over segments, the tile kernel walking
 all of k, the tall and thin kernels). Prints a table; used to set
 ``cuda.fp32_ordered._splits_k``'s crossover and the "auto" rules of
-``dispatch._ordered_kernel_wins`` (the rows after the first ten are the shapes its comments
-cite). A trailing "t" (16x2097152x16t) gives A as X.T of a C-ordered X, as
-in X.T @ Y, which split-k reads in place.
+``auto.ordered_kernel_wins`` (the rows after the first ten are the shapes its figures cite:
+benchmarks/results/<gpu>/auto-crossovers.txt). A trailing "t" (16x2097152x16t) gives A as
+X.T of a C-ordered X, as in X.T @ Y, which split-k reads in place.
 
     python benchmarks/ordered_long_k.py [MxKxN[t] ...]
 """

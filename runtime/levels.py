@@ -227,7 +227,7 @@ LevelName = Literal[
 ]
 
 # Not a rung but a policy: the fastest float32-grade way for the shape and backend at hand
-# (dispatch.resolve_level): level IV where the INT8 tensor cores win, IV-blocks for tall products
+# (auto.on_gpu): level IV where the INT8 tensor cores win, IV-blocks for tall products
 # with few columns and a long k, fp32-ordered's kernels for stacks of very small pairs and tall,
 # narrow or long-k products on the GPU, native float32 elsewhere. Its cost in the tuner's model
 # is native float32's (what it mostly runs): the model cannot know the shape-specific paths,

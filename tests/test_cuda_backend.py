@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mixpert.runtime import LADDER, cpu, device, dispatch, get_level, packer
+from mixpert.runtime import LADDER, auto, cpu, device, dispatch, get_level, packer
 from mixpert.testdata import gemmul8
 
 pytestmark = pytest.mark.gpu
@@ -506,14 +506,14 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
 
 
 def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> None:
-    """CuPy operands of 2048 x k x 2048 with AUTO_LARGE_MIN_WORK multiply-adds: "auto" (its
+    """CuPy operands of 2048 x k x 2048 with large_min_work multiply-adds: "auto" (its
     fast path for CuPy matrices included) gives level IV's bits, not cuBLAS SGEMM's; one
     column fewer, it runs SGEMM."""
     import mixpert
 
     rng = np.random.default_rng(21)
-    side = dispatch.AUTO_LARGE_MIN_DIM
-    k = dispatch.AUTO_LARGE_MIN_WORK // side**2
+    side = auto.CROSSOVERS.large_min_dim
+    k = auto.CROSSOVERS.large_min_work // side**2
     a = cp.asarray(rng.standard_normal((side, k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((k, side), dtype=np.float32))
     got = mixpert.matmul(a, b, level="auto")
@@ -532,7 +532,7 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     from mixpert.runtime import bypass
 
     rng = np.random.default_rng(12)
-    n = dispatch.AUTO_MIN_DIM
+    n = auto.CROSSOVERS.min_dim
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = rng.standard_normal((n, n)).astype(np.float32)
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
@@ -557,5 +557,5 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
 
     with record_calls() as calls:
         for x in (a_dev, cp.asarray(a)):
-            hook.run_product(0, x, b_dev, get_level("auto"))
+            hook.run_product(0, x, b_dev, dispatch.route(x, b_dev, "auto"))
     assert [(c.level, c.exact_lines) for c in calls] == [("fp32", (0, 0)), ("IV", (0, 0))]

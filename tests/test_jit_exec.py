@@ -113,7 +113,7 @@ def test_unexpected_runtime_failure_is_raised_not_swallowed(monkeypatch) -> None
     def boom(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("backend exploded")
 
-    monkeypatch.setattr(hook.dispatch, "matmul", boom)
+    monkeypatch.setattr(hook.dispatch, "run", boom)
     with pytest.raises(RuntimeError, match="backend exploded"):
         emulated.with_plan(PLAN)(A, B, C)
     assert execution.take_pending_error() is None

@@ -152,22 +152,22 @@ def test_gpu_stack_runs_one_int8_gemm_per_class_whatever_its_length(count, monke
 
 def test_auto_routes_stacks_by_their_shape() -> None:
     """On the GPU "auto" picks per stack shape (dispatch's crossovers); the CPU stays native."""
-    from mixpert.runtime import dispatch
+    from mixpert.runtime import auto, dispatch
 
     def level(count: int, m: int, k: int, n: int, backend: str = "cuda") -> str:
         a, b = shaped(count, m, k), shaped(count, k, n)
         return dispatch.resolve_level("auto", a, b, backend).name
 
-    small, large = dispatch.AUTO_ORDERED_MAX_DIM, dispatch.AUTO_MIN_DIM
-    assert level(4096, small, small, small) == dispatch.AUTO_SMALL
+    small, large = auto.CROSSOVERS.ordered_max_dim, auto.CROSSOVERS.min_dim
+    assert level(4096, small, small, small) == auto.ORDERED.name
     assert level(4096, small, small, small, backend="cpu") == "fp32"
     assert level(4096, small, small + 1, small) == "fp32"
-    pairs = dispatch.AUTO_PAIRS_MAX_DIM  # the pairs kernel, where it copies 16 bytes at a time
-    assert level(4096, pairs, pairs, pairs) == level(512, 17, 20, 8) == dispatch.AUTO_SMALL
+    pairs = auto.CROSSOVERS.pairs_max_dim  # the pairs kernel, where it copies 16 bytes at a time
+    assert level(4096, pairs, pairs, pairs) == level(512, 17, 20, 8) == auto.ORDERED.name
     assert level(4096, pairs, pairs - 2, pairs) == level(4096, pairs, pairs, 17) == "fp32"
     assert level(4096, pairs + 1, pairs, pairs) == "fp32"
-    side = dispatch.AUTO_STACK_MIN_DIM  # level IV for stacks of large pairs, enough of them
-    count = dispatch.AUTO_STACK_MIN_WORK // side**3
+    side = auto.CROSSOVERS.stack_min_dim  # level IV for stacks of large pairs, enough of them
+    count = auto.CROSSOVERS.stack_min_work // side**3
     assert level(count, side, side, side) == level(4, 2 * side, 2 * side, 2 * side) == "IV"
     assert level(count // 2, side, side, side) == "fp32"
     assert (
@@ -175,7 +175,7 @@ def test_auto_routes_stacks_by_their_shape() -> None:
         == level(8 * count, side // 2, side, side)
         == "fp32"
     )
-    assert level(16, large, large, large) == dispatch.AUTO_EMULATED
+    assert level(16, large, large, large) == auto.EMULATED.name
     assert level(64, large, small, large) == "fp32"  # thin k: the packs cost more than they save
 
 
@@ -185,7 +185,7 @@ def test_auto_runs_native_where_level_iv_workspace_does_not_fit(monkeypatch) -> 
     rather than raise MemoryError."""
     from types import SimpleNamespace
 
-    from mixpert.runtime import device, dispatch
+    from mixpert.runtime import auto, device, dispatch
 
     free = {"bytes": 0}
     fake_cuda = SimpleNamespace(
@@ -194,14 +194,14 @@ def test_auto_runs_native_where_level_iv_workspace_does_not_fit(monkeypatch) -> 
     )
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: fake_cuda)
-    big, side = dispatch.AUTO_MIN_DIM, dispatch.AUTO_STACK_MIN_DIM
-    count = dispatch.AUTO_STACK_MIN_WORK // side**3
+    big, side = auto.CROSSOVERS.min_dim, auto.CROSSOVERS.stack_min_dim
+    count = auto.CROSSOVERS.stack_min_work // side**3
     for a, b, pairs in (
         (shaped(big, big), shaped(big, big), 1),
         (shaped(count, side, side), shaped(count, side, side), count),
     ):
         free["bytes"] = 1000 * pairs
-        assert dispatch.resolve_level("auto", a, b, "cuda").name == dispatch.AUTO_EMULATED
+        assert dispatch.resolve_level("auto", a, b, "cuda").name == auto.EMULATED.name
         free["bytes"] = 1000 * pairs - 1
         assert dispatch.resolve_level("auto", a, b, "cuda").name == "fp32"
 
@@ -212,19 +212,19 @@ def shaped(*shape: int) -> np.ndarray:
 
 
 def test_auto_routes_large_products_to_level_iv() -> None:
-    """One product: level IV on the GPU where every dimension is at least AUTO_MIN_DIM, or at
-    least AUTO_LARGE_MIN_DIM with AUTO_LARGE_MIN_WORK multiply-adds; native float32 one step
-    short of either rule, and on the CPU."""
-    from mixpert.runtime import dispatch
+    """One product: level IV on the GPU where every dimension is at least min_dim, or at least
+    large_min_dim with large_min_work multiply-adds (``auto.CROSSOVERS``); native float32 one
+    step short of either rule, and on the CPU."""
+    from mixpert.runtime import auto, dispatch
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
-    big, side = dispatch.AUTO_MIN_DIM, dispatch.AUTO_LARGE_MIN_DIM
-    long = dispatch.AUTO_LARGE_MIN_WORK // side**2  # side x long x side: just enough work
-    assert level(big, big, big) == level(side, long, side) == dispatch.AUTO_EMULATED
-    assert level(long, side, side) == level(side, side, long) == dispatch.AUTO_EMULATED
-    assert level(side, 2 * side, long // 2) == dispatch.AUTO_EMULATED  # 2048 x 4096 x 8192
+    big, side = auto.CROSSOVERS.min_dim, auto.CROSSOVERS.large_min_dim
+    long = auto.CROSSOVERS.large_min_work // side**2  # side x long x side: just enough work
+    assert level(big, big, big) == level(side, long, side) == auto.EMULATED.name
+    assert level(long, side, side) == level(side, side, long) == auto.EMULATED.name
+    assert level(side, 2 * side, long // 2) == auto.EMULATED.name  # 2048 x 4096 x 8192
     assert level(side, long - 1, side) == "fp32"  # one multiply-add row short
     assert level(side - 1, 2 * long, side) == level(long, side, side - 1) == "fp32"
     assert level(big, big, big - 1) == "fp32"  # 3071 a side: too little work for the second rule
@@ -238,17 +238,17 @@ def test_auto_routes_large_products_to_level_iv() -> None:
 
 def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
     """One product with tiny m and n and a very long k: fp32-ordered's split-k on the GPU."""
-    from mixpert.runtime import dispatch
+    from mixpert.runtime import auto, dispatch
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
-    thin, long_k = dispatch.AUTO_SPLIT_MAX_MN, dispatch.AUTO_SPLIT_MIN_K
-    assert level(thin, long_k, thin) == level(2, long_k, 2) == dispatch.AUTO_SMALL
-    assert level(1, long_k, 1) == level(3, long_k, 17) == dispatch.AUTO_SMALL
+    thin, long_k = auto.CROSSOVERS.split_max_mn, auto.CROSSOVERS.split_min_k
+    assert level(thin, long_k, thin) == level(2, long_k, 2) == auto.ORDERED.name
+    assert level(1, long_k, 1) == level(3, long_k, 17) == auto.ORDERED.name
     # matrix-vector products stay with cuBLAS's own kernels
     assert level(1, long_k, 3) == level(thin, 4 * long_k, 1) == level(1, long_k, thin) == "fp32"
-    assert level(16, 64 * long_k, 16) == dispatch.AUTO_SMALL  # no upper bound on k
+    assert level(16, 64 * long_k, 16) == auto.ORDERED.name  # no upper bound on k
     assert level(thin, long_k, thin, backend="cpu") == "fp32"
     assert level(thin + 1, long_k, thin) == level(thin, long_k, thin + 1) == "fp32"
     assert level(thin, long_k - 1, thin) == level(8, long_k - 1, 8) == "fp32"
@@ -259,15 +259,15 @@ def test_auto_routes_thin_products_with_a_very_long_k_to_split_k() -> None:
 def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:
     """One product with many rows, few columns and a long enough k: fp32-ordered's tall
     kernel on the GPU; one bound short of the rule stays native."""
-    from mixpert.runtime import dispatch
+    from mixpert.runtime import auto, dispatch
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
-    tall, narrow = dispatch.AUTO_TALL_MIN_M, dispatch.AUTO_TALL_MAX_N
-    deep = dispatch.AUTO_TALL_MIN_K
-    assert level(tall, deep, narrow) == dispatch.AUTO_SMALL
-    assert level(2 * tall, deep, 1) == dispatch.AUTO_SMALL
+    tall, narrow = auto.CROSSOVERS.tall_min_m, auto.CROSSOVERS.tall_max_n
+    deep = auto.CROSSOVERS.tall_min_k
+    assert level(tall, deep, narrow) == auto.ORDERED.name
+    assert level(2 * tall, deep, 1) == auto.ORDERED.name
     assert level(tall, deep, narrow, backend="cpu") == "fp32"
     assert level(tall - 1, deep, narrow) == "fp32"
     assert level(tall, deep, narrow + 1) == "fp32"
@@ -275,24 +275,24 @@ def test_auto_routes_tall_narrow_products_to_the_tall_kernel() -> None:
 
 
 def test_auto_routes_tall_products_with_a_long_k_to_iv_blocks(monkeypatch) -> None:
-    """Where A is large (m k at least AUTO_BLOCKS_MIN_MK, rows enough to fill the GPU) and n
+    """Where A is large (m k at least blocks_min_mk, rows enough to fill the GPU) and n
     small, level IV-blocks, ahead of the tall kernel; wider n only with a longer k; never on a
     GPU without INT8 mma.sync (there the tall kernel's rule applies)."""
-    from mixpert.runtime import dispatch
+    from mixpert.runtime import auto, dispatch
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
 
-    monkeypatch.setattr(dispatch, "_blocks_supported", lambda: True)
+    monkeypatch.setattr(auto, "_blocks_supported", lambda gpu: True)
     rows, deep, area = (
-        dispatch.AUTO_BLOCKS_MIN_M,
-        dispatch.AUTO_BLOCKS_MIN_K,
-        dispatch.AUTO_BLOCKS_MIN_MK,
+        auto.CROSSOVERS.blocks_min_m,
+        auto.CROSSOVERS.blocks_min_k,
+        auto.CROSSOVERS.blocks_min_mk,
     )
-    narrow, wide = dispatch.AUTO_BLOCKS_MAX_N, dispatch.AUTO_BLOCKS_WIDE_MAX_N
+    narrow, wide = auto.CROSSOVERS.blocks_max_n, auto.CROSSOVERS.blocks_wide_max_n
     assert level(area // 4096, 4096, narrow) == level(area // deep, deep, 1) == "IV-blocks"
     assert level(rows, area // rows, wide) == "IV-blocks"  # k = 16384: n up to 64
-    few, fill = dispatch.AUTO_BLOCKS_FEW_ROWS_MAX_N, dispatch.AUTO_BLOCKS_FILL_M
+    few, fill = auto.CROSSOVERS.blocks_few_rows_max_n, auto.CROSSOVERS.blocks_fill_m
     assert level(rows, area // rows, few) == level(fill, area // fill, narrow) == "IV-blocks"
     assert level(rows, area // rows, few + 1) == "fp32"  # 4 n-tiles: too few row tiles
     assert level(fill - 1, area // rows, narrow) == "fp32"
@@ -300,24 +300,24 @@ def test_auto_routes_tall_products_with_a_long_k_to_iv_blocks(monkeypatch) -> No
     assert level(area // 4096, 4096, narrow, backend="cpu") == "fp32"
     assert level(area // 4096 - 1, 4096, narrow) == "fp32"  # A below 1 GiB
     assert level(rows - 1, 2 * area // rows, 8) == "fp32"  # too few rows
-    tall = (dispatch.AUTO_TALL_MIN_M, dispatch.AUTO_TALL_MIN_K)  # A of 256 MiB: the tall kernel
+    tall = (auto.CROSSOVERS.tall_min_m, auto.CROSSOVERS.tall_min_k)  # A of 256 MiB: the tall kernel
     assert level(*tall, 8) == "fp32-ordered"
-    monkeypatch.setattr(dispatch, "_blocks_supported", lambda: False)
+    monkeypatch.setattr(auto, "_blocks_supported", lambda gpu: False)
     assert level(area // 4096, 4096, 16) == "fp32-ordered"
 
 
 def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_kernel(
     monkeypatch,
 ) -> None:
-    from mixpert.runtime import dispatch
+    from mixpert.runtime import auto, dispatch
 
     def level(m: int, k: int, n: int) -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), "cuda").name
 
-    monkeypatch.setattr(dispatch, "_thin_kernel_fits", lambda k, n: True)
-    rows, wide = dispatch.AUTO_THIN_MIN_M, dispatch.AUTO_THIN_WIDE_MIN_M
-    most = dispatch.AUTO_THIN_MAX_KN
-    assert level(rows, 16, 16) == level(4 * rows, 8, 8) == dispatch.AUTO_SMALL
+    monkeypatch.setattr(auto, "_thin_kernel_fits", lambda gpu, k, n: True)
+    rows, wide = auto.CROSSOVERS.thin_min_m, auto.CROSSOVERS.thin_wide_min_m
+    most = auto.CROSSOVERS.thin_max_kn
+    assert level(rows, 16, 16) == level(4 * rows, 8, 8) == auto.ORDERED.name
     assert level(rows, ordered.CHUNK, most // ordered.CHUNK) == "fp32-ordered"
     assert level(rows, most // 32, 32) == "fp32-ordered"  # up to 32 columns within k n
     assert level(rows - 1, 16, 16) == "fp32"
@@ -328,7 +328,7 @@ def test_auto_routes_very_tall_products_with_k_and_n_within_a_chunk_to_the_thin_
     assert level(wide, 4, 64) == "fp32"  # n past the thin kernel's columns
     assert level(wide, ordered.CHUNK + 1, 1) == "fp32"  # k past one chunk
     # A GPU whose blocks cannot have the kernel's shared memory keeps cuBLAS.
-    monkeypatch.setattr(dispatch, "_thin_kernel_fits", lambda k, n: False)
+    monkeypatch.setattr(auto, "_thin_kernel_fits", lambda gpu, k, n: False)
     assert level(wide, 16, 16) == "fp32"
 
 

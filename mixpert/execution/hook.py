@@ -4,7 +4,7 @@ Compiled (nopython) code calls the external C symbol ``mixpert_gemm`` (a ctypes 
 registered once with ``llvmlite.binding.add_symbol``) with the op's index, the shapes, raw
 pointers and byte strides, or ``mixpert_gemm_stack`` for the pairs of two contiguous stacks;
 object-mode code (CuPy operands) calls ``run_site``. Both ask
-``level_to_run`` what to do, so the two modes decide alike. The callback's ``Status`` tells the
+``route_to_run`` what to do, so the two modes decide alike. The callback's ``Status`` tells the
 compiled code what comes next:
 
 - ``OK``: the result is in the output the compiled code allocated.
@@ -29,7 +29,8 @@ import numpy as np
 from llvmlite import binding
 
 from mixpert.runtime import batched, device, dispatch
-from mixpert.runtime.levels import NATIVE_LEVEL, Level, get_level
+from mixpert.runtime.auto import Route
+from mixpert.runtime.levels import NATIVE_LEVEL, get_level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
 from .kept_packs import reuse_counts, reused
@@ -73,37 +74,35 @@ def reraise_pending(relay: MixpertRuntimeError) -> NoReturn:
     raise pending from None
 
 
-def level_to_run(op_index: int, a: Any, b: Any) -> Level | None:
-    """The level op ``op_index`` runs at on these operands, or None: the caller's own product.
+def route_to_run(op_index: int, a: Any, b: Any) -> Route | None:
+    """The route op ``op_index`` takes on these operands, or None: the caller's own product.
 
     The caller runs its own product where the plan says native float32, or says "auto" and
     "auto" means native float32 on the CPU; except while calls are recorded, when every
-    product goes through the runtime to be timed. Otherwise "auto" stays "auto": the runtime
-    resolves it by the same rule and keeps its fallbacks (records name the level it resolves
-    to); the plan is read once per call.
+    product goes through the runtime to be timed. Otherwise this call's route, computed here
+    once (the plan read once), goes to ``run_product``: "auto" keeps its fallback after
+    packing, and records name the level that ran.
     """
     level = level_for(op_index)
-    native = level.name == NATIVE_LEVEL
-    if level.kind == "policy":
-        backend, resolved = dispatch.route(a, b, level)
-        native = resolved.name == NATIVE_LEVEL and backend == "cpu"
-    if native and not recording():
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s: %s x %s runs natively", op_id_of(op_index), a.shape, b.shape)
-        return None
-    return level
+    routed = None
+    if level.name != NATIVE_LEVEL or recording():
+        routed = dispatch.route(a, b, level)
+        native = routed.backend == "cpu" and routed.level.name == NATIVE_LEVEL
+        routed = None if native and not recording() else routed
+    if routed is None and log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: %s x %s runs natively", op_id_of(op_index), a.shape, b.shape)
+    return routed
 
 
-def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
-    """``a @ b`` on the runtime at ``level`` (recording it when asked); any array kind. The
-    operands the compiler proved loop-invariant keep their packs for the rest of the call.
-    "auto" goes to the runtime as "auto", which resolves it and keeps its fallbacks; records
-    name the level it resolves to (``ran``)."""
+def run_product(op_index: int, a: Any, b: Any, routed: Route) -> Any:
+    """``a @ b`` on the runtime as ``routed`` (``route_to_run``'s) says, recording it when
+    asked; any array kind. The operands the compiler proved loop-invariant keep their packs for
+    the rest of the call."""
     stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
     keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
-        return dispatch.matmul(a, b, level, keep=keep)
-    backend, ran = dispatch.route(a, b, level)
+        return dispatch.run(a, b, routed, keep)
+    backend, ran = routed.backend, routed.level
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if stack:
@@ -112,14 +111,7 @@ def run_product(op_index: int, a: Any, b: Any, level: Level) -> Any:
     reuses = reuse_counts(keep)
     fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM over the INT8 level it resolved to
     start = time.perf_counter()
-    result = dispatch.matmul(
-        a,
-        b,
-        level,
-        backend,  # type: ignore[arg-type]
-        keep,
-        on_native=lambda: fell_back.append(True),
-    )
+    result = dispatch.run(a, b, routed, keep, on_native=lambda: fell_back.append(True))
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
@@ -168,7 +160,7 @@ def run_site(
     op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any], matmul: bool = False
 ) -> Any:
     """A site run by Python (object mode, ``NUMBA_DISABLE_JIT``): ``native(a, b)`` for operands
-    mixpert does not emulate, else the runtime or ``native``, as ``level_to_run`` says. A
+    mixpert does not emulate, else the runtime or ``native``, as ``route_to_run`` says. A
     ``matmul`` site (``@``, ``np.matmul``) also takes float32 stacks: two stacks go to the
     runtime as one call (``_run_stack``), a stack beside a shared matrix folds into one 2-D
     product."""
@@ -177,15 +169,15 @@ def run_site(
             lambda x, y: _run_stack(op_index, x, y, native)
         )  # fmt: skip
         return batched.matmul(a, b, lambda x, y: run_site(op_index, x, y, native), each)
-    level = level_to_run(op_index, a, b) if emulable(a, b) else None
-    return native(a, b) if level is None else run_product(op_index, a, b, level)
+    routed = route_to_run(op_index, a, b) if emulable(a, b) else None
+    return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 
 
 def _run_stack(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any]) -> Any:
     """The pairs of two float32 stacks (s, m, k) and (s, k, n) of one kind as one runtime call
     (the CUDA stack path: a few launches for the whole stack), or ``native`` on them."""
-    level = level_to_run(op_index, a, b) if a.shape[0] else None
-    return native(a, b) if level is None else run_product(op_index, a, b, level)
+    routed = route_to_run(op_index, a, b) if a.shape[0] else None
+    return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 
 
 def _matrix(ptr: int, rows: int, cols: int, s0: int, s1: int) -> np.ndarray:
@@ -215,10 +207,10 @@ def _gemm(
     try:
         a = _matrix(a_ptr, m, k, a_s0, a_s1)
         b = _matrix(b_ptr, b_rows, n, b_s0, b_s1)
-        level = level_to_run(op_index, a, b)
-        if level is None:
+        routed = route_to_run(op_index, a, b)
+        if routed is None:
             return Status.NATIVE
-        result = run_product(op_index, a, b, level)
+        result = run_product(op_index, a, b, routed)
         if m and n:
             _matrix(out_ptr, m, n, 4 * n, 4)[...] = result
         return Status.OK
@@ -242,10 +234,10 @@ def _gemm_stack(
     stack route: on the CPU one vectorised product, ``cpu.int8_product_stack``)."""
     try:
         a, b = _stack(a_ptr, count, m, k), _stack(b_ptr, count, k, n)
-        level = level_to_run(op_index, a, b) if count else None
-        if level is None:
+        routed = route_to_run(op_index, a, b) if count else None
+        if routed is None:
             return Status.NATIVE
-        result = run_product(op_index, a, b, level)
+        result = run_product(op_index, a, b, routed)
         if m and n:
             _stack(out_ptr, count, m, n)[...] = result
         return Status.OK
