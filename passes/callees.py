@@ -4,10 +4,17 @@ A plain ``@njit`` callee that multiplies matrices (itself or further down) is re
 mixpert pipeline: the pass points the caller's global at a mixpert dispatcher of the same Python
 function and options. In object mode (CuPy operands) every jitted callee is swapped for its
 object-mode mixpert version, since nopython code cannot take CuPy arrays.
+
+Both need what sits above this module: a callee's summary comes from the analysis pipeline
+(``pipeline.analyse_function``), its variant from a dispatcher compiling with the pipeline this
+pass is part of (``dispatcher.variant_for``). Those modules ``install`` them when imported, so
+this one imports neither and the passes form no import circle (the recursion is the compiler's:
+analysing or compiling a function analyses or compiles its callees).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +30,34 @@ Mode = Literal["nopython", "object"]
 
 _SUMMARIES: dict[Any, FunctionSummary] = {}
 _IN_PROGRESS: set[Any] = set()
+
+
+@dataclass
+class _Installed:
+    analyse: Callable[[Any], FunctionSummary | None] | None = None  # py_func -> its summary
+    variant_for: Callable[[Any, Mode], Any] | None = None  # callee, mode -> mixpert dispatcher
+
+
+_INSTALLED = _Installed()
+
+
+def install(
+    analyse: Callable[[Any], FunctionSummary | None] | None = None,
+    variant_for: Callable[[Any, Mode], Any] | None = None,
+) -> None:
+    """Give this module the analysis of a Python function and the factory of mixpert dispatchers
+    for callees (``pipeline`` and ``dispatcher`` do, at import; see the module docstring)."""
+    if analyse is not None:
+        _INSTALLED.analyse = analyse
+    if variant_for is not None:
+        _INSTALLED.variant_for = variant_for
+
+
+def _need(what: str) -> Any:
+    found = getattr(_INSTALLED, what)
+    if found is None:  # importing mixpert imports both; only a bare passes module can miss them
+        raise RuntimeError(f"passes.callees: no {what} installed; import mixpert.passes.dispatcher")
+    return found
 
 
 def python_function(obj: object) -> Any | None:
@@ -55,11 +90,10 @@ def summary_of(obj: object) -> FunctionSummary | None:
             return None
         summary = _SUMMARIES.get(py_func)
         if summary is None:
-            from .pipeline import analyse_function
-
+            analyse = _need("analyse")
             _IN_PROGRESS.add(py_func)
             try:
-                summary = analyse_function(py_func).summary
+                summary = analyse(py_func)
             finally:
                 _IN_PROGRESS.discard(py_func)
             assert summary is not None
@@ -68,8 +102,7 @@ def summary_of(obj: object) -> FunctionSummary | None:
 
 
 def _replacement(value: object, mode: Mode) -> object | None:
-    from .dispatcher import variant_for
-
+    variant_for = _need("variant_for")
     if isinstance(value, Dispatcher) and getattr(value, "mixpert_mode", None) == mode:
         return None  # already compiled by mixpert in this mode
     if mode == "object":

@@ -13,7 +13,7 @@ from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import CPUDispatcher
 
-from .callees import Mode, python_function
+from .callees import Mode, install, python_function
 from .pipeline import MixpertCompiler, MixpertObjectCompiler, NumbaRulesCompiler
 
 CACHE_VERSION = "mixpert-passes-1"
@@ -84,3 +84,7 @@ def variant_for(callee: Any, mode: Mode) -> MixpertDispatcher:
             options = dict(getattr(callee, "targetoptions", {}))
             _VARIANTS[key] = make_dispatcher(py_func, mode, options)
         return _VARIANTS[key]
+
+
+# retarget-callees, a pass of the pipelines above, makes its callees' variants here
+install(variant_for=variant_for)

@@ -33,6 +33,7 @@ from numba.core.compiler_machinery import FunctionPass, PassManager, register_pa
 from numba.core.typed_passes import NoPythonBackend, NopythonTypeInference
 from numba.core.untyped_passes import IRProcessing, ReconstructSSA
 
+from . import callees
 from .base import numba_pass
 from .callees import RetargetCallees
 from .check_llvm import CheckLLVMGemm
@@ -176,3 +177,7 @@ def analyse_function(py_func: Any, rewrite: bool = False) -> CompileRecord:
         {},
     )
     return compiler.compile_extra(py_func)
+
+
+# callees.summary_of analyses a callee with this pipeline (which holds gemm-graph, its caller)
+callees.install(analyse=lambda py_func: analyse_function(py_func).summary)
