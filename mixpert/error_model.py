@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from .execution.product_samples import ProductSample, squared_error
-from .runtime import cpu
-from .runtime.levels import AUTO, NATIVE_LEVEL, Level, get_level
+from .runtime import cpu, device
+from .runtime.levels import NATIVE_LEVEL, Level, get_level
 
 MODEL_ENTRIES = 4096  # output entries the model averages over: more twins for small samples
 MAX_TWINS = 16
@@ -95,15 +95,12 @@ def _relative(num: float, den: float) -> float:
 def error_spread(outputs: Any, reference: Any) -> float:
     """The bootstrap spread (coefficient of variation) of the outputs' Eq. 10 error over blocks
     of consecutive entries; ``CV_UNSEEN`` when they are too small to cut into ``MIN_BLOCKS``."""
-    got, want = _flat_floats(outputs), _flat_floats(reference)
-    if got.size < MIN_BLOCKS or got.size != want.size:
+    pairs = list(zip(_float_leaves(outputs), _float_leaves(reference), strict=False))
+    if sum(int(want.size) for _, want in pairs) < MIN_BLOCKS:
         return CV_UNSEEN
-    finite = np.isfinite(want)
-    diff = np.where(finite, got - want, 0.0)
-    want = np.where(finite, want, 0.0)
-    cuts = np.linspace(0, got.size, min(BLOCKS, got.size) + 1).astype(np.intp)
-    num = np.add.reduceat(diff * diff, cuts[:-1])
-    den = np.add.reduceat(want * want, cuts[:-1])
+    sums = [_block_sums(got, want) for got, want in pairs if want.size]
+    num = np.concatenate([d for d, _ in sums])
+    den = np.concatenate([r for _, r in sums])
     if not np.isfinite(num).all() or num.sum() == 0 or den.sum() == 0:
         return CV_FLOOR
     draws = np.random.default_rng(MODEL_SEED).integers(0, num.size, size=(RESAMPLES, num.size))
@@ -111,25 +108,39 @@ def error_spread(outputs: Any, reference: Any) -> float:
     return max(CV_FLOOR, float(estimates.std() / estimates.mean()))
 
 
+def _block_sums(got: Any, want: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(sum of squared differences, sum of squared references) over ``BLOCKS`` runs of
+    consecutive entries, computed on the arrays' own device (only the sums come back)."""
+    xp = device.cupy_module() if device.is_cupy_array(want) else np
+    want = xp.asarray(want, dtype=xp.float64).ravel()
+    got = xp.asarray(got, dtype=xp.float64).ravel()
+    finite = xp.isfinite(want)
+    diff = xp.where(finite, got - want, 0.0) if got.size == want.size else xp.full(1, xp.inf)
+    want = xp.where(finite, want, 0.0)
+    blocks = min(BLOCKS, int(want.size))
+    pad = -int(want.size) % blocks
+    diff, want = (xp.concatenate([x, xp.zeros(pad)]).reshape(blocks, -1) for x in (diff, want))
+    return _host((diff * diff).sum(axis=1)), _host((want * want).sum(axis=1))
+
+
 def margin_for(spread: float) -> float:
     """The share of tol a measured error may use when its spread between inputs is ``spread``."""
     return 1.0 / (1.0 + Z * spread)
 
 
-def _flat_floats(value: Any) -> np.ndarray:
-    """Every floating-point array of an output (nested tuples and lists), flattened into one
-    float64 host vector in order."""
+def _float_leaves(value: Any) -> list[Any]:
+    """The floating-point arrays of an output (nested tuples and lists), on their devices."""
     if isinstance(value, (tuple, list)):
-        parts = [_flat_floats(item) for item in value]
-        return np.concatenate(parts) if parts else np.zeros(0)
-    array = np.asarray(value.get() if hasattr(value, "get") else value)
-    if not np.issubdtype(array.dtype, np.floating):
-        return np.zeros(0)
-    return array.astype(np.float64).ravel()
+        return [leaf for item in value for leaf in _float_leaves(item)]
+    array = value if device.is_cupy_array(value) else np.asarray(value)
+    return [array] if np.issubdtype(array.dtype, np.floating) else []
+
+
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(x.get() if hasattr(x, "get") else x)
 
 
 __all__ = [
-    "AUTO",
     "error_spread",
     "generic_twin",
     "margin_for",
