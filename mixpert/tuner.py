@@ -21,14 +21,39 @@ against all ops at native float32).
 The search: start with every op at the most accurate candidate level (if that misses ``tol``,
 return it with ``met_tol=False`` and a warning: a tol tighter than float32 can reach selects the
 accurate levels rather than failing silently). Visit ops by their share of the time, largest
-first, and lower each one rung at a time while the error stays within ``margin * tol`` (default
-``DEFAULT_MARGIN``: errors vary between inputs, and the plan must hold on inputs the tuner never
-sees). When a lowering breaks it, try raising the op's immediate predecessor in the GEMM graph one
-rung instead, keeping the pair only if the error is back within bounds and the total time still
-drops. Sweep again until no move helps. Ops that never reached the runtime on the tuning inputs
-(matrix-vector products, code not taken) cost no runs and are planned at native float32. Runs are
-cached per plan and capped at ops x levels. Profiling runs work on copies of the arguments; the
-final contents of arrays the function writes into count as outputs.
+first, and lower each one rung at a time while the plan passes the acceptance rule below. When
+a lowering breaks it, try raising the op's immediate predecessor in the GEMM graph one rung
+instead, keeping the pair only if the rule passes and the total time still drops. Sweep again
+until no move helps. Ops that never reached the runtime on the tuning inputs (matrix-vector
+products, code not taken) cost no runs and are planned at native float32. Runs are cached per
+plan and capped at ops x levels. Profiling runs work on copies of the arguments; the final
+contents of arrays the function writes into count as outputs.
+
+**The acceptance rule** (``Rule``; what ``tol`` promises). A plan is accepted when
+
+1. the function's Eq. 10 error on the tuning input is within ``margin_for(spread) * tol``:
+   ``spread`` is the bootstrap spread of that error over blocks of the outputs
+   (``error_model.error_spread``), so the error of another input of the same size stays within
+   tol by ``error_model.Z`` spreads; outputs too small to cut get the smallest margin;
+2. every op whose result reaches a discrete step (argmin/argmax/argsort, comparisons, ``where``'s
+   condition, casts to integers: ``passes.dataflow``), or feeds an op that does, is float32
+   grade: both its own error on the tuning input and the model's error for its level on generic
+   data of its size and magnitudes (``error_model.model_error``) are at most ``GRADE_SLACK``
+   times the model's error of native float32 on it (and at most tol). Its decisions then flip
+   about as often as native float32's: for such functions tol bounds the continuous outputs
+   measured on the tuning inputs, and the discrete ones are as stable as native float32's;
+3. every other op whose own error on the tuning input lies far below the model's figure (below
+   1/``UNREPRESENTATIVE`` of it: exact, integer, constant or tiny data) has the model's figure
+   within tol: a level is never chosen because one input was exact in it.
+
+With ``validation`` inputs the plan must also be within tol on each; a miss tightens the share
+and repeats the search. Degenerate tuning inputs (``tuning_inputs``) are said in the plan
+(``provisional``); a ``tol=`` function then tunes again on its next call with real data.
+
+**Device-aware cost.** ``target`` "cuda" minimises the GPU's time by the cost model above; on
+"cpu" (the default where no GPU is usable) emulation is the exact oracle, never a speed-up, so
+the candidates are native float32 and float64 (both BLAS at native speed): a tuned function runs
+native float32 wherever that meets tol, and says so once.
 """
 
 from __future__ import annotations
