@@ -12,7 +12,7 @@ import hashlib
 import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,21 @@ def parse_shapes(text: str, seed: int) -> tuple[np.ndarray, ...]:
             param_hint="--shapes",
         )
     return tuple(rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+
+
+def load_input_sets(paths: Sequence[str], count: int, func: Any) -> list[tuple[Any, ...]]:
+    """Argument tuples from several .npz files, or ``count`` from one generator
+    (``path/to/file.py:name``, a function yielding argument tuples)."""
+    if len(paths) == 1 and ":" in paths[0] and not Path(paths[0]).is_file():
+        make = load_function(paths[0])
+        sets = [tuple(args) for args, _ in zip(make(), range(count), strict=False)]
+        if not sets:
+            raise click.BadParameter(f"{paths[0]} yielded no inputs", param_hint="--inputs")
+        return sets
+    for path in paths:
+        if not Path(path).is_file():
+            raise click.BadParameter(f"no file {path!r}", param_hint="--inputs")
+    return [load_inputs(path, func) for path in paths]
 
 
 def load_inputs(path: str, func: Any = None) -> tuple[np.ndarray, ...]:

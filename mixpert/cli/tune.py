@@ -1,4 +1,10 @@
-"""``mixpert tune path/to/file.py:func --tol 1e-5 --inputs args.npz [--out plan.json]``."""
+"""``mixpert tune path/to/file.py:func --tol 1e-5 --inputs args.npz [--inputs more.npz ...]
+[--target cpu|cuda] [--out plan.json]``.
+
+Several ``--inputs`` (or one generator, ``--inputs path/to/file.py:make`` yielding argument
+tuples, ``--count`` of them) tune on the first and hold the plan within tol on the others
+(``validation``): the plan records them (``tuned_on``) and the margin used.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from .common import (
     CONTEXT,
     console,
     load_function,
-    load_inputs,
+    load_input_sets,
     plan_summary,
     plan_table,
     print_json,
@@ -24,15 +30,31 @@ from .common import (
 @click.argument("target")
 @click.option("--tol", type=float, required=True, help="output error bound (MixPert Eq. 10)")
 @click.option(
-    "--inputs", type=click.Path(exists=True, dir_okay=False), required=True,
-    help=".npz of the arguments (np.savez; named by parameter or in order)",
+    "--inputs",
+    "inputs",
+    multiple=True,
+    required=True,
+    help=".npz of the arguments (np.savez; named by parameter or in order); repeat it for "
+    "several inputs, or give path/to/file.py:generator yielding argument tuples",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="inputs taken from a generator",
+)
+@click.option(
+    "--target", "device_target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+    show_default=True, help="the device whose time the plan minimises (auto: the GPU if usable)",
 )  # fmt: skip
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="plan file (JSON)")
 @click.option("--levels", default=None, help="candidate levels, comma separated")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON only")
 def tune(
-    target: str, tol: float, inputs: str, out: str | None, levels: str | None, as_json: bool
-) -> None:
+    target: str, tol: float, inputs: tuple[str, ...], count: int, device_target: str,
+    out: str | None, levels: str | None, as_json: bool,
+) -> None:  # fmt: skip
     """Pick each op's level so the output stays within TOL of float64, as fast as possible.
 
     Exits 1 when TOL is tighter than the most accurate level reaches (the plan then uses it).
@@ -40,7 +62,7 @@ def tune(
     from ..jit import MixpertFunction, jit
     from ..plans import check_folder, read_plans
     from ..runtime.levels import get_level
-    from ..tuner import DEFAULT_CANDIDATES, _ordered, checked_tol
+    from ..tuner import CPU_CANDIDATES, DEFAULT_CANDIDATES, _ordered, checked_tol, resolve_target
     from ..tuner import tune as run_tune
 
     with user_errors("--tol"):
@@ -50,16 +72,27 @@ def tune(
             check_folder(out)  # before any tuning
             if Path(out).exists():
                 read_plans(out)  # a file that is not a plan file is refused now, not after
-    candidates = DEFAULT_CANDIDATES
+    candidates = None
     if levels:
         with user_errors("--levels"):
             candidates = tuple(get_level(name.strip()).name for name in levels.split(","))
     func = load_function(target)
     jitted = func if isinstance(func, MixpertFunction) else jit(func)
-    args = load_inputs(inputs, jitted)
-    budget = max(1, len(jitted.ops) * len(_ordered(candidates)))
-    with progress("profiling runs", budget, enabled=not as_json) as advance, user_errors(inputs):
-        plan = run_tune(jitted, args, tol=tol, candidates=candidates, on_run=advance)
+    given = load_input_sets(inputs, count, jitted)
+    walked = candidates or (
+        DEFAULT_CANDIDATES if resolve_target(device_target) == "cuda" else CPU_CANDIDATES
+    )
+    budget = max(1, len(jitted.ops) * len(_ordered(walked)))
+    names = ", ".join(inputs) if len(given) == len(inputs) else f"{len(given)} from {inputs[0]}"
+    with (
+        progress("profiling runs", budget, enabled=not as_json) as advance,
+        user_errors(inputs[0]),
+    ):
+        plan = run_tune(
+            jitted, given[0], tol=tol, candidates=candidates, on_run=advance,
+            validation=given[1:], target=device_target,  # type: ignore[arg-type]
+            tuned_on=f"{len(given)} input{'s' if len(given) > 1 else ''}: {names}",
+        )  # fmt: skip
     if out:
         with user_errors("--out"):
             saved = plan.save(Path(out))
