@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .metrics import is_float_array
+from .runtime import device
 
 SHORT_BITS = 11  # significand bits of TF32, the narrowest level: values this short are exact
 TINY = 2.0**-100  # a range this far below 1 sits near float32's subnormals
@@ -55,6 +56,47 @@ def degenerate_reason(args: Sequence[Any]) -> str:
     if not reasons or not all(why for _, why in reasons):
         return ""  # an argument of real data: the model and the own errors see through the rest
     return "; ".join(f"argument {i} {why}" for i, why in reasons)
+
+
+def resampled(args: Sequence[Any], rng: np.random.Generator) -> tuple[Any, ...]:
+    """Another input of the same kind, drawn from the rows of ``args``.
+
+    Arguments are grouped by their leading size n (float arrays of at least ``MIN_ROWS``
+    rows), and every argument of a group gets the same row map, so related arguments stay
+    related (a matrix and its float32 copy, points and their labels). Where the group holds a
+    square matrix, the map is a signed permutation applied to rows and to the columns of the
+    square ones (``D P A P^T D``): the same spectrum, symmetry, definiteness and diagonal
+    dominance, and ``D P b`` for its right-hand sides. Elsewhere rows are drawn with
+    replacement (a bootstrap of the samples a data matrix holds). Other arguments are kept.
+    The tuner holds a plan within tol on a few of these, so one input's luck does not set it.
+    """
+    groups: dict[int, list[int]] = {}
+    for i, a in enumerate(args):
+        if is_float_array(a) and a.ndim in (1, 2) and a.shape[0] >= MIN_ROWS:
+            groups.setdefault(a.shape[0], []).append(i)
+    out = list(args)
+    for n, members in groups.items():
+        square = any(args[i].ndim == 2 and args[i].shape[1] == n for i in members)
+        rows = rng.permutation(n) if square else rng.integers(0, n, size=n)
+        signs = rng.choice([-1.0, 1.0], size=n) if square else np.ones(n)
+        for i in members:
+            out[i] = _mapped(args[i], rows, signs, both_sides=square and args[i].ndim == 2
+                             and args[i].shape[1] == n)  # fmt: skip
+    return tuple(out)
+
+
+MIN_ROWS = 8
+
+
+def _mapped(a: Any, rows: np.ndarray, signs: np.ndarray, both_sides: bool) -> Any:
+    """``a`` with rows ``rows`` each times ``signs`` (and its columns alike when ``both_sides``)."""
+    xp = device.cupy_module() if device.is_cupy_array(a) else np
+    index, sign = xp.asarray(rows), xp.asarray(signs.astype(a.dtype))
+    shape = (-1,) + (1,) * (a.ndim - 1)
+    mapped = a[index] * sign.reshape(shape)
+    if both_sides:
+        mapped = mapped[:, index] * sign.reshape(1, -1)
+    return mapped
 
 
 def describe(args: Sequence[Any]) -> str:

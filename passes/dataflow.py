@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 from numba.core import ir
+from numba.core.analysis import compute_cfg_from_blocks
 from numba.core.ir_utils import guard
 
 from .sites import OpInfo, Site
@@ -192,6 +193,7 @@ class _Analysis:
         self.preds: dict[str, set[Token]] = {}  # op id -> tokens reaching its operands
         self.out = FunctionSummary()
         self.changed = False
+        self.exit_tests = loop_exit_tests(func_ir)
 
     # --- helpers -------------------------------------------------------------------------
     def tokens(self, var: ir.Var) -> set[Token]:
@@ -218,6 +220,11 @@ class _Analysis:
 
     def feed(self, op_id: str, new: set[Token]) -> None:
         self._add(self.preds, op_id, new)
+
+    def _compares(self, target: ir.Var, value: ir.Expr) -> bool:
+        """A comparison that is a decision (not a loop's convergence test)."""
+        comparison = value.op == "binop" and value.fn in COMPARISONS
+        return comparison and target.name not in self.exit_tests
 
     def decide(self, new: set[Token]) -> None:
         if not new <= self.out.decisions:
@@ -316,7 +323,7 @@ class _Analysis:
             elif value.op == "getattr" and value.attr in META_ATTRS:
                 pass  # a.shape carries no data of a
             else:
-                if value.op == "binop" and value.fn in COMPARISONS:
+                if self._compares(target, value):
                     self.decide(self.tokens_of(value.list_vars()))
                 if value.op == "inplace_binop":
                     self.write(value.lhs, self.tokens(value.rhs))
@@ -336,7 +343,7 @@ class _Analysis:
             everything |= self.tokens(receiver)
         if name is not None and name[1] == "numpy" and name[0] in SHAPE_ONLY_FUNCS:
             return
-        if _is_decision(name):
+        if _is_decision(name) and target.name not in self.exit_tests:
             decided = args[:1] if name is not None and name[0] == "where" else args
             self.decide(self.tokens_of(decided) | (self.tokens(receiver) if receiver else set()))
         elif receiver is not None and _is_integer_cast(self.func_ir, name, args):
@@ -406,6 +413,50 @@ class _Analysis:
         return out
 
 
+def loop_exit_tests(func_ir: ir.FunctionIR) -> set[str]:
+    """Variables whose only use is to decide whether a loop goes on (``while err > eps``,
+    ``if scaled < 16: break``), directly or through ``bool()``: a convergence test picks how
+    many times a loop runs, not which value an output takes, so it is no discrete step."""
+    loops = compute_cfg_from_blocks(func_ir.blocks).loops().values()
+    uses: dict[str, list[ir.Stmt]] = {}
+    defs: dict[str, ir.Assign] = {}
+    for block in func_ir.blocks.values():
+        for stmt in block.body:
+            if isinstance(stmt, ir.Assign):
+                value = stmt.value
+                used = value.list_vars() if hasattr(value, "list_vars") else []
+                if isinstance(value, ir.Var):
+                    used = [value]
+            else:
+                used = stmt.list_vars()
+            for var in used:
+                uses.setdefault(var.name, []).append(stmt)
+            if isinstance(stmt, ir.Assign):
+                defs[stmt.target.name] = stmt
+
+    def exits_loop(branch: ir.Branch) -> bool:
+        """One way stays in (or enters) a loop, the other leaves (or skips) it."""
+        return any((branch.truebr in loop.body) != (branch.falsebr in loop.body) for loop in loops)
+
+    def only_exit(name: str) -> bool:
+        found = uses.get(name, [])
+        return bool(found) and all(
+            (isinstance(stmt, ir.Branch) and exits_loop(stmt))
+            or (_is_bool_call(stmt, name) and only_exit(stmt.target.name))
+            for stmt in found
+        )
+
+    return {name for name in defs if only_exit(name)}
+
+
+def _is_bool_call(stmt: ir.Stmt, arg: str) -> bool:
+    """Whether ``stmt`` is ``target = bool(arg)`` (how Numba's IR tests an ``if``)."""
+    if not (isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Expr)):
+        return False
+    expr = stmt.value
+    return expr.op == "call" and [v.name for v in expr.args] == [arg] and not expr.kws
+
+
 def _is_decision(name: tuple[str, object] | None) -> bool:
     """Whether a resolved call (``resolve_call``) is a discrete step."""
     if name is None:
@@ -425,14 +476,21 @@ def _is_integer_cast(
     return bool(name and name[0].endswith("astype") and args and _integer_dtype(func_ir, args[0]))
 
 
+def _constant(definition: object) -> object:
+    """The Python value of a global, free variable or constant definition (else None)."""
+    if isinstance(definition, (ir.Global, ir.FreeVar, ir.Const)):
+        return definition.value
+    return None
+
+
 def _integer_dtype(func_ir: ir.FunctionIR, var: ir.Var) -> bool:
     """Whether ``var`` is a constant naming an integer or bool dtype (``np.int64``, "i4")."""
     definition = guard(func_ir.get_definition, var)
     if isinstance(definition, ir.Expr) and definition.op == "getattr":  # np.int64
-        module = getattr(guard(func_ir.get_definition, definition.value), "value", None)
-        value = getattr(module, definition.attr, None)
+        module = guard(func_ir.get_definition, definition.value)
+        value = getattr(_constant(module), definition.attr, None)
     else:  # a global or constant: int, "i4"
-        value = getattr(definition, "value", None)
+        value = _constant(definition)
     try:
         return np.dtype(value).kind in INTEGER_KINDS
     except TypeError:

@@ -224,7 +224,7 @@ def test_tuning_is_logged(caplog) -> None:
     with caplog.at_level(logging.INFO, logger="mixpert"):
         f(*ARGS)
     text = caplog.text
-    assert "tuning mlp on its first call" in text and "profiling runs" in text
+    assert "tuning mlp [mlp:0, mlp:1, mlp:2] for tol=0.0001" in text and "profiling runs" in text
 
 
 # ---- 5. threads ------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def test_float64_reference_runs_and_converges() -> None:
 
 def test_tuner_takes_the_cheapest_gemm_levels() -> None:
     args = inputs(128)
-    plan = mixpert.tune(FUNC, args, tol=SAMPLE.tol)
+    plan = mixpert.tune(FUNC, args, tol=SAMPLE.tol, target="cuda")
     assert plan.met_tol
     assert {plan.levels[op] for op in gemm_ops()} == {"tf32"}
 

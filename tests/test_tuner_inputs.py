@@ -68,8 +68,8 @@ def test_tune_leaves_its_arguments_alone_and_counts_written_ones() -> None:
 def test_default_plans_hold_on_fresh_inputs(func, make) -> None:
     tol = 1e-4
     jitted = mixpert.jit(func)
-    plan = mixpert.tune(jitted, make(np.random.default_rng(0)), tol=tol)
-    assert plan.margin == 0.25 and plan.error <= 0.25 * tol
+    plan = mixpert.tune(jitted, make(np.random.default_rng(0)), tol=tol, target="cuda")
+    assert 0 < plan.margin <= 1 and plan.error <= plan.margin * tol
     run = jitted.with_plan(plan)
     ratios = []
     for seed in range(1, 11):
