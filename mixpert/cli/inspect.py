@@ -9,7 +9,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from ..plans.plan import Plan
+from ..plans.plan import Plan, check_plan_covers
 from .common import CONTEXT, console, load_function, parse_shapes, print_json, user_errors
 
 
@@ -49,7 +49,10 @@ def inspect(
     if plan_file is not None:  # the lookup `mixpert run --plan` uses
         jitted = func if isinstance(func, MixpertFunction) else jit(func)
         with user_errors(f"--plan {plan_file}"):
-            func = jitted.with_plan(Plan.load(plan_file, jitted, args or None))
+            plan = Plan.load(plan_file, jitted, args or None)
+            if not args:  # no run checks its coverage (foreign ops, ops left out): here
+                check_plan_covers(plan, jitted, stacklevel=2)
+            func = jitted.with_plan(plan)
     with user_errors(f"--shapes {shapes}" if shapes else target):
         result = inspection.inspect(func, *args, print_ir_after=list(ir_after) or None)
     if as_json:

@@ -3,9 +3,11 @@
 A plan file is JSON: ``{"format": "mixpert-plans/2", "plans": [plan, ...]}``, plans for several
 kinds of input side by side (files of mixpert 0.1, one plan with ``"format": "mixpert-plan/1"``,
 are read too). Reading accepts regular files only (a FIFO would hang, ``/dev/zero`` never ends)
-of at most ``MAX_BYTES``, and checks every field against ``PLAN_FIELDS``; any problem raises a
-``PlanFileError`` naming the file, the field and the rule. Writing goes to a temporary file in
-the same folder and replaces the old one atomically. A plan is data: nothing in it is executed.
+of at most ``MAX_BYTES``, parses strict JSON (no duplicate keys, no NaN, no integer beyond
+int64, nesting at most ``MAX_DEPTH`` deep) and checks every field against ``PLAN_FIELDS``; any
+problem raises a ``PlanFileError`` naming the file, the field and the rule. Writing goes to a
+temporary file in the same folder and replaces the old one atomically. A plan is data: nothing
+in it is executed.
 
 This module deals in checked JSON objects, not ``Plan`` objects: ``plans.plan`` builds plans from
 them (``read_plans``, ``Plan.load``, ``Plan.save``), so the data imports the files and never the
@@ -35,8 +37,17 @@ class PlanFileError(ValueError):
 
 
 # --- field rules -------------------------------------------------------------------------------
+MAX_INT = 2**63  # larger integers are no plan's figure (and overflow a float)
+
+
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or float a plan can hold: not NaN (the reader refuses the literal), +-inf
+    allowed (an overflowing function's error), no integer beyond ``MAX_INT``."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) < MAX_INT
+    return isinstance(value, float) and not math.isnan(value)
 
 
 def _rule(check: Callable[[Any], bool], text: str) -> tuple[Callable[[Any], bool], str]:
@@ -53,9 +64,7 @@ def _level_name(value: Any) -> bool:
 
 _STR = _rule(lambda v: isinstance(v, str), "a string")
 _NUMBER = _rule(_number, "a number")
-_COUNT = _rule(
-    lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"
-)
+_COUNT = _rule(lambda v: isinstance(v, int) and _number(v) and v >= 0, "an integer >= 0")
 _POSITIVE = _rule(lambda v: _number(v) and math.isfinite(v) and v > 0, "a positive finite number")
 _LEVELS = _rule(
     lambda v: (
@@ -148,21 +157,78 @@ def _read_text(path: Path) -> str:
     if len(raw) > MAX_BYTES:
         raise PlanFileError(f"plan file {path}: grew beyond {MAX_BYTES} bytes while read")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")  # a byte order mark (some editors write one) is skipped
     except UnicodeDecodeError as error:
         raise PlanFileError(f"plan file {path}: not UTF-8 text ({error.reason})") from None
+
+
+class _Refused(ValueError):
+    """What the JSON hooks below raise; ``parse_json`` turns it into a ``PlanFileError``."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:  # json would keep the last silently: which one did the user mean?
+            raise _Refused(f"key {key!r} appears twice in one object")
+        data[key] = value
+    return data
+
+
+def _no_nan(literal: str) -> float:
+    if literal == "NaN":
+        raise _Refused("NaN is not a value a plan file may hold")
+    return float(literal)  # Infinity, -Infinity: an overflowing function's error
+
+
+def _integer(digits: str) -> int:
+    if len(digits.lstrip("-")) > 19:  # beyond int64: no plan's figure, and slow to convert
+        raise _Refused(f"an integer of {len(digits.lstrip('-'))} digits")
+    return int(digits)
+
+
+def parse_json(text: str, where: str) -> Any:
+    """``text`` parsed as JSON; anything else (syntax, nesting too deep for the parser, integers
+    too long to convert, duplicate keys, NaN) raises ``PlanFileError`` naming ``where``."""
+    try:
+        return json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_no_nan, parse_int=_integer
+        )
+    except json.JSONDecodeError as error:
+        raise PlanFileError(
+            f"{where}: not JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+    except RecursionError:
+        raise PlanFileError(f"{where}: not a plan file (JSON nested too deeply)") from None
+    except ValueError as error:  # _Refused
+        raise PlanFileError(f"{where}: not a plan file ({error})") from None
+
+
+MAX_DEPTH = 8  # {"plans": [{"ops": [{...}]}]} is 4 deep
+
+
+def _depth(data: Any) -> int:
+    """How deep lists and objects nest in ``data`` (iteratively: no recursion limit)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:  # deeper is refused anyway: stop walking
+                items = value.values() if isinstance(value, dict) else value
+                todo.extend((item, depth + 1) for item in items)
+    return deepest
 
 
 def read_plan_file(path: str | Path) -> list[dict[str, Any]]:
     """The checked fields of every plan in the file (PlanFileError for anything that is not a
     valid plan file)."""
     path = Path(path)
-    try:
-        data = json.loads(_read_text(path))
-    except json.JSONDecodeError as error:
+    data = parse_json(_read_text(path), f"plan file {path}")
+    if _depth(data) > MAX_DEPTH:  # checked without recursion: later reprs of the values recurse
         raise PlanFileError(
-            f"plan file {path}: not JSON ({error.msg} at line {error.lineno}, column {error.colno})"
-        ) from None
+            f"plan file {path}: not a plan file (JSON nested more than {MAX_DEPTH} deep)"
+        )
     if not isinstance(data, dict):
         raise PlanFileError(f"plan file {path}: must hold a JSON object, found "
                             f"{type(data).__name__}")  # fmt: skip

@@ -3,8 +3,10 @@
 A function jitted with ``tol`` and no explicit ``plan`` looks, on each call, for a plan matching
 the arguments' signature (dtype and ndim; see ``mixpert.plans.plan``) whose tol is at least as
 tight: first among the plans it already holds, then in ``plan_file`` when given (read on the
-first call; its plans for this function are ``check``-ed against the current ops, so a stale plan
-raises ``StalePlanError`` rather than running). With no matching plan, ``on_missing`` decides:
+first call; its plans for this function get the check ``plan=`` gets, ``check_plan_covers``:
+a stale plan raises ``StalePlanError`` rather than running, a plan naming ops the function lacks
+raises ``PlanMismatchError``, one leaving ops out warns; each names the file). With no matching
+plan, ``on_missing`` decides:
 
 - ``"tune"`` (default): tune now on this call's arguments (they are the representative inputs;
   the tuner profiles copies), keep the plan, and save it into ``plan_file`` when given, beside
@@ -33,11 +35,19 @@ from ..tuner import Target, Tunable, checked_tol, resolve_target, tune
 from ..tuning_inputs import degenerate_reason
 from ..tuning_progress import TuningProgress
 from .files import check_folder
-from .plan import Plan, function_identity, read_plans, signature_of
+from .plan import Plan, check_plan_covers, function_identity, read_plans, signature_of
 
 OnMissing = Literal["tune", "default", "raise"]
 ON_MISSING_ENV = "MIXPERT_ON_MISSING_PLAN"
 log = logging.getLogger("mixpert")
+
+
+def _arguments_kind(args: Sequence[Any]) -> tuple[Any, ...]:
+    """What plans match on (dtype and ndim of each array, else the type), cheaply."""
+    return tuple(
+        (a.dtype, a.ndim) if hasattr(a, "dtype") and hasattr(a, "ndim") else type(a)
+        for a in args
+    )
 
 
 class DegenerateTuningDataWarning(UserWarning):
@@ -70,6 +80,7 @@ class PlanBook:
         resolve_target(target)  # an unknown target fails at decoration
         self.plan_file = check_folder(plan_file) if plan_file else None
         self.plans: list[Plan] = []
+        self._by_kind: dict[tuple[Any, ...], Plan] = {}  # per-call fast path
         self._file_read = False
         self._lock = threading.RLock()
 
@@ -89,13 +100,22 @@ class PlanBook:
         if not self._file_read:
             if self.plan_file is not None and self.plan_file.exists():
                 mine = [p for p in read_plans(self.plan_file) if p.is_for(func)]
-                for plan in mine:
-                    plan.check(func)  # stale: raises here, on this call and every later one
+                for plan in mine:  # as for plan=: stale or foreign ops raise, on this call and
+                    # every later one; ops left out warn (user's frame: __call__, _active_for,
+                    # plan_for, _plan_for, here)
+                    check_plan_covers(plan, func, stacklevel=6)
                 self.plans.extend(mine)
             self._file_read = True
+        kind = _arguments_kind(args)
+        known = self._by_kind.get(kind)
+        if known is not None and known in self.plans:
+            return known  # a settled plan for arguments of this kind: no matching needed
         for plan in self.plans:
             if plan.matches(args) and plan.tol <= self.tol:
-                if not (plan.provisional and self._real_data(func, plan, args)):
+                if not plan.provisional:
+                    self._by_kind[kind] = plan
+                    return plan
+                if not self._real_data(func, plan, args):
                     return plan
                 self.plans.remove(plan)  # tuned on smoke data: this call brings real data
                 break

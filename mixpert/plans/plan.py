@@ -125,10 +125,16 @@ class Plan:
     # model, and a ``tol=`` function tunes again on its next call with other data
     provisional: str = ""
     target: str = ""  # the device whose costs it minimises ("cpu" or "cuda")
+    # the plan file it was read from ("" for none; not saved): every error about it names it
+    source: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for level in self.levels.values():
             get_level(level)  # unknown names fail at load time, not mid-run
+
+    def __repr__(self) -> str:
+        levels = ", ".join(f"{op} {level}" for op, level in self.levels.items())
+        return f"<Plan {self.function}: {levels}; tol {self.tol:g}, error {self.error:.2e}>"
 
     def __str__(self) -> str:
         """The plan as a user reads it: one line of facts, then a line per op."""
@@ -150,6 +156,11 @@ class Plan:
         return "\n".join(lines)
 
     # --- checks ----------------------------------------------------------------------------
+    @property
+    def origin(self) -> str:
+        """How errors name the plan: 'plan file path: ' for a plan read from one, else ''."""
+        return f"plan file {self.source}: " if self.source else ""
+
     def is_for(self, func: Any) -> bool:
         """Whether this plan was tuned for a function of ``func``'s qualified name."""
         return self.function.rpartition(":")[2] == function_identity(func)  # 0.1: module:name
@@ -157,13 +168,15 @@ class Plan:
     def check(self, func: Any, args: Sequence[Any] | None = None) -> None:
         """Raise if this plan must not be applied to ``func`` (and ``args``)."""
         if not self.is_for(func):
-            raise PlanMismatchError(f"plan is for {self.function}, not {function_identity(func)}")
+            raise PlanMismatchError(
+                f"{self.origin}plan is for {self.function}, not {function_identity(func)}"
+            )
         ops = getattr(func, "ops", None)
         if ops is not None:
             self._check_ops(ops)
         if args is not None and not self.matches(args):
             raise PlanMismatchError(
-                f"plan for {self.function} was tuned for inputs {self.signature}, "
+                f"{self.origin}plan for {self.function} was tuned for inputs {self.signature}, "
                 f"called with {signature_of(args)}"
             )
 
@@ -186,7 +199,7 @@ class Plan:
                 if names
             ]
             raise StalePlanError(
-                f"stale plan for {self.function}: its products changed since tuning "
+                f"{self.origin}stale plan for {self.function}: its products changed since tuning "
                 f"({'; '.join(parts) or 'op table hash ' + self.op_hash}); re-run `mixpert tune`"
             )
 
@@ -196,7 +209,9 @@ class Plan:
 
     # --- files -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        del data["source"]  # where it was read from is no part of the plan
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "plan") -> Plan:
@@ -211,7 +226,7 @@ class Plan:
     def load(cls, path: str | Path, func: Any = None, args: Sequence[Any] | None = None) -> Plan:
         """The plan in file ``path`` for ``func`` (and ``args``); ``check``-ed when ``func`` is
         given (stale plans raise here). A file with plans for several inputs needs ``args``."""
-        return select_plan(read_plans(path), func, args, str(path))
+        return select_plan(read_plans(path), func, args, f"plan file {path}")
 
 
 def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, where: str) -> Plan:
@@ -239,9 +254,10 @@ def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, wh
     return plan
 
 
-def _plan_of(values: dict[str, Any]) -> Plan:
-    """A ``Plan`` from fields ``files.checked_plan_fields`` has checked."""
-    return Plan(**{**values, "ops": [OpReport(**row) for row in values.get("ops", [])]})
+def _plan_of(values: dict[str, Any], source: str = "") -> Plan:
+    """A ``Plan`` from fields ``files.checked_plan_fields`` has checked (read from ``source``)."""
+    ops = [OpReport(**row) for row in values.get("ops", [])]
+    return Plan(**{**values, "ops": ops, "source": source})
 
 
 def plan_from_json(data: Any, where: str = "plan") -> Plan:
@@ -251,7 +267,7 @@ def plan_from_json(data: Any, where: str = "plan") -> Plan:
 
 def read_plans(path: str | Path) -> list[Plan]:
     """Every plan in the file (PlanFileError for anything that is not a valid plan file)."""
-    return [_plan_of(values) for values in read_plan_file(path)]
+    return [_plan_of(values, str(path)) for values in read_plan_file(path)]
 
 
 def write_plans(path: str | Path, plans: Sequence[Plan]) -> Path:
@@ -286,24 +302,28 @@ def as_active_plan(plan: PlanLike | None) -> ActivePlan:
     )
 
 
-def check_plan_covers(plan: PlanLike, func: Any) -> None:
+def check_plan_covers(plan: PlanLike, func: Any, stacklevel: int = 4) -> None:
     """Raise if ``plan`` names ops ``func`` lacks (or is stale for it); warn if it leaves
-    some out. Nothing about a plan is silently ignored."""
+    some out (``stacklevel``: the user's frame). Nothing about a plan is silently ignored; a
+    plan read from a file is checked alike and named by its file."""
     ops = func.ops
+    origin = ""
     if isinstance(plan, Plan):
         plan.check(func)
+        origin = plan.origin
     levels = plan.levels if isinstance(plan, Plan) else plan
     unknown = sorted(set(levels) - set(ops))
     if unknown:
         raise PlanMismatchError(
-            f"plan names ops {function_identity(func)} does not have: {', '.join(unknown)} "
+            f"{origin}plan names ops {function_identity(func)} does not have: "
+            f"{', '.join(unknown)} "
             f"(its ops: {', '.join(sorted(ops)) or 'none'})"
         )
     missing = sorted(set(ops) - set(levels))
     if missing:
         warnings.warn(
-            f"plan for {function_identity(func)} leaves out ops {', '.join(missing)}; "
+            f"{origin}plan for {function_identity(func)} leaves out ops {', '.join(missing)}; "
             f"they run at the default level ({get_default_level().name})",
             PlanCoverageWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
