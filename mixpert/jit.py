@@ -56,6 +56,8 @@ def weak_float_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Python float arguments of a float32 function (every floating-point array argument is
     float32) become np.float32: NEP 50 makes them weak beside float32 arrays, and Numba would
     otherwise type them float64 and widen every expression they touch."""
+    if not any(type(a) is float for a in args):
+        return args  # nothing to convert: the common case, kept cheap
     arrays = [a for a in args if hasattr(a, "dtype") and hasattr(a, "shape")]
     floats = [a for a in arrays if np.issubdtype(a.dtype, np.floating)]
     if not floats or any(a.dtype != np.float32 for a in floats):
@@ -97,6 +99,7 @@ class MixpertFunction(Generic[P, R]):
         self._dispatchers = {} if _dispatchers is None else _dispatchers
         self._resolved: tuple[Any, ActivePlan] | None = None  # last plan from the book
         self._invariance: dict[int, tuple[bool, bool]] | None = None  # _invariant_operands
+        self._op_indices: frozenset[int] | None = None  # _ops_run
         self.plan = plan
 
     # --- plan --------------------------------------------------------------------------------
@@ -203,7 +206,7 @@ class MixpertFunction(Generic[P, R]):
         plan = self._active_for(args)  # plans match the arguments as the caller gave them
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(args)  # type: ignore[assignment]
-        with activate(plan, PackScope(self._invariant_operands, args)):
+        with activate(plan, PackScope(self._invariant_operands, args), self._ops_run):
             if numba.config.DISABLE_JIT:
                 return self._interpreted()(*args, **kwargs)
             try:
@@ -230,6 +233,13 @@ class MixpertFunction(Generic[P, R]):
         return dict(disp.overloads[signature].metadata[KEY].native_reasons)
 
     # --- what the passes found -------------------------------------------------------------
+    def _ops_run(self) -> frozenset[int]:
+        """The op indices of every product the function runs (callees' included): the products
+        of other threads (``prange`` workers) that run this call's plan (``execution.state``)."""
+        if self._op_indices is None:
+            self._op_indices = frozenset(op.op_index for op in self.ops.values())
+        return self._op_indices
+
     def _invariant_operands(self) -> dict[int, tuple[bool, bool]]:
         """Op index -> (A, B) loop-invariant, for the function's own ops that have one: the
         operands a call packs once (``execution.kept_packs``)."""
@@ -329,9 +339,7 @@ def jit(
     """
 
     def wrap(f: Callable[P, R]) -> MixpertFunction[P, R]:
-        book = (
-            None if tol is None else PlanBook(tol, plan_file, on_missing, default_level, target)
-        )
+        book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level, target)
         return MixpertFunction(
             f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book,
             scalar_rules=scalar_rules,

@@ -50,7 +50,20 @@ class Status(enum.IntEnum):
 
 
 class MixpertRuntimeError(RuntimeError):
-    """Raised by compiled code when the runtime failed; the wrapper re-raises the original."""
+    """Raised by compiled code when the runtime failed; the wrapper re-raises the original.
+
+    Under a caller with no wrapper (plain ``numba.njit`` code calling a mixpert function) this
+    is what arrives, so it names the original and carries it as ``__cause__``. Numba builds it
+    in the failing thread, possibly twice per raise: it reads the pending error, never takes it.
+    """
+
+    def __init__(self, *args: object) -> None:
+        self.original = _pending.error
+        if self.original is not None:
+            cause = f"{type(self.original).__name__}: {self.original}"
+            args = (f"{args[0]}: {cause}" if args else cause, *args[1:])
+        super().__init__(*args)
+        self.__cause__ = self.original
 
 
 class _Pending(threading.local):
@@ -68,7 +81,7 @@ def take_pending_error() -> BaseException | None:
 
 def reraise_pending(relay: MixpertRuntimeError) -> NoReturn:
     """Raise the runtime's original exception in place of compiled code's ``relay``."""
-    pending = take_pending_error()
+    pending = take_pending_error() or relay.original
     if pending is None:
         raise relay
     raise pending from None

@@ -1,23 +1,30 @@
-"""Run-time state of rewritten sites, per thread: the active plan, the call's kept packs and the
-call records.
+"""Run-time state of rewritten sites: the active plan, the call's kept packs and the call
+records, per call and per thread.
 
-A jitted function's wrapper makes its plan active for the duration of a call (``activate``),
-with a fresh ``PackScope`` for its loop-invariant operands (``kept_packs``); compiled code asks
-``level_for(op_index)`` at every product. ``record_calls`` profiles: while it
-is active every runtime call appends a ``CallRecord``.
+A jitted function's wrapper opens a *scope* for the duration of a call (``activate``): its plan,
+a fresh ``PackScope`` for its loop-invariant operands (``kept_packs``) and the op indices its
+compiled code runs; compiled code asks ``level_for(op_index)`` at every product.
+``record_calls`` opens a scope that collects a ``CallRecord`` for every runtime call.
 
-Threads that never activated anything (Numba's workers running a ``prange`` body) use the plan
-and the records of the latest activation in the process, so products in parallel loops run at
-the plan's level and are recorded.
+Which scope a product belongs to:
+
+- a thread that opened scopes itself uses its innermost one;
+- a thread that opened none (a worker of Numba's ``prange``, or a thread running plain
+  ``numba.njit`` code) uses the most recent scope still open in any thread whose function runs
+  that op: a ``prange`` body runs its function's plan and is recorded with its call;
+- with no such scope (a mixpert function called from plain Numba code, whose wrapper never
+  runs), the op runs at its *standing* level: the one its own function's plan gives it.
+
+Open scopes are a set, not a stack shared by threads: each removes itself when it ends, so calls
+that end in any order across threads leave no plan behind.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from mixpert.runtime.levels import Level, get_level
@@ -88,23 +95,36 @@ class CallRecord:
         return op_id_of(self.op_index)
 
 
-class _State(threading.local):
-    plan: ActivePlan | None = None
+OpIndices = Callable[[], Collection[int]]  # asked lazily: a first call compiles before its ops
+
+
+def _no_ops() -> Collection[int]:
+    return ()
+
+
+@dataclass(eq=False)
+class _Scope:
+    """One open ``activate`` or ``record_calls``; a nested one starts as a copy of its outer."""
+
+    plan: ActivePlan | None = None  # None: each op at its standing level
     packs: PackScope | None = None
+    ops: OpIndices | None = _no_ops  # the ops its function runs (None: any op)
     records: list[CallRecord] | None = None
     sampling: bool = False  # records keep a ProductSample (the tuner's)
-    sampled: dict[int, int]  # op index -> calls sampled in this recording
-    own: bool = False  # this thread activated a plan or started recording itself
+    sampled: dict[int, int] = field(default_factory=dict)  # op index -> calls sampled
+
+    def runs(self, op_index: int) -> bool:
+        return self.ops is None or op_index in self.ops()
+
+
+class _State(threading.local):
+    scope: _Scope | None = None  # the innermost scope this thread opened
+    borrowed: _Scope | None = None  # a thread that opened none: its last product's scope
 
 
 _state = _State()
-# The latest activation in any thread (one object for all threads), for worker threads.
-_latest = SimpleNamespace(plan=None, records=None)
-
-
-def _mine() -> _State | SimpleNamespace:
-    return _state if _state.own else _latest
-
+_open: dict[int, _Scope] = {}  # id -> scope, every open scope of every thread, oldest first
+_open_lock = threading.Lock()
 
 # Op index -> the level its function's plan gives it, kept by the jitted functions: what a
 # product runs at when its function is called from plain Numba code (no wrapper activates a plan).
@@ -116,40 +136,82 @@ def keep_standing(plan: ActivePlan) -> None:
     _standing.update(plan.levels)
 
 
+def _scope_of(op_index: int) -> _Scope | None:
+    """The scope op ``op_index``'s product in this thread belongs to (module docstring)."""
+    own = _state.scope
+    if own is not None:
+        return own
+    with _open_lock:  # a snapshot: other threads open and close scopes meanwhile
+        candidates = list(_open.values())
+    found = next((s for s in reversed(candidates) if s.runs(op_index)), None)
+    _state.borrowed = found  # recording() and record() of this product ask next
+    return found
+
+
+def _current() -> _Scope | None:
+    return _state.scope if _state.scope is not None else _state.borrowed
+
+
 def level_for(op_index: int) -> Level:
-    """The level the active plan gives op ``op_index`` (possibly "auto"); with no plan active
-    anywhere (a call from plain Numba code), the level its own function's plan gave it."""
-    plan = _mine().plan
-    if plan is None:
-        standing = _standing.get(op_index)
-        return get_default_level() if standing is None else standing
-    return plan.level_of(op_index)
+    """The level op ``op_index`` runs at in this thread's product (possibly "auto"): its scope's
+    plan, or, for an op no open scope runs (a call from plain Numba code), the level its own
+    function's plan gave it (module docstring)."""
+    scope = _scope_of(op_index)
+    plan = None if scope is None else scope.plan
+    if plan is not None:
+        level = plan.levels.get(op_index)
+        if level is not None:
+            return level
+        if scope is not None and scope.runs(op_index):
+            return get_default_level()  # left out of its function's plan
+    standing = _standing.get(op_index)
+    return get_default_level() if standing is None else standing
 
 
 @contextmanager
-def activate(plan: ActivePlan, packs: PackScope | None = None) -> Iterator[ActivePlan]:
-    """Run the body with ``plan`` active in this thread, its products keeping the packs of
-    loop-invariant operands in ``packs`` (None: none kept); the previous ones come back after."""
-    saved = (_state.plan, _state.packs, _state.own, _latest.plan, _latest.records)
-    _state.plan, _state.packs, _state.own = plan, packs, True
-    _latest.plan, _latest.records = plan, _state.records
+def _opened(scope: _Scope) -> Iterator[_Scope]:
+    outer = _state.scope
+    _state.scope = scope
+    with _open_lock:
+        _open[id(scope)] = scope
     try:
-        yield plan
+        yield scope
     finally:
-        _state.plan, _state.packs, _state.own, _latest.plan, _latest.records = saved
+        with _open_lock:
+            del _open[id(scope)]
+        _state.scope = outer
+
+
+@contextmanager
+def activate(
+    plan: ActivePlan, packs: PackScope | None = None, ops: OpIndices | None = None
+) -> Iterator[ActivePlan]:
+    """Run the body with ``plan`` active in this thread, its products keeping the packs of
+    loop-invariant operands in ``packs`` (None: none kept). ``ops`` gives the op indices the
+    called function runs: other threads' products of those ops (``prange`` workers) run this
+    plan too (None: any op's, for callers that do not know them). The previous scope comes back
+    after; records go on to the enclosing ``record_calls``."""
+    outer = _state.scope or _Scope()
+    scope = _Scope(plan, packs, ops, outer.records, outer.sampling, outer.sampled)
+    with _opened(scope):
+        yield plan
 
 
 def keep_for(op_index: int, a: Any, b: Any) -> Keep:
     """The kept-pack slots of op ``op_index``'s operands in the call this thread activated
     (``kept_packs``). Other threads keep nothing: a worker of a ``prange`` loop, or a plain
-    Numba caller, cannot tell whether the latest activation's call is still running."""
-    packs = _state.packs if _state.own else None
+    Numba caller, cannot tell whether another thread's call is at the same point."""
+    scope = _state.scope
+    packs = None if scope is None else scope.packs
     return KEEP_NOTHING if packs is None else packs.keep_for(op_index, a, b)
 
 
-def recording() -> bool:
-    """Whether ``record_calls`` is collecting for this thread."""
-    return _mine().records is not None
+def recording(here: bool = False) -> bool:
+    """Whether ``record_calls`` collects the current product: this thread's own recording,
+    or, for a thread that opened none, the scope its last ``level_for`` found; ``here``: this
+    thread's own only (a direct ``mixpert.matmul`` call)."""
+    scope = _state.scope if here else _current()
+    return scope is not None and scope.records is not None
 
 
 SAMPLES_PER_OP = 4  # calls of one op a recording keeps samples of (a loop's first few)
@@ -158,33 +220,33 @@ SAMPLES_PER_OP = 4  # calls of one op a recording keeps samples of (a loop's fir
 def wants_sample(op_index: int) -> bool:
     """Whether this call of op ``op_index`` should keep a ``ProductSample`` in the records
     (``record_calls(samples=True)``, and fewer than ``SAMPLES_PER_OP`` kept for it so far)."""
-    if not (_state.sampling and recording()):
+    scope = _current()
+    if scope is None or scope.records is None or not scope.sampling:
         return False
-    taken = _state.sampled.get(op_index, 0)
-    _state.sampled[op_index] = taken + 1
+    taken = scope.sampled.get(op_index, 0)
+    scope.sampled[op_index] = taken + 1
     return taken < SAMPLES_PER_OP
 
 
-def record(entry: CallRecord) -> None:
-    records = _mine().records
-    if records is not None:
-        records.append(entry)  # list.append is atomic: worker threads may share the list
+def record(entry: CallRecord, here: bool = False) -> None:
+    """Append ``entry`` to the records of the current product's scope (``recording``)."""
+    scope = _state.scope if here else _current()
+    if scope is not None and scope.records is not None:
+        scope.records.append(entry)  # list.append is atomic: worker threads may share the list
 
 
 @contextmanager
 def record_calls(samples: bool = False) -> Iterator[list[CallRecord]]:
-    """Collect a ``CallRecord`` (op id, m, k, n, level, seconds, backend) for every product of a
-    jitted function run in the body, in this thread (public as ``mixpert.record``); with
-    ``samples``, each keeps a ``ProductSample`` of its operands and output (for the tuner).
+    """Collect a ``CallRecord`` (op id, m, k, n, level, seconds, backend) for every product run
+    in the body in this thread: of jitted functions (their ``prange`` workers included) and
+    direct ``mixpert.matmul`` calls (public as ``mixpert.record``); with ``samples``, each
+    product of a jitted function keeps a ``ProductSample`` of its operands and output (for the
+    tuner).
 
     While recording, native float32 ops run through the runtime too (so they can be timed);
     their bits may then differ from Numba's BLAS in the last place.
     """
     records: list[CallRecord] = []
-    saved = (_state.records, _state.sampling, _state.own, _latest.records)
-    _state.records, _state.sampling, _state.own, _latest.records = records, samples, True, records
-    _state.sampled = {}
-    try:
+    outer = _state.scope or _Scope()
+    with _opened(_Scope(outer.plan, outer.packs, outer.ops, records, samples)):
         yield records
-    finally:
-        _state.records, _state.sampling, _state.own, _latest.records = saved
