@@ -157,16 +157,18 @@ def run_sample(
     repeats: int = 3,
     on_run: Callable[[], None] | None = None,
     compare: Mapping[str, str] | None = None,
+    target: str | None = None,
 ) -> SampleRun:
     """Tune (unless ``plan`` is given) at ``tune_size`` (default ``size``) with seed ``seed``,
     then measure error, checks and times at ``size`` on inputs drawn with seed ``seed + 1``.
-    ``compare``: label -> level to also run every op at (e.g. {"TF32": "tf32"})."""
+    ``compare``: label -> level to also run every op at (e.g. {"TF32": "tf32"}); ``target``:
+    the device the plan is for (``mixpert.tune``'s)."""
     xp = array_module(backend)
     tol = sample.tol if tol is None else tol
     start = time.perf_counter()
     if plan is None:
         tuning = sample.make_inputs(xp, xp.random.default_rng(seed), tune_size or size)
-        plan = tune(sample.func, tuning, tol=tol, on_run=on_run, measure=False)
+        plan = tune(sample.func, tuning, tol=tol, on_run=on_run, measure=False, target=target)
         del tuning
     tune_seconds = time.perf_counter() - start
     args = sample.make_inputs(xp, xp.random.default_rng(seed + 1), size)

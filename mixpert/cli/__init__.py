@@ -41,8 +41,9 @@ def show_config_command() -> None:
 @click.pass_context
 def demo(ctx: click.Context, sample: str, size: int | None) -> None:
     """The main job: one sample end to end (`mixpert run mlp`): ops found, graph, tuned levels,
-    error against float64 and time against native float32; the GPU when usable, else the CPU."""
-    ctx.invoke(run_command, sample_file=sample, size=size)
+    error against float64 and time against native float32; the GPU when usable, else the CPU,
+    where the GPU's plan runs on the exact CPU backend (the oracle the GPU agrees with)."""
+    ctx.invoke(run_command, sample_file=sample, size=size, target="cuda")
 
 
 main.add_command(levels_command)

@@ -83,6 +83,11 @@ def result_table(run: SampleRun) -> Table:
 @click.option(
     "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
 )
+@click.option(
+    "--target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    help="the device the tuned plan is for (cuda on a CPU: the GPU's plan on the exact CPU "
+    "backend; auto: the GPU when usable, else the CPU, where plans run native float32)",
+)  # fmt: skip
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the results as JSON only")
 def run(
@@ -93,6 +98,7 @@ def run(
     plan_file: str | None,
     save_plan: str | None,
     backend: str,
+    target: str,
     seed: int,
     as_json: bool,
 ) -> None:
@@ -113,7 +119,7 @@ def run(
     if as_json:
         with user_errors(sample.name):
             result = run_sample(sample, size, backend=backend, tol=tol, tune_size=tune_size,
-                                plan=plan, seed=seed)  # fmt: skip
+                                plan=plan, seed=seed, target=target)  # fmt: skip
         if save_plan:
             with user_errors("--save-plan"):
                 result.plan.save(Path(save_plan))
@@ -139,6 +145,7 @@ def run(
             plan=plan,
             seed=seed,
             on_run=advance,
+            target=target,
         )
     console.print(plan_table(result.plan, title=f"levels for tol {result.tol:g}"))
     console.print(plan_summary(result.plan))
