@@ -24,8 +24,8 @@ import numpy as np
 
 from . import bypass, device, ordered
 from .blocks import LEVEL as BLOCKS_LEVEL
+from .cuda.geometry import THIN_MAX_N
 from .levels import LEVELS, NATIVE_LEVEL, Level
-from .ordered_kernels import THIN_MAX_N
 from .validation import Backend
 
 RESULTS = "benchmarks/results/NVIDIA-H100-80GB-HBM3/"  # the card the crossovers were set on

@@ -147,7 +147,7 @@ def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
     """1 and 4 n-tiles a block: the variant capped for 4 blocks an SM, with its own shared
     memory and grid, where its extra blocks save a round of A's row tiles; the plain one where
     both take as many rounds; the CPU model's bits."""
-    from mixpert.runtime.cuda import iv_blocks
+    from mixpert.runtime.cuda import geometry, iv_blocks
     from mixpert.runtime.cuda.launch import resident_blocks
 
     cp = device.cupy_module()
@@ -162,18 +162,18 @@ def test_gpu_rows_kernel_capped_for_more_blocks_runs_where_they_save_a_round(
         return (
             kernel,
             shared,
-            resident_blocks(kernel, iv_blocks.BLOCKS_THREADS, gpu, shared),
+            resident_blocks(kernel, geometry.BLOCKS_THREADS, gpu, shared),
         )
 
     busy, plain = (
-        variant("_busy", iv_blocks.BLOCKS_BUSY_SHAPES),
-        variant("", iv_blocks.BLOCKS_SHAPES),
+        variant("_busy", geometry.BLOCKS_BUSY_SHAPES),
+        variant("", geometry.BLOCKS_SHAPES),
     )
     busy_rows, plain_rows = busy[2], plain[2]
     if busy_rows <= plain_rows:
         assert cp.cuda.Device().compute_capability != "90", "an H100 runs more capped blocks"
         pytest.skip(f"the capped variant runs no more blocks here ({busy_rows}, {plain_rows})")
-    tile = iv_blocks.BLOCKS_TILE_ROWS
+    tile = geometry.BLOCKS_TILE_ROWS
 
     def launch(m: int) -> tuple[object, int, int]:
         return iv_blocks._rows_launch(nt, vec, m, 1, LEVEL, gpu)

@@ -344,7 +344,7 @@ def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) 
 
 
 def packer_edge_lines(rng: np.random.Generator, floor: float, k: int = 256) -> np.ndarray:
-    """Lines that take every branch of the pack kernels' integer paths (cuda_kernels'
+    """Lines that take every branch of the pack kernels' integer paths (kernels/packs.cuh's
     packer_integer): subnormal entries beside normal ones, scales too small for a float32
     2^shift, the top of the range, exact half-way roundings, NaN and Inf, and (lines 5-7, scale
     2^1) 8, 9 and 0 entries just below the bypass floor 2^(e - deep - 1) = ``floor``, 20 on it."""

@@ -345,12 +345,12 @@ def test_gpu_tall_kernel_walks_several_row_blocks_per_block(k, n, monkeypatch) -
     """With grid y capped at 2, each block of the tall kernel walks three row blocks (the last
     partial): its per-warp tile buffers and copy groups start afresh for each, on the 16-byte
     (k % 4 == 0) and 4-byte paths, with and without segments."""
-    from mixpert.runtime.cuda import fp32_ordered
+    from mixpert.runtime.cuda import fp32_ordered, geometry
 
     cp = device.cupy_module()
     monkeypatch.setattr(fp32_ordered, "MAX_GRID_YZ", 2)
     rng = np.random.default_rng(k + n)
-    m = 5 * fp32_ordered.ROWS_THREADS + 77
+    m = 5 * geometry.ROWS_THREADS + 77
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     a[-1, -1], b[0, 0] = np.float32(-2e-40), np.inf
@@ -363,15 +363,15 @@ def test_gpu_tall_kernel_walks_several_row_blocks_per_block(k, n, monkeypatch) -
 def test_gpu_products_taller_than_one_grid_keep_the_cpu_bits() -> None:
     """Row blocks beyond grid y's 65535 loop inside the kernels: the tall fp32-ordered kernel
     (128 rows a block) and the bypass of a NaN column at level IV (64 rows a block)."""
-    from mixpert.runtime.cuda import fp32_ordered
+    from mixpert.runtime.cuda import geometry
 
     cp = device.cupy_module()
     rng = np.random.default_rng(9)
     for level, rows_per_block, k, n in (
-        ("fp32-ordered", fp32_ordered.ROWS_THREADS, 3, 2),
+        ("fp32-ordered", geometry.ROWS_THREADS, 3, 2),
         ("IV", 64, 5, 3),
     ):
-        m = fp32_ordered.MAX_GRID_YZ * rows_per_block + 300
+        m = geometry.MAX_GRID_YZ * rows_per_block + 300
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         b[0, 1] = np.nan  # IV: column 1 is recomputed by the bypass kernel, every row block

@@ -8,8 +8,10 @@
 - ``fp32_ordered``: level fp32-ordered's kernels and the choice among them;
 - ``native``: the native products (SGEMM, TF32, fp64) on cuBLAS;
 - ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, the INT8 algorithm choice);
-- shared by them: ``build`` (the NVRTC modules), ``launch`` (the device's limits, operand
-  layouts), ``geometry`` (grid limits), ``convert`` (exact elementwise conversions).
+- shared by them: ``build`` (the two NVRTC modules), ``sources`` (their CUDA C, from the
+  ``.cu``/``.cuh`` files of kernels/ behind a prelude of ``#define``s), ``geometry`` (the launch
+  geometry compiled into the kernels, the grid limits), ``launch`` (the device's limits, operand
+  layouts), ``convert`` (exact elementwise conversions).
 
-Importing this package needs no CuPy; its modules but ``geometry`` do.
+Importing this package needs no CuPy, nor do ``geometry`` and ``sources``; the other modules do.
 """

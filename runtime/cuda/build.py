@@ -1,7 +1,8 @@
-"""The CUDA backend's two NVRTC modules, built through CuPy at first use: the pack module (tops,
-k-exponents, the INT8 and FP16 packers, level IV-blocks's kernels) and the combine module (the
-combine and bypass kernels, level fp32-ordered's kernels); and the device helpers' source, the
-preamble of the elementwise conversions (``convert``)."""
+"""The CUDA backend's two NVRTC modules, built through CuPy at first use from the CUDA C of
+kernels/ (``sources``): the pack module (``pack.cu``: tops, k-exponents, the INT8 and FP16
+packers, level IV-blocks's kernels) and the combine module (``combine.cu``: the combine and
+bypass kernels, level fp32-ordered's kernels); and the device helpers' source, the preamble of
+the elementwise conversions (``convert``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,21 @@ import functools
 
 import cupy as cp
 
-from ..cuda_kernels import COMBINE_SOURCE, PACK_SOURCE, render
+from . import sources
 
 OPTIONS = ("--std=c++17",)
 
 
 @functools.cache
 def pack_module() -> cp.RawModule:
-    return cp.RawModule(code=render(PACK_SOURCE), options=OPTIONS)
+    return cp.RawModule(code=sources.module("pack.cu"), options=OPTIONS)
 
 
 @functools.cache
 def combine_module() -> cp.RawModule:
-    return cp.RawModule(code=render(COMBINE_SOURCE), options=OPTIONS)
+    return cp.RawModule(code=sources.module("combine.cu"), options=OPTIONS)
 
 
 def helpers() -> str:
     """The device helpers (exact widening and rounding, ...) as a preamble of their own."""
-    return render("")
+    return sources.helpers()

@@ -11,8 +11,10 @@ import cupy as cp
 import numpy as np
 
 from .. import ordered
-from ..ordered_kernels import (
+from . import build, launch
+from .geometry import (
     CHUNKS_SHAPES,
+    MAX_GRID_YZ,
     PAIRS_SHAPES,
     PAIRS_STAGES,
     ROWS_MAX_GROUP,
@@ -22,9 +24,9 @@ from ..ordered_kernels import (
     THIN_THREADS,
     TOTALS_THREADS,
     TOTALS_WIDTH,
+    batch_chunks,
+    chunk_length,
 )
-from . import build, launch
-from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
 from .launch import c_contiguous, vector_suffix
 
 

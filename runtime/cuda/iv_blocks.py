@@ -1,4 +1,4 @@
-"""Level IV-blocks on the GPU (``blocks``; kernels in ``blocks_kernels``): four launches.
+"""Level IV-blocks on the GPU (``blocks``; kernels in kernels/iv_blocks.cuh): four launches.
 
 1. ``blocks_pack_b`` slices B per (block of k, column) into MMA fragments (B is the small
    operand of the shapes this level serves: k x n with n <= 128 or so);
@@ -21,20 +21,20 @@ import cupy as cp
 import numpy as np
 
 from .. import blocks, bypass, workspace
-from ..blocks_kernels import (
-    BLOCKS_BUSY_SHAPES,
-    BLOCKS_BYPASS_THREADS,
-    BLOCKS_N_TILES,
-    BLOCKS_SHAPES,
-    BLOCKS_THREADS,
-    BLOCKS_TILE_ROWS,
-    stage_bytes,
-)
 from ..combine import overflow_slack
 from ..levels import Level, triangle
 from . import build, launch
 from .convert import WIDEN, conversion
-from .geometry import MAX_GRID_YZ
+from .geometry import (
+    BLOCKS_BUSY_SHAPES,
+    BLOCKS_BYPASS_THREADS,
+    BLOCKS_N_TILES,
+    BLOCKS_ROW_PAD,
+    BLOCKS_SHAPES,
+    BLOCKS_THREADS,
+    BLOCKS_TILE_ROWS,
+    MAX_GRID_YZ,
+)
 from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
 from .packs import deep_argument
 
@@ -78,6 +78,13 @@ def n_tiles_per_block(n_tiles: int) -> int:
     """n-tiles (8 columns) one block of threads takes: the fewest of BLOCKS_N_TILES covering
     ``n_tiles``, at most the largest (wider products take several column groups, each reading A)."""
     return next((nt for nt in BLOCKS_N_TILES if nt >= n_tiles), BLOCKS_N_TILES[-1])
+
+
+def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
+    """Shared memory of one stage: A's tile, B's fragments and B's exponents for ``n_tiles``."""
+    a_tile = BLOCKS_TILE_ROWS * (block_k + BLOCKS_ROW_PAD) * 4
+    b_fragments = n_tiles * slices * (block_k // 32) * 64 * 4
+    return a_tile + b_fragments + n_tiles * 8 * 4
 
 
 def workspace_bytes(level: Level, a: Any, b: Any) -> int:
@@ -240,7 +247,7 @@ def _rows_launch(
     return min(launches, key=lambda option: -(-tiles // option[2]))  # (the plain one on a tie)
 
 
-@functools.cache  # (one kernel object, so _resident_blocks allows it its memory once)
+@functools.cache  # (one kernel object, so launch.resident_blocks allows it its memory once)
 def _rows_kernel(name: str) -> Any:
     """A rows kernel (``blocks_rows_<n-tiles>[_busy][_vec]``: 16-byte copies of A in _vec;
     ``blocks_bypass_rows``)."""

@@ -7,7 +7,7 @@ Layout: a packed operand is (lines, slots, k_pad), one row of A or one column of
 line's slices side by side along k (k contiguous: the TN layout IMMA wants). B's slices are
 stored in reverse order, so the slices (i, g - i) of one weight class g are two contiguous spans
 and one GEMM over K = count * k_pad sums the whole class (``sliced.int8_class_sums``). The
-kernels are the pack module's (``build``).
+kernels are the pack module's (``build``; kernels/packs.cuh).
 """
 
 from __future__ import annotations
@@ -20,11 +20,16 @@ import cupy as cp
 import numpy as np
 
 from .. import bypass
-from ..cuda_kernels import COLUMN_TILE_K, STRIP_LANE_COLUMNS
 from ..levels import Level
 from ..packer import fraction_bits
 from . import build
-from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
+from .geometry import (
+    COLUMN_TILE_K,
+    MAX_GRID_YZ,
+    STRIP_LANE_COLUMNS,
+    batch_chunks,
+    chunk_length,
+)
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 PACK_THREADS = 256  # the most threads of a one-line-per-block pack kernel (``_line_threads``)

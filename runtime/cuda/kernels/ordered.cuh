@@ -1,34 +1,11 @@
-"""CUDA sources of level fp32-ordered (``ordered``): the tile, small-stack, pairs, split-k,
-tall and thin kernels, each computing every output entry in the level's one fixed order
-(``ordered.ordered_product`` is their CPU model). ``cuda_kernels`` builds them into its combine
-module, with the contract's constants filled in (``${NAME}``)."""
+// Level fp32-ordered (``ordered``; launched from fp32_ordered.py): the tile, small-stack,
+// pairs and split-k kernels, each computing every output entry in the level's one fixed order
+// (``ordered.ordered_product`` is their CPU model): IEEE float32 FMAs in k order within chunks of
+// ORDERED_CHUNK steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps
+// subnormals (CuPy's -ftz=true would flush them in C float arithmetic).
 
-from __future__ import annotations
+#include "device.cuh"
 
-ROWS_THREADS = 128  # threads (rows of A) per block of the tall kernels (ordered_rows)
-ROWS_MAX_GROUP = 16  # ... and the most columns a thread of them sums (ordered_rows_<G>)
-THIN_THREADS = 128  # ... and of the thin ones (ordered_thin), ...
-THIN_STAGES = 2  # ... with this many tiles of rows in shared memory, all but one in flight
-# (H100, GPU time, 2 stages against 3: 121.6 -> 116.9 us at 1048576 x 32 x 32, 59.0 -> 58.3 at
-# 1048576 x 16 x 16, 52.9 -> 50.9 at 4194304 x 4 x 4; 4 stages and 256 threads no better)
-THIN_MAX_N = 32  # ... and at most this many columns: one thread's column group
-# Split-k for outputs of at most T x T (ordered_chunks_<T>): T -> (chunks summed at once a
-# block, stages in shared memory).
-CHUNKS_SHAPES = {16: (8, 2), 32: (4, 2)}
-# Stacks of small pairs (ordered_pairs_<T>): T -> (the longest k a stage holds, threads of a
-# block). H100: T = 32 with 128 threads (a stage of 2 pairs, 4 blocks an SM) ran 1.07-1.54x
-# faster than with 256, the copies and stores as now (4096 x 32^3 25.5 -> 23.4 us, 4096 x 24^3
-# 18.8 -> 13.3 us, 8192 x 20x32x20 38.5 -> 28.9 us); 3 and 4 stages were slower. T = 64 (a
-# stage of one pair) ran 1024 x 64^3 in 32 us against the tile kernel's 42 (cuBLAS 27).
-PAIRS_SHAPES = {32: (32, 128), 64: (64, 256)}
-PAIRS_STAGES = 2
-TOTALS_WIDTH = 4  # entries a block of the split-k totals (ordered_segment_totals) chains ...
-TOTALS_THREADS = 64  # ... and the threads that copy them
-
-# Level fp32-ordered (runtime/ordered.py): IEEE float32 FMAs in k order within chunks of CHUNK
-# steps, each chunk's sum added into a float64 total, rounded once. Inline PTX keeps subnormals
-# (CuPy's -ftz=true would flush them in C float arithmetic).
-ORDERED_SOURCE = r"""
 __device__ __forceinline__ float fma_ieee(float a, float b, float c)
 {
     float d;
@@ -151,7 +128,7 @@ __device__ __forceinline__ void ordered_steps(
     int q_end, float (&acc)[R][R], double (&total)[R][R])
 {
     constexpr int T = 16 * R, PAD = 4;
-    static_assert(${ORDERED_CHUNK} % 16 == 0, "chunks end at steps of 16");
+    static_assert(ORDERED_CHUNK % 16 == 0, "chunks end at steps of 16");
     for (int s = 0; s < depth; s += 16) {
         if (depth - s >= 16) {  // a whole step of 16, unrolled
 #pragma unroll
@@ -159,7 +136,7 @@ __device__ __forceinline__ void ordered_steps(
         } else {  // the last, short step: no padded steps (-0.0 + 0.0 would turn signs)
             for (int q = s; q < depth; ++q) ordered_step<R, T + PAD>(a_tile[0], b_tile[0], q, acc);
         }
-        if ((q0 + s + 16) % ${ORDERED_CHUNK} == 0 || q0 + s + 16 >= q_end) {  // chunk ends
+        if ((q0 + s + 16) % ORDERED_CHUNK == 0 || q0 + s + 16 >= q_end) {  // chunk ends
 #pragma unroll
             for (int i = 0; i < R; ++i)
 #pragma unroll
@@ -267,7 +244,7 @@ __device__ __forceinline__ void ordered_impl(
     float* __restrict__ c)
 {
     constexpr int T = 16 * R, PAD = 4;  // PAD floats: fewer bank conflicts, 16-byte rows
-    static_assert(${ORDERED_SEGMENT} % ${ORDERED_CHUNK} == 0, "segments are whole chunks");
+    static_assert(ORDERED_SEGMENT % ORDERED_CHUNK == 0, "segments are whole chunks");
     __shared__ __align__(16) float a_tile[STEP][T + PAD];  // [q][row]
     __shared__ __align__(16) float b_tile[STEP][T + PAD];  // [q][col]
     const long long z = blockIdx.z + (long long)batch0;
@@ -282,14 +259,14 @@ __device__ __forceinline__ void ordered_impl(
 #pragma unroll
             for (int j = 0; j < R; ++j) total[i][j] = 0.0;
         if constexpr (SEGMENTS) {
-            for (int s0 = 0; s0 < k; s0 += ${ORDERED_SEGMENT}) {
+            for (int s0 = 0; s0 < k; s0 += ORDERED_SEGMENT) {
                 double segment[R][R];
 #pragma unroll
                 for (int i = 0; i < R; ++i)
 #pragma unroll
                     for (int j = 0; j < R; ++j) segment[i][j] = 0.0;
                 ordered_span<R, STEP>(a, b, m, n, k, r0, c0, s0,
-                                    min(k, s0 + ${ORDERED_SEGMENT}), a_tile, b_tile, segment);
+                                    min(k, s0 + ORDERED_SEGMENT), a_tile, b_tile, segment);
 #pragma unroll
                 for (int i = 0; i < R; ++i)
 #pragma unroll
@@ -315,13 +292,13 @@ __device__ __forceinline__ void ordered_segments_impl(
     __shared__ __align__(16) float b_tile[STEP][T + PAD];
     const int r0 = blockIdx.y * T, c0 = blockIdx.x * T;
     const long long z = blockIdx.z + (long long)segment0;
-    const int s0 = (int)z * ${ORDERED_SEGMENT};
+    const int s0 = (int)z * ORDERED_SEGMENT;
     double total[R][R];
 #pragma unroll
     for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int j = 0; j < R; ++j) total[i][j] = 0.0;
-    ordered_span<R, STEP, A_T>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ${ORDERED_SEGMENT}), a_tile,
+    ordered_span<R, STEP, A_T>(a, b, m, n, k, r0, c0, s0, min(k, s0 + ORDERED_SEGMENT), a_tile,
                                b_tile, total);
     segments += z * m * n;
 #pragma unroll
@@ -339,14 +316,14 @@ __device__ __forceinline__ void ordered_segments_impl(
 // buffers (the next stages arrive while this one is summed). A group of T^2 / 16 threads sums
 // one chunk, each thread a 4 x 4 block of outputs (16 FMAs per two 16-byte shared reads); the
 // chunk sums are then added into the segment's float64 totals in chunk order: the bits of one
-// thread walking the segment. Shared memory (dynamic; ``cuda.chunks_shared_bytes`` computes
-// the same): STAGES stages of A and B, B staged [q][col]; A stored transposed (A_T:
+// thread walking the segment. Shared memory (dynamic; ``fp32_ordered.chunks_shared_bytes``
+// computes the same): STAGES stages of A and B, B staged [q][col]; A stored transposed (A_T:
 // a[q m + row]) staged [q][row] likewise, a C-ordered A [row][q] (rows of STAGE + 4 floats: a
 // warp's 16-byte reads of 8 rows T / 4 apart fall on distinct banks). VEC: 16-byte copies (A's
 // and B's lines a multiple of 4 floats, 16-byte aligned); else 4-byte ones.
 template <int T, int GROUPS, bool A_T>
 struct ChunksLayout {
-    static constexpr int CH = ${ORDERED_CHUNK}, GROUP = T * T / 16, THREADS = GROUPS * GROUP;
+    static constexpr int CH = ORDERED_CHUNK, GROUP = T * T / 16, THREADS = GROUPS * GROUP;
     static constexpr int STAGE = GROUPS * CH, A_ROW = STAGE + 4;  // k-steps a stage
     static constexpr int A_FLOATS = A_T ? STAGE * T : T * A_ROW, B_FLOATS = STAGE * T;
 };
@@ -428,7 +405,7 @@ template <int T, int A_ROW, bool A_T>
 __device__ __forceinline__ void chunks_sum(const float* a_s, const float* b_s, int c0, int steps,
                                            int rsel, int c4, float (&acc)[4][4])
 {
-    constexpr int CH = ${ORDERED_CHUNK};
+    constexpr int CH = ORDERED_CHUNK;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -484,7 +461,7 @@ __device__ __forceinline__ void ordered_chunks_impl(
 {
     using L = ChunksLayout<T, GROUPS, A_T>;
     static_assert(STAGES >= 2, "a stage in flight while one is summed");
-    constexpr int SEGMENT = ${ORDERED_SEGMENT}, OUTS = T * T / L::THREADS;
+    constexpr int SEGMENT = ORDERED_SEGMENT, OUTS = T * T / L::THREADS;
     static_assert(SEGMENT % L::STAGE == 0, "a segment is whole stages");
     extern __shared__ __align__(16) float shared[];
     float* const a_s = shared;                          // [STAGES][A_FLOATS]
@@ -664,7 +641,7 @@ __device__ __forceinline__ void ordered_pairs_impl(
     const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
     long long count, float* __restrict__ c)
 {
-    constexpr int CH = ${ORDERED_CHUNK}, W = VEC ? 4 : 1;
+    constexpr int CH = ORDERED_CHUNK, W = VEC ? 4 : 1;
     using L = PairsLayout<T, KMAX, W, THREADS>;
     extern __shared__ __align__(16) float shared[];  // [STAGES][PAIRS][A_PAIR], ...[B_PAIR]
     float* const a_s = shared;
@@ -764,7 +741,7 @@ template <int V>
 __device__ __forceinline__ void segment_totals(const double* __restrict__ segments, int count,
                                                long long entries, float* __restrict__ c)
 {
-    constexpr int W = ${TOTALS_WIDTH}, DEPTH = 128, STAGES = 4, THREADS = ${TOTALS_THREADS};
+    constexpr int W = TOTALS_WIDTH, DEPTH = 128, STAGES = 4, THREADS = TOTALS_THREADS;
     static_assert(W <= 32 && W % V == 0 && DEPTH * W % (THREADS * V) == 0, "whole rounds a pass");
     __shared__ __align__(16) double part[STAGES][DEPTH][W];
     const long long e0 = blockIdx.x * (long long)W;
@@ -801,358 +778,85 @@ __device__ __forceinline__ void segment_totals(const double* __restrict__ segmen
     if (threadIdx.x < W && e0 + lane < entries) c[e0 + lane] = canonical(total);
 }
 
-extern "C" __global__ void __launch_bounds__(${TOTALS_THREADS}) ordered_segment_totals(
+extern "C" __global__ void __launch_bounds__(TOTALS_THREADS) ordered_segment_totals(
     const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
 {
     segment_totals<1>(segments, count, entries, c);
 }
 
-extern "C" __global__ void __launch_bounds__(${TOTALS_THREADS}) ordered_segment_totals_vec(
+extern "C" __global__ void __launch_bounds__(TOTALS_THREADS) ordered_segment_totals_vec(
     const double* __restrict__ segments, int count, long long entries, float* __restrict__ c)
 {
     segment_totals<2>(segments, count, entries, c);
 }
-"""
-# One exported entry per tile size (CuPy's RawModule looks kernels up by name).
-ORDERED_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__(256, {min_blocks}) ordered_product_{r}{suffix}(
-    const float* a, const float* b, int m, int n, int k, int batch0, float* c)
-{{
-    ordered_impl<{r}, 32, {segments}>(a, b, m, n, k, batch0, c);
-}}
-"""
-    for r, min_blocks in ((1, 4), (2, 4), (4, 2))
-    for suffix, segments in (("", "false"), ("_segments", "true"))
-)
-ORDERED_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__(256, 4) ordered_stack_{step}(
-    const float* a, const float* b, int m, int n, int k, long long count, float* c)
-{{
-    ordered_stack_impl<1, {step}>(a, b, m, n, k, count, c);
-}}
-"""
-    for step in (16, 32)
-)
-ORDERED_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__({groups * t * t // 16})
-ordered_chunks_{t}{suffix}{vec_suffix}(
-    const float* a, const float* b, int m, int n, int k, int count, double* segments)
-{{
-    ordered_chunks_impl<{t}, {groups}, {stages}, {a_t}, {vec}>(a, b, m, n, k, count, segments);
-}}
-"""
-    for t, (groups, stages) in CHUNKS_SHAPES.items()
-    for suffix, a_t in (("", "false"), ("_at", "true"))
-    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
-)
-ORDERED_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__({threads})
-ordered_pairs_{t}{vec_suffix}(
-    const float* a, const float* b, int m, int n, int k, long long count, float* c)
-{{
-    ordered_pairs_impl<{t}, {kmax}, {vec}, {threads}, {PAIRS_STAGES}>(a, b, m, n, k, count, c);
-}}
-"""
-    for t, (kmax, threads) in PAIRS_SHAPES.items()
-    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
-)
-ORDERED_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__(256, 2) ordered_segments{suffix}(
-    const float* a, const float* b, int m, int n, int k, int segment0, double* segments)
-{{
-    ordered_segments_impl<4, {a_t}>(a, b, m, n, k, segment0, segments);
-}}
-"""
-    for suffix, a_t in (("", "false"), ("_at", "true"))
-)
-# Tall products in level fp32-ordered's order (TSM2R's shape: many rows of A, few columns of
-# B): one thread per (row of A, group of G columns) runs the row's G dot products as G FMA
-# chains in k order. Each warp copies its next tile of 32 rows x one chunk of A into shared
-# memory asynchronously (cp.async; 16-byte copies where k is a multiple of 4 and A is aligned)
-# while it works on the current tile, whose rows its lanes read 4 steps at a time; a slab of B's
-# rows sits in shared memory and every thread reads the same address (broadcast). Blocks of one
-# row block run their column groups one after another (grid x = group), so A comes from DRAM
-# once for n <= G and from L2 for the other groups. (Two threads per row, halving each one's
-# registers, measured slower in a probe: 0.91x against 1.32x SGEMM at 65536 x 4096 x 16.)
-ORDERED_ROWS_SOURCE = r"""
-template <int G>
-__device__ __forceinline__ void rows_step(float x, const float* b_row, float (&acc)[G])
-{
-#pragma unroll
-    for (int j = 0; j < G; j += 4) {
-        const float4 y = *reinterpret_cast<const float4*>(b_row + j);
-        acc[j] = fma_ieee(x, y.x, acc[j]);
-        acc[j + 1] = fma_ieee(x, y.y, acc[j + 1]);
-        acc[j + 2] = fma_ieee(x, y.z, acc[j + 2]);
-        acc[j + 3] = fma_ieee(x, y.w, acc[j + 3]);
-    }
+// The exported kernels (CuPy's RawModule looks them up by name). The tile kernels, one per tile
+// size R (16 R x 16 R outputs a block), k within one segment or not:
+#define ORDERED_PRODUCT(R, MIN_BLOCKS, SUFFIX, SEGMENTS)                                           \
+extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) ordered_product_##R##SUFFIX(         \
+    const float* a, const float* b, int m, int n, int k, int batch0, float* c)                     \
+{                                                                                                  \
+    ordered_impl<R, 32, SEGMENTS>(a, b, m, n, k, batch0, c);                                       \
 }
+ORDERED_PRODUCT(1, 4, , false)
+ORDERED_PRODUCT(1, 4, _segments, true)
+ORDERED_PRODUCT(2, 4, , false)
+ORDERED_PRODUCT(2, 4, _segments, true)
+ORDERED_PRODUCT(4, 2, , false)
+ORDERED_PRODUCT(4, 2, _segments, true)
+#undef ORDERED_PRODUCT
 
-template <int G>
-__device__ __forceinline__ void rows_flush(float (&acc)[G], double (&total)[G])
-{
-#pragma unroll
-    for (int j = 0; j < G; ++j) {
-        total[j] = total[j] + widen_ieee(acc[j]);
-        acc[j] = 0.0f;
-    }
+// ... the small-stack kernels, staging 16 or 32 k-steps:
+#define ORDERED_STACK(STEP)                                                                        \
+extern "C" __global__ void __launch_bounds__(256, 4) ordered_stack_##STEP(                         \
+    const float* a, const float* b, int m, int n, int k, long long count, float* c)                \
+{                                                                                                  \
+    ordered_stack_impl<1, STEP>(a, b, m, n, k, count, c);                                          \
 }
+ORDERED_STACK(16)
+ORDERED_STACK(32)
+#undef ORDERED_STACK
 
-// The warp's tile of rows row0.. row0 + 31 and k-steps q0.. q0 + 31, copied asynchronously
-// (cp.async: no registers held) into tile[row][q], zeros past m and k. VEC: lane l copies 16
-// bytes (4 steps) of rows 4 i + l / 8 (k % 4 == 0, A 16-byte aligned); else lane l copies
-// step q0 + l of every row.
-template <bool VEC, int W>
-__device__ __forceinline__ void rows_copy(const float* __restrict__ a, long long m, int k,
-                                          long long row0, int q0, int lane, float (*tile)[W])
-{
-    if constexpr (VEC) {
-        const int q = (lane & 7) * 4;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = 4 * i + (lane >> 3);
-            const bool inside = row0 + r < m && q0 + q < k;
-            copy_async<16>(&tile[r][q], inside ? a + (row0 + r) * k + q0 + q : a, inside);
-        }
-    } else {
-        const bool step_inside = q0 + lane < k;
-#pragma unroll 8
-        for (int r = 0; r < 32; ++r) {
-            const bool inside = row0 + r < m && step_inside;
-            copy_async<4>(&tile[r][lane], inside ? a + (row0 + r) * k + q0 + lane : a, inside);
-        }
-    }
-    copies_commit();
+// ... the split-k kernels, one per shape of CHUNKS_SHAPES (from geometry.py: T, chunks summed at
+// once, stages), A row-major or transposed (_at), 4- or 16-byte copies (_vec):
+#define ORDERED_CHUNKS_ENTRY(T, GROUPS, STAGES, SUFFIX, A_T, VEC)                                  \
+extern "C" __global__ void __launch_bounds__(GROUPS * T * T / 16)                                  \
+ordered_chunks_##T##SUFFIX(                                                                        \
+    const float* a, const float* b, int m, int n, int k, int count, double* segments)              \
+{                                                                                                  \
+    ordered_chunks_impl<T, GROUPS, STAGES, A_T, VEC>(a, b, m, n, k, count, segments);              \
 }
+#define ORDERED_CHUNKS(T, GROUPS, STAGES)                                                          \
+    ORDERED_CHUNKS_ENTRY(T, GROUPS, STAGES, , false, false)                                        \
+    ORDERED_CHUNKS_ENTRY(T, GROUPS, STAGES, _vec, false, true)                                     \
+    ORDERED_CHUNKS_ENTRY(T, GROUPS, STAGES, _at, true, false)                                      \
+    ORDERED_CHUNKS_ENTRY(T, GROUPS, STAGES, _at_vec, true, true)
+CHUNKS_SHAPES(ORDERED_CHUNKS)
+#undef ORDERED_CHUNKS_ENTRY
+#undef ORDERED_CHUNKS
 
-template <int G, bool SEGMENTS, bool VEC>
-__device__ __forceinline__ void ordered_rows_impl(
-    const float* __restrict__ a, const float* __restrict__ b, int m, int n, int k,
-    float* __restrict__ c)
-{
-    constexpr int KS = 128, CH = ${ORDERED_CHUNK}, W = CH + 4;  // B's k-steps per slab
-    static_assert(CH == 32, "a tile is 32 rows x one chunk");
-    static_assert(${ORDERED_SEGMENT} % KS == 0 && KS % CH == 0, "segments end with a slab");
-    constexpr int WARPS = ${ROWS_THREADS} / 32;
-    __shared__ __align__(16) float b_s[KS][G];
-    // [warp][buffer][row][q]: two tiles per warp, the next one arriving while the warp works
-    // on this one. Rows of W = 36 floats keep 16-byte copies aligned, and each quarter warp's
-    // 16-byte reads of its own rows (stride 36 words) on distinct banks.
-    __shared__ __align__(16) float a_s[WARPS][2][32][W];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int c0 = blockIdx.x * G;
-    for (long long block_row = (long long)blockIdx.y * ${ROWS_THREADS}; block_row < m;
-         block_row += (long long)gridDim.y * ${ROWS_THREADS}) {  // grid y: at most 65535
-        const long long row0 = block_row + warp * 32;
-        float acc[G];
-        double total[G], segment[G];  // segment: SEGMENTS only (k may exceed a segment)
-#pragma unroll
-        for (int j = 0; j < G; ++j) { acc[j] = 0.0f; total[j] = 0.0; segment[j] = 0.0; }
-        __syncwarp();  // the previous row block's last tile is read
-        rows_copy<VEC, W>(a, m, k, row0, 0, lane, a_s[warp][0]);
-        int chunk = 0;
-        for (int s0 = 0; s0 < k; s0 += KS) {
-            const int depth = min(KS, k - s0);
-            __syncthreads();  // the previous slab is read
-            for (int i = threadIdx.x; i < KS * G; i += blockDim.x) {
-                const int q = i / G, j = i % G;
-                b_s[q][j] = (q < depth && c0 + j < n) ? b[(long long)(s0 + q) * n + c0 + j] : 0.0f;
-            }
-            __syncthreads();
-            for (int t0 = 0; t0 < depth; t0 += CH, ++chunk) {  // a tile of 32 rows x CH steps
-                const int steps = min(CH, depth - t0);
-                __syncwarp();  // the other buffer's tile is read: it may be overwritten
-                if (s0 + t0 + CH < k)
-                    rows_copy<VEC, W>(a, m, k, row0, s0 + t0 + CH, lane,
-                                      a_s[warp][(chunk + 1) & 1]);
-                else
-                    copies_commit();  // (an empty group: the same waits)
-                copies_wait<1>();  // this chunk's tile has landed
-                __syncwarp();  // ... for every lane's copies
-                const float* a_row = a_s[warp][chunk & 1][lane];
-                const float* b_chunk = b_s[t0];
-                if (steps == CH) {  // a whole chunk: 16-byte reads of 4 steps, unrolled
-#pragma unroll 2
-                    for (int t = 0; t < CH; t += 4) {
-                        const float4 x = *reinterpret_cast<const float4*>(a_row + t);
-                        rows_step<G>(x.x, b_chunk + t * G, acc);
-                        rows_step<G>(x.y, b_chunk + (t + 1) * G, acc);
-                        rows_step<G>(x.z, b_chunk + (t + 2) * G, acc);
-                        rows_step<G>(x.w, b_chunk + (t + 3) * G, acc);
-                    }
-                } else {
-                    for (int t = 0; t < steps; ++t) rows_step<G>(a_row[t], b_chunk + t * G, acc);
-                }
-                rows_flush<G>(acc, SEGMENTS ? segment : total);  // each tile is one chunk
-            }
-            if (SEGMENTS && ((s0 + KS) % ${ORDERED_SEGMENT} == 0 || s0 + KS >= k)) {
-#pragma unroll
-                for (int j = 0; j < G; ++j) {  // a segment ends: its total joins, in order
-                    total[j] = total[j] + segment[j];
-                    segment[j] = 0.0;
-                }
-            }
-        }
-        copies_wait<0>();
-        if (row0 + lane < m) {
-#pragma unroll
-            for (int j = 0; j < G; ++j)
-                if (c0 + j < n) c[(row0 + lane) * n + c0 + j] = canonical(total[j]);
-        }
-    }
+// ... the small-pairs kernels, one per shape of PAIRS_SHAPES (from geometry.py: T, the longest
+// k, threads), 4- or 16-byte copies (_vec):
+#define ORDERED_PAIRS_ENTRY(T, KMAX, THREADS, SUFFIX, VEC)                                         \
+extern "C" __global__ void __launch_bounds__(THREADS)                                              \
+ordered_pairs_##T##SUFFIX(                                                                         \
+    const float* a, const float* b, int m, int n, int k, long long count, float* c)                \
+{                                                                                                  \
+    ordered_pairs_impl<T, KMAX, VEC, THREADS, PAIRS_STAGES>(a, b, m, n, k, count, c);              \
 }
-"""
-ORDERED_ROWS_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__(${{ROWS_THREADS}}, {min_blocks})
-ordered_rows_{g}{suffix}{vec_suffix}(
-    const float* a, const float* b, int m, int n, int k, float* c)
-{{
-    ordered_rows_impl<{g}, {segments}, {vec}>(a, b, m, n, k, c);
-}}
-"""
-    for g, min_blocks in ((4, 4), (8, 4), (16, 4))
-    for suffix, segments in (("", "false"), ("_segments", "true"))
-    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
-)
-# Thin products in level fp32-ordered's order (TSM2L's shape: many rows of A, k and n at most a
-# chunk): one thread per row of A and G columns, B in shared memory (read by broadcast). Blocks
-# walk tiles of THIN_THREADS rows: a tile is contiguous in A, copied as one run (cp.async,
-# 16-byte pieces where k is a multiple of 4 and A aligned) into one of THIN_STAGES stage
-# buffers, so that THIN_STAGES - 1 tiles are on their way while one is summed. Each thread runs
-# its G FMA chains over its row's k steps (one chunk: the total is that chain's sum); the
-# outputs go back through shared memory for coalesced (16-byte where n is a multiple of 4)
-# stores (each thread storing its own row measured 15% slower at 1048576 x 16 x 16 on an H100).
-# A stage row is k floats padded so that a warp's reads of its rows hit distinct banks: an odd
-# count of floats (4-byte reads) or of float4s (16-byte reads). The kernel was short of issue
-# slots (ncu): its loops do no divisions (RowWalk) and read A 16 bytes at a time.
-ORDERED_THIN_SOURCE = r"""
-template <bool VEC>
-__device__ __forceinline__ int thin_stride(int k)
-{
-    return VEC ? 4 * ((k / 4) | 1) : k | 1;
-}
+#define ORDERED_PAIRS(T, KMAX, THREADS)                                                            \
+    ORDERED_PAIRS_ENTRY(T, KMAX, THREADS, , false)                                                 \
+    ORDERED_PAIRS_ENTRY(T, KMAX, THREADS, _vec, true)
+PAIRS_SHAPES(ORDERED_PAIRS)
+#undef ORDERED_PAIRS_ENTRY
+#undef ORDERED_PAIRS
 
-// Tile `tile`'s rows (rows * k floats from a + row0 k) into a stage, row r at stage + r stride,
-// in pieces of 4 floats where VEC (else 1); `walk`: this thread's first piece, by rows of pieces.
-template <bool VEC>
-__device__ __forceinline__ void thin_copy(const float* __restrict__ a, long long m, int k,
-                                          long long tile, float* stage, RowWalk walk)
-{
-    constexpr int ROWS = ${THIN_THREADS}, PIECE = VEC ? 4 : 1;
-    const long long row0 = tile * ROWS;
-    const float* run = a + row0 * k;
-    const int pieces = (int)min((long long)ROWS, m - row0) * (k / PIECE);
-    const int stride = thin_stride<VEC>(k);
-    for (int p = threadIdx.x; p < pieces; p += ROWS, walk.next())
-        copy_async<4 * PIECE>(stage + walk.r * stride + walk.j * PIECE, run + p * PIECE, true);
-    copies_commit();
+// ... and the split-k kernels of a block per 64 x 64 output tile and segment:
+#define ORDERED_SEGMENTS(SUFFIX, A_T)                                                              \
+extern "C" __global__ void __launch_bounds__(256, 2) ordered_segments##SUFFIX(                     \
+    const float* a, const float* b, int m, int n, int k, int segment0, double* segments)           \
+{                                                                                                  \
+    ordered_segments_impl<4, A_T>(a, b, m, n, k, segment0, segments);                              \
 }
-
-template <int G, bool VEC>
-__device__ __forceinline__ void ordered_thin_impl(
-    const float* __restrict__ a, const float* __restrict__ b, long long m, int n, int k,
-    float* __restrict__ c)
-{
-    constexpr int CH = ${ORDERED_CHUNK}, ROWS = ${THIN_THREADS}, STAGES = ${THIN_STAGES};
-    extern __shared__ __align__(16) float shared[];
-    float* const b_s = shared;              // [CH][G]
-    float* const stages = shared + CH * G;  // [STAGES][ROWS][stride]
-    const int stride = thin_stride<VEC>(k);
-    // The outputs, staged [ROWS][OUT_STRIDE]: a row's G floats padded to an odd count of
-    // float4s, each thread writing and reading 16 bytes at a time.
-    constexpr int OUT_STRIDE = 4 * ((G / 4) | 1);
-    float* const out_s = stages + STAGES * ROWS * stride;
-    for (int i = threadIdx.x; i < CH * G; i += ROWS) {
-        const int q = i / G, j = i % G;
-        b_s[i] = (q < k && j < n) ? b[q * n + j] : 0.0f;
-    }
-    // This thread's first copied piece of a tile and first stored output (4 at a time where n
-    // is a multiple of 4), and their steps.
-    const RowWalk copy_walk(threadIdx.x, ROWS, VEC ? k / 4 : k);
-    const int run = n % 4 == 0 ? 4 : 1;
-    const RowWalk store_walk(run * threadIdx.x, run * ROWS, n);
-    const long long tiles = (m + ROWS - 1) / ROWS;
-    for (int s = 0; s < STAGES - 1; ++s) {
-        const long long tile = blockIdx.x + (long long)s * gridDim.x;
-        if (tile < tiles)
-            thin_copy<VEC>(a, m, k, tile, stages + s * ROWS * stride, copy_walk);
-        else
-            copies_commit();  // (an empty group: the same waits)
-    }
-    int s = 0;  // the stage of this block's i-th tile: i % STAGES
-    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        // The tile STAGES - 1 ahead goes into the stage summed last time round.
-        const long long ahead = tile + (long long)(STAGES - 1) * gridDim.x;
-        float* const free = stages + (s + STAGES - 1) % STAGES * ROWS * stride;
-        if (ahead < tiles)
-            thin_copy<VEC>(a, m, k, ahead, free, copy_walk);
-        else
-            copies_commit();
-        copies_wait<STAGES - 1>();  // this tile has landed ...
-        __syncthreads();            // ... for every thread's copies (and b_s is written)
-        const long long row0 = tile * ROWS;
-        const int rows = (int)min((long long)ROWS, m - row0);
-        float acc[G];
-#pragma unroll
-        for (int j = 0; j < G; ++j) acc[j] = 0.0f;
-        const float* a_row = stages + s * ROWS * stride + threadIdx.x * stride;
-        if constexpr (VEC) {
-            for (int q = 0; q < k; q += 4) {
-                float x[4];
-                load_run<4>(a_row + q, x);
-#pragma unroll
-                for (int u = 0; u < 4; ++u)
-#pragma unroll
-                    for (int j = 0; j < G; j += 4) {
-                        float y[4];
-                        load_run<4>(b_s + (q + u) * G + j, y);
-#pragma unroll
-                        for (int v = 0; v < 4; ++v) acc[j + v] = fma_ieee(x[u], y[v], acc[j + v]);
-                    }
-            }
-        } else {
-            for (int q = 0; q < k; ++q)
-#pragma unroll
-                for (int j = 0; j < G; ++j) acc[j] = fma_ieee(a_row[q], b_s[q * G + j], acc[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < G; j += 4) {
-            const float v[4] = {one_chunk_total(acc[j]), one_chunk_total(acc[j + 1]),
-                                one_chunk_total(acc[j + 2]), one_chunk_total(acc[j + 3])};
-            store_run<4>(out_s + threadIdx.x * OUT_STRIDE + j, v);
-        }
-        __syncthreads();  // the tile is read (its stage free again), the outputs staged
-        float* out = c + row0 * n;
-        RowWalk at = store_walk;
-        for (int e = run * threadIdx.x; e < rows * n; e += run * ROWS, at.next()) {
-            const float* o = out_s + at.r * OUT_STRIDE + at.j;
-            if (run == 4) {  // C is fresh (aligned) and row0 n a multiple of 4, as is at.j
-                float v[4];
-                load_run<4>(o, v);
-                store_run<4>(out + e, v);
-            } else {
-                out[e] = o[0];
-            }
-        }
-        __syncthreads();  // out_s is read
-        s = (s + 1) % STAGES;
-    }
-}
-"""
-ORDERED_THIN_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__(${{THIN_THREADS}})
-ordered_thin_{g}{vec_suffix}(const float* a, const float* b, long long m, int n, int k, float* c)
-{{
-    ordered_thin_impl<{g}, {vec}>(a, b, m, n, k, c);
-}}
-"""
-    for g in (4, 8, 16, 32)
-    for vec_suffix, vec in (("", "false"), ("_vec", "true"))
-)
+ORDERED_SEGMENTS(, false)
+ORDERED_SEGMENTS(_at, true)
+#undef ORDERED_SEGMENTS

@@ -1,59 +1,22 @@
-"""CUDA source of level IV-blocks (``blocks``): B's packer and the kernel that slices A in
-registers as it streams it, computing every output entry in the level's arithmetic
-(``blocks.blocks_product`` is their CPU model). ``cuda_kernels`` builds them into its pack
-module, beside the packer helpers they share, with the contract's constants filled in."""
+// Level IV-blocks (``blocks``; launched from iv_blocks.py): B's packer and the kernel that
+// slices A in registers as it streams it, computing every output entry in the level's arithmetic
+// (``blocks.blocks_product`` is their CPU model), beside the packer helpers they share.
+//
+// Fragments of the m16n8k32 INT8 MMA (PTX ISA, "Matrix Fragments for mma.m16n8k32"): lane
+// (g, t) = (lane / 4, lane % 4) holds A's rows g and g + 8 at k-steps 4 t .. 4 t + 3 (words a0,
+// a1) and 16 + 4 t .. (a2, a3), B's column g at k-steps 4 t .. (b0) and 16 + 4 t .. (b1), and
+// C's rows g and g + 8 at columns 2 t and 2 t + 1 (c0, c1; c2, c3); a word holds 4 INT8 entries,
+// the lowest k-step in the lowest byte.
 
-from __future__ import annotations
+#include "device.cuh"
+#include "packs.cuh"
 
-BLOCKS_THREADS = 128  # 4 warps, 16 rows of A each
-BLOCKS_TILE_ROWS = 16 * BLOCKS_THREADS // 32  # rows of A per block of threads
-BLOCKS_ROW_PAD = 16  # floats after each staged row of A: conflict-free 16-byte reads
-BLOCKS_N_TILES = (1, 2, 4, 8)  # n-tiles of 8 columns a block of threads may take
-# n-tiles a block -> (stages: tiles of A in shared memory, the one in use and the rest arriving;
-# blocks per SM that __launch_bounds__ caps the registers for). H100, same run against (3, 1):
-# (2, 3) gave 1.60x -> 1.67x SGEMM at 65536 x 4096 x 16 (2 n-tiles) and 1.37x -> 1.59x at
-# 262144 x 1024 x 32 (4): 4 and 3 blocks an SM instead of 3 and 2; at 8 n-tiles it took 1.00x ->
-# 0.93x at 65536 x 4096 x 64 and 1.24x -> 1.18x at 16384^2 x 64 (0.95x -> 1.00x at n = 128).
-# Later, 2 n-tiles at (2, 4) against (2, 3), GPU time: 430 -> 391 us at 65536 x 4096 x 16 (the
-# registers, 121-123, fit under either cap), 397 -> 400 at 262144 x 1024 x 16. 1 n-tile keeps
-# (3, 1), 4 n-tiles (2, 3), each beside a variant below. The bits are the same for every choice.
-# 8 n-tiles: one warp per 16 rows and all 8 (240-254 registers: 8 warps an SM, issuing in 48% of
-# the cycles, ncu) beat warps sharing their rows' slicing through shared memory, each summing
-# 4 or 2 of the n-tiles at 128 registers (same bits), H100: 695 -> 854 us (4 n-tiles a warp, 2
-# warps a row group) and 1268 (2 n-tiles, 4 warps) at 65536 x 4096 x 64; 16 n-tiles a block (4
-# a warp, 4 warps) 1346 -> 1732 us at x 128.
-BLOCKS_SHAPES = {1: (3, 1), 2: (2, 4), 4: (2, 3), 8: (3, 1)}
-# ... and a variant capped for more blocks an SM, which the host takes where its extra blocks
-# save a round of row tiles (``cuda_blocks._rows_launch``): 4 n-tiles squeezed into 128
-# registers (from 156) ran 496 -> 449 us at 65536 x 4096 x 32 (1024 row tiles: 2 rounds, not 3)
-# and 922 -> 907 at 1048576 x 512 x 32, but 495 -> 533 at 16384^2 x 32 (256 row tiles: one
-# round either way) and 335 -> 350 at 40000 x 4096 x 24 (two rounds either way); 1 n-tile at
-# (2, 4) against (3, 1): 418 -> 385 us at 65536 x 4096 x 8 (and x 4), 389 -> 388 at 262144 x
-# 1024 x 8, but 381 -> 400 at 16384^2 x 8 and 149 -> 155 at 40000 x 2048 x 8.
-BLOCKS_BUSY_SHAPES = {1: (2, 4), 4: (2, 4)}
-assert set(BLOCKS_SHAPES) == set(BLOCKS_N_TILES) >= set(BLOCKS_BUSY_SHAPES)
-BLOCKS_BYPASS_THREADS = 256  # bypass kernels: 8 listed entries or (row, 32 columns); 256 rows
-
-
-def stage_bytes(n_tiles: int, block_k: int, slices: int) -> int:
-    """Shared memory of one stage: A's tile, B's fragments and B's exponents for ``n_tiles``."""
-    a_tile = BLOCKS_TILE_ROWS * (block_k + BLOCKS_ROW_PAD) * 4
-    b_fragments = n_tiles * slices * (block_k // 32) * 64 * 4
-    return a_tile + b_fragments + n_tiles * 8 * 4
-
-
-# Fragments of the m16n8k32 INT8 MMA (PTX ISA, "Matrix Fragments for mma.m16n8k32"): lane
-# (g, t) = (lane / 4, lane % 4) holds A's rows g and g + 8 at k-steps 4 t .. 4 t + 3 (words a0,
-# a1) and 16 + 4 t .. (a2, a3), B's column g at k-steps 4 t .. (b0) and 16 + 4 t .. (b1), and
-# C's rows g and g + 8 at columns 2 t and 2 t + 1 (c0, c1; c2, c3); a word holds 4 INT8 entries,
-# the lowest k-step in the lowest byte.
-BLOCKS_SOURCE = r"""
-#define BK ${BLOCKS_K}
-#define BSL ${BLOCKS_SLICES}
-#define MAX_SUM ${BLOCKS_MAX_SUM}
+#define BK BLOCKS_K
+#define BSL BLOCKS_SLICES
+#define MAX_SUM BLOCKS_MAX_SUM
 #define STEPS (BK / 32)  // m16n8k32 k-steps per scale block
-#define ROW_STRIDE (BK + ${BLOCKS_ROW_PAD})
-#define TILE_ROWS ${BLOCKS_TILE_ROWS}
+#define ROW_STRIDE (BK + BLOCKS_ROW_PAD)
+#define TILE_ROWS BLOCKS_TILE_ROWS
 #define FRAGMENT_WORDS (BSL * STEPS * 64)  // one n-tile's B fragments for one block
 
 __device__ __forceinline__ void mma_s8(int (&d)[4], const unsigned int (&a)[4], unsigned int b0,
@@ -236,7 +199,7 @@ __device__ __forceinline__ void blocks_stage(
     const unsigned int* __restrict__ fragments, const int* __restrict__ exps, long long row0,
     int kb, bool inside_walk, float* a_s, unsigned int* b_s, int* e_s)
 {
-    constexpr int THREADS = ${BLOCKS_THREADS}, B_CHUNKS = NT * FRAGMENT_WORDS / 4;
+    constexpr int THREADS = BLOCKS_THREADS, B_CHUNKS = NT * FRAGMENT_WORDS / 4;
     if (inside_walk) {
         const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         const long long first = row0 + warp * 16;
@@ -341,7 +304,7 @@ __device__ __forceinline__ void blocks_step(
             }
     BlockScale scale[2];
     int row_hi[2];  // per row: the high word of 2^(ea - place + ...) (see the terms below)
-    constexpr int PLACE = 2 * ${FIRST_SLICE_BITS} + ${LATER_SLICE_BITS} * MAX_SUM;
+    constexpr int PLACE = 2 * FIRST_SLICE_BITS + LATER_SLICE_BITS * MAX_SUM;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         if (top[r] >= 0x7f800000u) {  // a NaN or Inf: the row is recomputed; the finite top
@@ -397,7 +360,7 @@ __device__ __forceinline__ void blocks_step(
             for (int cls = g0; cls <= last; ++cls) {
                 if (cls != g0) {
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) acc[q] *= 1 << ${LATER_SLICE_BITS};
+                    for (int q = 0; q < 4; ++q) acc[q] *= 1 << LATER_SLICE_BITS;
                 }
 #pragma unroll
                 for (int i = 0; i < BSL; ++i) {
@@ -410,7 +373,7 @@ __device__ __forceinline__ void blocks_step(
             // (int -> double by I2F.F64, a quarter of the FP64 rate, issues one instruction
             // where building the double from its bits took three: H100, 680 -> 672 us at
             // 65536 x 4096 x 64, 459 -> 445 at 262144 x 1024 x 32.)
-            const double up = (double)(1 << (${LATER_SLICE_BITS} * (last - g0 + 1)));
+            const double up = (double)(1 << (LATER_SLICE_BITS * (last - g0 + 1)));
 #pragma unroll
             for (int q = 0; q < 4; ++q)
                 block[q] = g0 == 0 ? (double)acc[q] : fma(block[q], up, (double)acc[q]);
@@ -616,11 +579,11 @@ __device__ __forceinline__ void bypass_row_columns(
     if (col < n) out_row[col] = canonical(acc);
 }
 
-extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_rows(
+extern "C" __global__ void __launch_bounds__(BLOCKS_BYPASS_THREADS) blocks_bypass_rows(
     const int* __restrict__ rows, const int* __restrict__ count, const float* __restrict__ a,
     const float* __restrict__ b, int n, int k, float* __restrict__ c)
 {
-    constexpr int WARPS = ${BLOCKS_BYPASS_THREADS} / 32;
+    constexpr int WARPS = BLOCKS_BYPASS_THREADS / 32;
     const long long warps = (long long)gridDim.x * WARPS, listed = *count;
     const long long warp = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;  // (items over SMs first)
     __shared__ double staged[WARPS][32];
@@ -640,7 +603,7 @@ extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_by
     }
 }
 
-// "auto"'s early look at A (cuda_blocks.blocks_product): a block of threads per sampled row
+// "auto"'s early look at A (iv_blocks.blocks_product): a block of threads per sampled row
 // (one row in each run of stride rows, the last maybe shorter, at a hashed offset: evenly
 // spaced rows would see only the wide rows of data with that period, or none), its warps
 // taking every eighth block of 64 k-steps, two entries a lane, counts into *unresolved_rows
@@ -694,7 +657,7 @@ __device__ __forceinline__ void bypass_columns_impl(
     const int* __restrict__ columns, const int* __restrict__ count, const float* __restrict__ a,
     const float* __restrict__ b, long long m, int n, int k, float* __restrict__ c)
 {
-    constexpr int CHUNK = 32, COLUMNS = 8, WARPS = ${BLOCKS_BYPASS_THREADS} / 32;
+    constexpr int CHUNK = 32, COLUMNS = 8, WARPS = BLOCKS_BYPASS_THREADS / 32;
     __shared__ float a_s[WARPS][32][CHUNK + 1];  // [warp][row][k]: a lane reads its own row
     __shared__ double b_s[CHUNK][COLUMNS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, listed = *count;
@@ -734,32 +697,39 @@ __device__ __forceinline__ void bypass_columns_impl(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(${BLOCKS_BYPASS_THREADS}) blocks_bypass_columns(
+extern "C" __global__ void __launch_bounds__(BLOCKS_BYPASS_THREADS) blocks_bypass_columns(
     const int* columns, const int* count, const float* a, const float* b, long long m, int n,
     int k, float* c)
 {
     bypass_columns_impl(columns, count, a, b, m, n, k, c);
 }
 
-"""
-BLOCKS_SOURCE += "".join(
-    f"""
-extern "C" __global__ void __launch_bounds__(${{BLOCKS_THREADS}}, {shapes[nt][1]})
-blocks_rows_{nt}{busy}{suffix}(
-    const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,
-    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,
-    int* counts, double give_up_share, double give_up_entries, double rows_per_sample)
-{{
-    blocks_rows_impl<{nt}, {vec}, {shapes[nt][0]}>(a, m, k, n, n_tiles, fragments, exps,
-                                  col_top, deep, k_slack, c, flagged_rows, counts,
-                                  give_up_share, give_up_entries, rows_per_sample);
-}}
-"""
-    for busy, shapes in (("", BLOCKS_SHAPES), ("_busy", BLOCKS_BUSY_SHAPES))
-    for nt in shapes
-    for suffix, vec in (("", "false"), ("_vec", "true"))
-)
-BLOCKS_SOURCE += """
+// The rows kernels, one per shape of BLOCKS_SHAPES and BLOCKS_BUSY_SHAPES (the launchers' tables,
+// from geometry.py: n-tiles a block, stages, blocks an SM), each with 4- and 16-byte copies of A
+// (_vec). CuPy's RawModule looks kernels up by name.
+#define BLOCKS_ROWS_ENTRY(NT, BUSY, STAGES, MIN_BLOCKS, SUFFIX, VEC)                               \
+extern "C" __global__ void __launch_bounds__(BLOCKS_THREADS, MIN_BLOCKS)                           \
+blocks_rows_##NT##BUSY##SUFFIX(                                                                    \
+    const float* a, long long m, int k, int n, int n_tiles, const unsigned int* fragments,         \
+    const int* exps, const int* col_top, int deep, double k_slack, float* c, int* flagged_rows,    \
+    int* counts, double give_up_share, double give_up_entries, double rows_per_sample)             \
+{                                                                                                  \
+    blocks_rows_impl<NT, VEC, STAGES>(a, m, k, n, n_tiles, fragments, exps, col_top, deep,         \
+                                      k_slack, c, flagged_rows, counts, give_up_share,             \
+                                      give_up_entries, rows_per_sample);                           \
+}
+#define BLOCKS_ROWS(NT, STAGES, MIN_BLOCKS)                                                        \
+    BLOCKS_ROWS_ENTRY(NT, , STAGES, MIN_BLOCKS, , false)                                           \
+    BLOCKS_ROWS_ENTRY(NT, , STAGES, MIN_BLOCKS, _vec, true)
+#define BLOCKS_ROWS_BUSY(NT, STAGES, MIN_BLOCKS)                                                   \
+    BLOCKS_ROWS_ENTRY(NT, _busy, STAGES, MIN_BLOCKS, , false)                                      \
+    BLOCKS_ROWS_ENTRY(NT, _busy, STAGES, MIN_BLOCKS, _vec, true)
+BLOCKS_SHAPES(BLOCKS_ROWS)
+BLOCKS_BUSY_SHAPES(BLOCKS_ROWS_BUSY)
+#undef BLOCKS_ROWS_ENTRY
+#undef BLOCKS_ROWS
+#undef BLOCKS_ROWS_BUSY
+
 #undef BK
 #undef BSL
 #undef MAX_SUM
@@ -768,4 +738,3 @@ BLOCKS_SOURCE += """
 #undef TILE_ROWS
 #undef FRAGMENT_WORDS
 #undef TOP_BIAS
-"""

@@ -1,187 +1,18 @@
-"""CUDA C source of the packer and combine kernels (compiled by CuPy at first use; the combine
-module also holds level fp32-ordered's kernels, from ``ordered_kernels``, and the pack module
-level IV-blocks's, from ``blocks_kernels``).
+// The packers (``packer``, ``equilibrate``, ``bypass``; launched from packs.py): the operands'
+// tops, the k-exponents, and each line's scale, flag and digits. They implement ``packer`` with
+// the same IEEE operations, so the integers they produce are the CPU oracle's, bit for bit.
+// Layout: a packed operand is (lines, slots, k_pad) int8, one row of A or one column of B per
+// line, the line's slices side by side along k. B's slices are stored in reverse order, so the
+// slices (i, g - i) of one weight class g are two contiguous spans and one GEMM over
+// K = count * k_pad sums the whole class.
 
-They implement ``packer`` and ``combine`` with the same IEEE operations, so the integers they
-produce and the float32 results are the CPU oracle's, bit for bit. Layout: a packed operand is
-(lines, slots, k_pad) int8, one row of A or one column of B per line, the line's slices side by
-side along k. B's slices are stored in reverse order, so the slices (i, g - i) of one weight class
-g are two contiguous spans and one GEMM over K = count * k_pad sums the whole class.
-"""
+#include "device.cuh"
 
-from __future__ import annotations
-
-from string import Template
-
-from . import blocks, bypass, combine, equilibrate, fp16split, ordered, packer
-from .blocks_kernels import (
-    BLOCKS_BYPASS_THREADS,
-    BLOCKS_ROW_PAD,
-    BLOCKS_SOURCE,
-    BLOCKS_THREADS,
-    BLOCKS_TILE_ROWS,
-)
-from .levels import LEVELS
-from .ordered_kernels import (
-    ORDERED_ROWS_SOURCE,
-    ORDERED_SOURCE,
-    ORDERED_THIN_SOURCE,
-    ROWS_THREADS,
-    THIN_STAGES,
-    THIN_THREADS,
-    TOTALS_THREADS,
-    TOTALS_WIDTH,
-)
-
-COLUMN_TILE_K = 128  # k-indices per shared tile of B's column packing (8 warps x 16)
-STRIP_LANE_COLUMNS = 8  # columns per lane of strip_max_bits: a block takes 32 x 8 of them
-# The contract's constants, formatted into the sources as ${NAME}: one definition, in Python.
-CONSTANTS = {
-    "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
-    "LATER_SLICE_BITS": packer.LATER_SLICE_BITS,
-    "DIGIT_HALF": packer.DIGIT_HALF,
-    "DIGIT_MASK": packer.DIGIT_MASK,
-    "HEADROOM_NUM": packer.HEADROOM_NUMERATOR,
-    "HEADROOM_DEN": packer.HEADROOM_DENOMINATOR,
-    "ROW_TOP_EXPONENT": fp16split.ROW_TOP_EXPONENT,
-    "LO_SHIFT": fp16split.LO_SHIFT,
-    "OVERFLOW_THRESHOLD": combine.OVERFLOW_THRESHOLD.hex(),  # a C99 hex literal: exact
-    "DEAD": int(equilibrate.DEAD),
-    "IMBALANCE": equilibrate.IMBALANCE_BINADES,
-    "DEEP_FRACTION": bypass.DEEP_FRACTION,
-    "NO_BYPASS": bypass.NO_BYPASS,
-    "ORDERED_CHUNK": ordered.CHUNK,
-    "ORDERED_SEGMENT": ordered.SEGMENT,
-    "ROWS_THREADS": ROWS_THREADS,
-    "THIN_THREADS": THIN_THREADS,
-    "THIN_STAGES": THIN_STAGES,
-    "TOTALS_WIDTH": TOTALS_WIDTH,
-    "TOTALS_THREADS": TOTALS_THREADS,
-    "COLUMN_TILE_K": COLUMN_TILE_K,
-    "STRIP_LANE_COLUMNS": STRIP_LANE_COLUMNS,
-    "BLOCKS_K": blocks.BLOCK_K,
-    "BLOCKS_SLICES": LEVELS[blocks.LEVEL].a_slices,
-    "BLOCKS_MAX_SUM": max(LEVELS[blocks.LEVEL].groups),
-    "BLOCKS_ROW_PAD": BLOCKS_ROW_PAD,
-    "BLOCKS_TILE_ROWS": BLOCKS_TILE_ROWS,
-    "BLOCKS_THREADS": BLOCKS_THREADS,
-    "BLOCKS_BYPASS_THREADS": BLOCKS_BYPASS_THREADS,
-}
-
-# Device helpers both modules use, defined once. CuPy compiles every kernel with -ftz=true
-# (user options cannot undo it), which flushes subnormal operands and results of float32
-# instructions to zero: so the kernels never do float32 arithmetic on data. They read float32
-# values as bits (magnitudes compare as unsigned integers), widen them to double exactly, compute
-# in double, and round back to float32 with their own subnormal-aware rounding.
-DEVICE_HELPERS = r"""
-#include <cuda_fp16.h>
-
-// 2^e as a double, built from its bits (exact for -1022 <= e <= 1023); x * pow2(e) equals
-// ldexp(x, e) whenever the result is a normal double, which the contract guarantees here.
-__device__ __forceinline__ double pow2(int e)
-{
-    return __longlong_as_double((long long)(e + 1023) << 52);
-}
-
-// |x| as float32 bits: for finite values, unsigned order is magnitude order.
-__device__ __forceinline__ unsigned int magnitude_bits(float x)
-{
-    return __float_as_uint(x) & 0x7fffffffu;
-}
-
-__device__ __forceinline__ bool finite_bits(float x)
-{
-    return magnitude_bits(x) < 0x7f800000u;
-}
-
-// float32 -> float64, exactly, subnormals, infinities and NaN payloads included.
-__device__ __forceinline__ double exact_double(float x)
-{
-    const unsigned int u = __float_as_uint(x);
-    const unsigned long long sign = (unsigned long long)(u >> 31) << 63;
-    const unsigned int exponent = (u >> 23) & 0xffu, fraction = u & 0x7fffffu;
-    if (exponent == 0) {  // zero or subnormal: fraction * 2^-149, exact in double
-        const double v = (double)fraction * pow2(-149);
-        return sign ? -v : v;
-    }
-    const unsigned long long e64 = exponent == 0xffu ? 0x7ffull : exponent - 127ull + 1023ull;
-    const unsigned long long bits = sign | (e64 << 52) | ((unsigned long long)fraction << 29);
-    return __longlong_as_double((long long)bits);
-}
-
-__device__ __forceinline__ double exact_double(double x) { return x; }
-__device__ __forceinline__ double exact_double(int x) { return (double)x; }
-
-// float64 -> float32, round to nearest even, subnormal results kept (NumPy's astype).
-__device__ __forceinline__ float round_to_float(double d)
-{
-    if (!(fabs(d) < pow2(-126))) return (float)d;  // normal, overflow to inf, or NaN
-    const int m = __double2int_rn(fabs(d) * pow2(149));  // < 2^23 (2^23: the smallest normal)
-    return __uint_as_float((signbit(d) ? 0x80000000u : 0u) | (unsigned int)m);
-}
-
-// combine.saturate: float32(v), or +-FLT_MAX where v would overflow only by less than the
-// level's error bound k_slack * 2^scale.
-__device__ __forceinline__ float saturate(double v, int scale, double k_slack)
-{
-    if (fabs(v) >= ${OVERFLOW_THRESHOLD} && fabs(v) - k_slack * pow2(scale) < ${OVERFLOW_THRESHOLD})
-        return __uint_as_float((signbit(v) ? 0x80000000u : 0u) | 0x7f7fffffu);
-    return round_to_float(v);
-}
-
-// Asynchronous copies into shared memory (cp.async, sm_80 and later; on older GPUs plain loads
-// and stores, so the module still builds there). A copy of 0 source bytes writes zeros.
-template <int BYTES>
-__device__ __forceinline__ void copy_async(void* dst, const void* src, bool inside)
-{
-#if __CUDA_ARCH__ >= 800
-    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
-    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
-    if constexpr (BYTES == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                     :: "r"(to), "l"(src), "r"(inside ? 16 : 0) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
-                     :: "r"(to), "l"(src), "n"(BYTES), "r"(inside ? BYTES : 0) : "memory");
-#else
-    if constexpr (BYTES == 16)
-        *reinterpret_cast<float4*>(dst) =
-            inside ? *reinterpret_cast<const float4*>(src) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    else if constexpr (BYTES == 8)
-        *reinterpret_cast<double*>(dst) = inside ? *reinterpret_cast<const double*>(src) : 0.0;
-    else
-        *reinterpret_cast<float*>(dst) = inside ? *reinterpret_cast<const float*>(src) : 0.0f;
-#endif
-}
-
-__device__ __forceinline__ void copies_commit()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-
-template <int PENDING>  // wait until at most PENDING committed groups are still in flight
-__device__ __forceinline__ void copies_wait()
-{
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
-#endif
-}
-
-// The canonical quiet NaN every backend writes (nonfinite.py).
-__device__ __forceinline__ float canonical(double d)
-{
-    return isnan(d) ? __uint_as_float(0x7fc00000u) : round_to_float(d);
-}
-"""
-
-PACK_SOURCE = r"""
 // equilibrate: an entry at k-index q, scaled by 2^(sign * f[q]) exactly; a dead k-index and a
 // non-finite entry give 0 (the entry's NaN/Inf is flagged separately, from its own bits).
 __device__ __forceinline__ double rebalanced(float v, int f, int sign)
 {
-    return (f == ${DEAD} || !finite_bits(v)) ? 0.0 : exact_double(v) * pow2(sign * f);
+    return (f == DEAD || !finite_bits(v)) ? 0.0 : exact_double(v) * pow2(sign * f);
 }
 
 // Largest |value| (of rebalanced values, so finite) over the block, returned to every thread;
@@ -278,7 +109,6 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v)
 // on an H100); its y over the strips (a block takes several in turn beyond gridDim.y's
 // limit). Stacks: matrix z = blockIdx.z + batch0 starts z * batch_stride floats into x; its
 // column outputs start at z * cols, its row outputs at z * rows.
-#define STRIP_LANE_COLUMNS ${STRIP_LANE_COLUMNS}
 #define STRIP_WIDTH (32 * STRIP_LANE_COLUMNS)
 
 extern "C" __global__ void strip_max_bits(
@@ -352,13 +182,13 @@ extern "C" __global__ void k_exponents(
     f += z * (k + 1);
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= k) return;
-    int fq = ${DEAD};
+    int fq = DEAD;
     if (a_top[q] != 0u && b_top[q] != 0u) {
         int ea, eb;
         frexp(exact_double(__uint_as_float(a_top[q])), &ea);
         frexp(exact_double(__uint_as_float(b_top[q])), &eb);
         const int gap = ea - eb;
-        fq = abs(gap) > ${IMBALANCE} ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
+        fq = abs(gap) > IMBALANCE ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
     }
     f[q] = fq;
     if (fq != 0) atomicOr(f + k, 1);
@@ -369,13 +199,13 @@ __device__ __forceinline__ int scale_exponent(double top)
 {
     int e;
     frexp(top, &e);
-    return top * ${HEADROOM_DEN}.0 >= ldexp(${HEADROOM_NUM}.0, e) ? e + 1 : e;
+    return top * (double)HEADROOM_DEN >= ldexp((double)HEADROOM_NUM, e) ? e + 1 : e;
 }
 
 // packer.fraction_bits: P(s) = FIRST + LATER (s - 1).
 __device__ __forceinline__ int fraction_bits(int slices)
 {
-    return ${FIRST_SLICE_BITS} + ${LATER_SLICE_BITS} * (slices - 1);
+    return FIRST_SLICE_BITS + LATER_SLICE_BITS * (slices - 1);
 }
 
 // packer.slice_rows and bypass.unresolved for one entry, the exact way: integer arithmetic on
@@ -397,7 +227,7 @@ __device__ __forceinline__ int significand(unsigned int u)
 __device__ __forceinline__ int scaled_integer(float x, int f, int sign, int shift)
 {
     const unsigned int u = __float_as_uint(x);
-    if (!finite_bits(x) || f == ${DEAD} || (u & 0x7fffffffu) == 0u) return 0;
+    if (!finite_bits(x) || f == DEAD || (u & 0x7fffffffu) == 0u) return 0;
     const int sig = significand(u), up = scaled_up(u, f, sign, shift);
     int q;
     if (up >= 0) {
@@ -419,7 +249,7 @@ __device__ __forceinline__ int scaled_integer(float x, int f, int sign, int shif
 __device__ __forceinline__ int deep_entry(float x, int f, int sign, int shift, int limit)
 {
     const unsigned int u = __float_as_uint(x);
-    if (!finite_bits(x) || f == ${DEAD}) return 0;
+    if (!finite_bits(x) || f == DEAD) return 0;
     const int sig = significand(u), t = limit - scaled_up(u, f, sign, shift);
     return sig != 0 && t > 0 && (t >= 24 || sig < (1 << t));
 }
@@ -442,10 +272,10 @@ __device__ __forceinline__ LineScale line_scale(int e, int slices, int deep, boo
 {
     LineScale s;
     s.shift = fraction_bits(slices) - e;
-    s.limit = deep == ${NO_BYPASS} ? DEEP_NEVER : fraction_bits(slices) - deep - 1;
+    s.limit = deep == NO_BYPASS ? DEEP_NEVER : fraction_bits(slices) - deep - 1;
     s.quick = !moves && s.shift >= -126 && s.shift <= 127;
     s.scale = __uint_as_float((unsigned int)(s.shift + 127) << 23);
-    const int floor = deep == ${NO_BYPASS} ? -150 : e - deep - 1;  // bits of 2^floor, clamped
+    const int floor = deep == NO_BYPASS ? -150 : e - deep - 1;  // bits of 2^floor, clamped
     s.floor_bits = floor < -149  ? 0u
                  : floor >= 128  ? 0x7f800000u
                  : floor >= -126 ? (unsigned int)(floor + 127) << 23
@@ -470,7 +300,7 @@ __device__ __forceinline__ int packer_integer(float x, int f, int sign, const Li
 
 __device__ __forceinline__ int unresolved(int count, int k)
 {
-    return (long long)count * ${DEEP_FRACTION} > k;
+    return (long long)count * DEEP_FRACTION > k;
 }
 
 // Sum over the block (block_max's pattern), returned to every thread.
@@ -625,7 +455,7 @@ __device__ __forceinline__ void strip_max(
 }
 
 // The digits of the strip's columns col0 .. col0 + 31 for k-indices [q_begin, q_end) (both
-// multiples of 16, q_begin of the tile), a tile of ${COLUMN_TILE_K} at a time: the block reads
+// multiples of 16, q_begin of the tile), a tile of COLUMN_TILE_K at a time: the block reads
 // the tile's rows (each warp load 32 consecutive floats of a row) into shared memory, column
 // by column; then warp w writes columns 4 w .. 4 w + 3, lane l the digits of k-indices 4 l ..
 // 4 l + 3, so each warp store fills 128 consecutive bytes of a slot. count[j]: this thread's
@@ -636,9 +466,9 @@ __device__ void strip_digits(
     int q_begin, int q_end, const int* __restrict__ kexp, const LineScale* scale, int slices,
     int reversed, signed char* __restrict__ out, int (&count)[4])
 {
-    __shared__ __align__(16) float tile[32][${COLUMN_TILE_K} + 4];  // [column][k]: 16-byte rows
-    __shared__ int tile_kexp[${COLUMN_TILE_K}];
-    constexpr int ROWS_PER_THREAD = ${COLUMN_TILE_K} / 8;
+    __shared__ __align__(16) float tile[32][COLUMN_TILE_K + 4];  // [column][k]: 16-byte rows
+    __shared__ int tile_kexp[COLUMN_TILE_K];
+    constexpr int ROWS_PER_THREAD = COLUMN_TILE_K / 8;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx, column = col0 + tx;
     float next[ROWS_PER_THREAD];  // this thread's entries of a tile: rows ty, ty + 8, ...
     const auto fetch = [&](int q0) {
@@ -649,12 +479,12 @@ __device__ void strip_digits(
         }
     };
     fetch(q_begin);
-    for (int q0 = q_begin; q0 < q_end; q0 += ${COLUMN_TILE_K}) {
+    for (int q0 = q_begin; q0 < q_end; q0 += COLUMN_TILE_K) {
 #pragma unroll
         for (int r = 0; r < ROWS_PER_THREAD; ++r) tile[tx][ty + 8 * r] = next[r];
-        if (t < ${COLUMN_TILE_K}) tile_kexp[t] = q0 + t < k ? kexp[q0 + t] : 0;
+        if (t < COLUMN_TILE_K) tile_kexp[t] = q0 + t < k ? kexp[q0 + t] : 0;
         __syncthreads();
-        if (q0 + ${COLUMN_TILE_K} < q_end) fetch(q0 + ${COLUMN_TILE_K});
+        if (q0 + COLUMN_TILE_K < q_end) fetch(q0 + COLUMN_TILE_K);
         const int first = q0 + 4 * tx;
         if (first < q_end)
 #pragma unroll
@@ -687,7 +517,7 @@ __device__ __forceinline__ int column_sum(int value)
 }
 
 // Three steps over a grid of (strips) x (chunks of `chunk` k-indices, a multiple of
-// ${COLUMN_TILE_K}) x (matrices: blockIdx.z + batch0), so B's columns fill the GPU at any n.
+// COLUMN_TILE_K) x (matrices: blockIdx.z + batch0), so B's columns fill the GPU at any n.
 //
 // Step 1: the largest rebalanced |value| of each column, merged with atomicMax into the zeroed
 // `tops` (non-negative doubles order as their bits), NaN/Inf into the zeroed `bad`; taken
@@ -798,210 +628,11 @@ extern "C" __global__ void pack_fp16(
     __half* dst = out + line * 2LL * k_pad;
     for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
         const double scaled =
-            c < k ? ldexp(rebalanced(row[c], kexp[c], sign), ${ROW_TOP_EXPONENT} - e) : 0.0;
+            c < k ? ldexp(rebalanced(row[c], kexp[c], sign), ROW_TOP_EXPONENT - e) : 0.0;
         const __half hi = __double2half(scaled);
         const double hi_value = __half2float(hi);  // half -> float is exact and never subnormal
-        const __half lo = __double2half(ldexp(scaled - hi_value, ${LO_SHIFT}));
+        const __half lo = __double2half(ldexp(scaled - hi_value, LO_SHIFT));
         dst[(long long)(reversed ? 1 : 0) * k_pad + c] = hi;
         dst[(long long)(reversed ? 0 : 1) * k_pad + c] = lo;
     }
 }
-"""
-
-PACK_SOURCE += BLOCKS_SOURCE
-
-COMBINE_SOURCE = r"""
-// Four consecutive class sums as one 16-byte load (p 16-byte aligned), widened exactly.
-__device__ __forceinline__ void load4(const int* p, double (&v)[4])
-{
-    const int4 x = *reinterpret_cast<const int4*>(p);
-    v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
-}
-
-__device__ __forceinline__ void load4(const float* p, double (&v)[4])
-{
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    v[0] = exact_double(x.x); v[1] = exact_double(x.y);
-    v[2] = exact_double(x.z); v[3] = exact_double(x.w);
-}
-
-__device__ __forceinline__ void load4(const double* p, double (&v)[4])
-{
-    const double2 x = reinterpret_cast<const double2*>(p)[0];
-    const double2 y = reinterpret_cast<const double2*>(p)[1];
-    v[0] = x.x; v[1] = x.y; v[2] = y.x; v[3] = y.y;
-}
-
-// C = float32(2^(row_exp + col_exp + exp_offset) * sum_g sums[g] * 2^-(w0 + step * g)),
-// summed from the largest g (smallest weight) down. Stacks: product z = blockIdx.z + batch0
-// has its sums and output z * m * n entries in, its lines' scales and flags z * m and z * n.
-// VEC = 4: each thread takes four neighbouring entries with vector loads and one float4 store
-// (n % 4 == 0, sums and c 16-byte aligned); entries of flagged lines get a value too, which
-// bypass_lines, launched after, overwrites.
-template <typename Sum, int VEC>
-__device__ void combine_impl(
-    const Sum* __restrict__ sums, int groups, long long group_stride, int w0, int step,
-    int exp_offset, double k_slack,
-    const int* __restrict__ row_exp, const int* __restrict__ col_exp,
-    const int* __restrict__ row_bad, const int* __restrict__ col_bad,
-    int m, int n, int batch0, float* __restrict__ c)
-{
-    const long long z = blockIdx.z + (long long)batch0;
-    sums += z * m * n;
-    c += z * m * n;
-    row_exp += z * m;
-    row_bad += z * m;
-    col_exp += z * n;
-    col_bad += z * n;
-    for (int r = blockIdx.y; r < m; r += gridDim.y) {
-        for (int col = VEC * (blockIdx.x * blockDim.x + threadIdx.x); col < n;
-             col += VEC * gridDim.x * blockDim.x) {
-            const long long idx = (long long)r * n + col;
-            if constexpr (VEC == 1) {
-                if (row_bad[r] | col_bad[col]) continue;  // bypass_lines writes it
-                double acc = 0.0;
-                for (int g = groups - 1; g >= 0; --g)  // smallest weight first (combine.combine)
-                    acc = acc + exact_double(sums[g * group_stride + idx]) * pow2(-(w0 + step * g));
-                const int scale = row_exp[r] + col_exp[col];
-                c[idx] = saturate(acc * pow2(scale + exp_offset), scale, k_slack);
-            } else {
-                double acc[4] = {0.0, 0.0, 0.0, 0.0};
-                for (int g = groups - 1; g >= 0; --g) {
-                    double v[4];
-                    load4(sums + g * group_stride + idx, v);
-                    const double weight = pow2(-(w0 + step * g));
-                    for (int t = 0; t < 4; ++t) acc[t] = acc[t] + v[t] * weight;
-                }
-                const int4 col_e = *reinterpret_cast<const int4*>(col_exp + col);
-                const int scales[4] = {row_exp[r] + col_e.x, row_exp[r] + col_e.y,
-                                       row_exp[r] + col_e.z, row_exp[r] + col_e.w};
-                float out[4];
-                for (int t = 0; t < 4; ++t)
-                    out[t] = saturate(acc[t] * pow2(scales[t] + exp_offset), scales[t], k_slack);
-                *reinterpret_cast<float4*>(c + idx) = make_float4(out[0], out[1], out[2], out[3]);
-            }
-        }
-    }
-}
-
-"""
-
-IN_ORDER_SOURCE = r"""
-// The in-order float64 product of one output tile: acc[i][j] = sum over q in order of the exact
-// products a_rq b_qc (float32 x float32 is exact in float64, so FMA and multiply-add agree) for
-// row r0 + R ty + i and column c0 + R tx + j: R x R neighbouring entries per thread of a 16 x 16
-// block (tiles of 16 R). k runs in steps of 16 through shared memory, where each thread's R
-// values of a step lie side by side (vector loads: the FP64 units, not shared memory, set the
-// pace). Global loads are coalesced for row-major operands.
-template <int R>
-__device__ __forceinline__ void in_order_tile(  // inlined: acc stays in registers
-    const float* __restrict__ a, long long a_rs, long long a_cs,
-    const float* __restrict__ b, long long b_rs, long long b_cs,
-    int m, int n, int k, int r0, int c0, double (&acc)[R][R])
-{
-    constexpr int T = 16 * R;
-    constexpr int PAD = R == 1 ? 1 : 2;  // fewer bank conflicts; rows stay 16-byte aligned
-    __shared__ __align__(16) double a_tile[16][T + PAD];  // [q][row]
-    __shared__ __align__(16) double b_tile[16][T + PAD];  // [q][col]
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int j = 0; j < R; ++j) acc[i][j] = 0.0;
-    for (int q0 = 0; q0 < k; q0 += 16) {
-        for (int i = t; i < 16 * T; i += 256) {
-            const int a_line = i >> 4, a_q = q0 + (i & 15);  // threads along A's rows
-            a_tile[i & 15][a_line] = (a_q < k && r0 + a_line < m)
-                ? exact_double(a[(r0 + a_line) * a_rs + a_q * a_cs]) : 0.0;
-            const int b_q = q0 + i / T, b_line = i % T;  // threads along B's rows
-            b_tile[i / T][b_line] = (b_q < k && c0 + b_line < n)
-                ? exact_double(b[b_q * b_rs + (c0 + b_line) * b_cs]) : 0.0;
-        }
-        __syncthreads();
-        const int depth = min(16, k - q0);  // no padded steps: -0.0 + 0.0 would turn signs
-        for (int q = 0; q < depth; ++q) {
-            double av[R], bv[R];
-            if constexpr (R == 1) {
-                av[0] = a_tile[q][ty];
-                bv[0] = b_tile[q][tx];
-            } else {  // R values as R / 2 aligned double2 loads
-                const double2* a_row = reinterpret_cast<const double2*>(&a_tile[q][R * ty]);
-                const double2* b_row = reinterpret_cast<const double2*>(&b_tile[q][R * tx]);
-#pragma unroll
-                for (int h = 0; h < R / 2; ++h) {
-                    const double2 x = a_row[h], y = b_row[h];
-                    av[2 * h] = x.x; av[2 * h + 1] = x.y;
-                    bv[2 * h] = y.x; bv[2 * h + 1] = y.y;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < R; ++i)
-#pragma unroll
-                for (int j = 0; j < R; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-        }
-        __syncthreads();
-    }
-}
-
-// bypass.recompute_lines: every entry whose row of A or column of B is flagged (NaN/Inf, or
-// unresolved) becomes canonical(its in-order sum). A block takes a 64 x 64 output tile and
-// leaves at once when no line of the tile is flagged, so data without bypassed lines pay one
-// cheap launch. Stacks: pair z = blockIdx.z + batch0 starts z * a_bs into a, z * b_bs into b.
-extern "C" __global__ void bypass_lines(
-    const int* __restrict__ row_bad, const int* __restrict__ col_bad,
-    const float* __restrict__ a, long long a_rs, long long a_cs, long long a_bs,
-    const float* __restrict__ b, long long b_rs, long long b_cs, long long b_bs,
-    int m, int n, int k, int batch0, float* __restrict__ c)
-{
-    const long long z = blockIdx.z + (long long)batch0;
-    a += z * a_bs;
-    b += z * b_bs;
-    c += z * m * n;
-    row_bad += z * m;
-    col_bad += z * n;
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 16 + tx;
-    const int c0 = blockIdx.x * 64;
-    for (int r0 = blockIdx.y * 64; r0 < m; r0 += gridDim.y * 64) {  // grid y: at most 65535
-        int mine = 0;
-        if (t < 64) mine = (r0 + t < m && row_bad[r0 + t]) | (c0 + t < n && col_bad[c0 + t]);
-        if (!__syncthreads_or(mine)) continue;
-
-        double acc[4][4];
-        in_order_tile<4>(a, a_rs, a_cs, b, b_rs, b_cs, m, n, k, r0, c0, acc);
-        for (int i = 0; i < 4; ++i) {
-            const int r = r0 + 4 * ty + i;
-            if (r >= m) continue;
-            for (int j = 0; j < 4; ++j) {
-                const int col = c0 + 4 * tx + j;
-                if (col < n && (row_bad[r] | col_bad[col]))
-                    c[(long long)r * n + col] = canonical(acc[i][j]);
-            }
-        }
-    }
-}
-
-"""
-
-COMBINE_SOURCE += IN_ORDER_SOURCE + ORDERED_SOURCE + ORDERED_ROWS_SOURCE + ORDERED_THIN_SOURCE
-
-# Exported combine kernels per class-sum type and width (CuPy's RawModule looks them up by name).
-_COMBINE_ENTRY = """
-extern "C" __global__ void combine{vec}_{name}(
-    const {sum}* sums, int groups, long long group_stride, int w0, int step, int exp_offset,
-    double k_slack, const int* row_exp, const int* col_exp, const int* row_bad, const int* col_bad,
-    int m, int n, int batch0, float* c)
-{{
-    combine_impl<{sum}, {vec}>(sums, groups, group_stride, w0, step, exp_offset, k_slack, row_exp,
-                               col_exp, row_bad, col_bad, m, n, batch0, c);
-}}
-"""
-COMBINE_SOURCE += "".join(
-    _COMBINE_ENTRY.format(name=name, sum=sum_type, vec=vec).replace("combine1_", "combine_")
-    for name, sum_type in (("int32", "int"), ("float64", "double"), ("float32", "float"))
-    for vec in (1, 4)
-)
-
-
-def render(source: str) -> str:
-    """``source`` with the device helpers in front and the contract's constants filled in."""
-    return Template(DEVICE_HELPERS + source).substitute(CONSTANTS)
