@@ -121,7 +121,7 @@ def _on_gpu(
     plain: bool = False,
 ) -> Any:
     """Two matrices on the CUDA backend; ``plain``: float32 CuPy matrices of matching k, which
-    cuBLAS SGEMM and fp32-ordered take straight away (skipping ``cuda.matmul``'s checks)."""
+    cuBLAS SGEMM and fp32-ordered take straight away (skipping ``cuda.backend.matmul``'s checks)."""
     kind = routed.level.kind
     if plain and kind == "fp32":
         return device.cupy_module().matmul(a, b)

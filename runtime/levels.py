@@ -178,7 +178,7 @@ LADDER: tuple[Level, ...] = (
     Level(
         "fp16",
         "fp16",
-        relative_cost=20.0,  # k-blocked on the GPU: 1.1-1.4x SGEMM (cuda.FP16_K_BLOCK)
+        relative_cost=20.0,  # k-blocked on the GPU: 1.1-1.4x SGEMM (cuda.sliced.FP16_K_BLOCK)
         expected_error=1.3e-6,  # GPU, FP32 sums of 1024 k-steps; 8e-8 on the CPU (float64 sums)
         description="FP16 hi/lo split of power-of-two scaled rows/columns, 3 FP16 GEMMs",
     ),
@@ -197,9 +197,9 @@ LADDER: tuple[Level, ...] = (
         description="float64 product of the float32 inputs, rounded once to float32",
     ),
     # float32 arithmetic in one fixed order (``ordered``), so every backend gives the same bits:
-    # the GPU's small-stack, pairs, tall, thin and split-k kernels (cuda.ordered_product), for
-    # shapes where data movement and launches, not arithmetic, set the time. Other products are
-    # faster at fp32 (cuBLAS).
+    # the GPU's small-stack, pairs, tall, thin and split-k kernels
+    # (cuda.fp32_ordered.ordered_product), for shapes where data movement and launches, not
+    # arithmetic, set the time. Other products are faster at fp32 (cuBLAS).
     Level(
         "fp32-ordered",
         "ordered",

@@ -1,7 +1,7 @@
 """Level fp32-ordered: float32 arithmetic in one fixed order, so every backend gives the same bits.
 
 Each output entry is computed as the GPU's kernels for this level compute it
-(``ordered_kernels``: the tile kernel ``ordered_product``, the small-stack ``ordered_stack``,
+(``cuda.fp32_ordered``: the tile kernel ``ordered_product``, the small-stack ``ordered_stack``,
 the pairs ``ordered_pairs``, the tall ``ordered_rows``, the thin ``ordered_thin`` and the
 split-k ``ordered_segments`` and ``ordered_chunks``): k runs in chunks of ``CHUNK``; inside a
 chunk the products are accumulated by IEEE float32 fused multiply-adds in k order, starting

@@ -6,8 +6,8 @@ backend a ``Kept`` (the slot plus the operand's identity). The backend then reus
 computing again:
 
 - the operand's *tops*, its half of ``equilibrate.k_exponents`` (the largest finite |entry|
-  along each k-index; on the GPU, from the same read, its lines' too: ``cuda.OperandTops``),
-  whenever the operand is the same memory;
+  along each k-index; on the GPU, from the same read, its lines' too:
+  ``cuda.packs.OperandTops``), whenever the operand is the same memory;
 - its *pack* (scales, flags and digits), when moreover the k-exponents are the ones it was
   packed with: the other operand can move a k-index into or out of the imbalance band, and then
   the operand is packed again.
