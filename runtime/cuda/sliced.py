@@ -62,16 +62,15 @@ from .packs import (
 )
 from .tn_gemm import CUDA_R_32F
 
-# k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product). Measured on the
-# H100 (benchmarks/results/NVIDIA-H100-80GB-HBM3/fp16-k-blocks.md, n = 4096 / 8192): the error
-# grows with the block, 6.5e-7 at 512 (0.71 / 0.85x SGEMM), 1.3e-6 at 1024 (1.10 / 1.38x),
-# 2.5e-6 at 2048, 9.7e-6 unblocked at n = 8192 (3.3x); SGEMM 1.1e-6 / 1.6e-6. 1024 keeps the
-# level near SGEMM's error and still faster; level IV is both more accurate and faster there.
+# k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product): the error grows
+# with the block; 1024 keeps the level near SGEMM's error and still faster than SGEMM (level IV
+# is both more accurate and faster there). Figures in
+# benchmarks/results/NVIDIA-H100-80GB-HBM3/fp16-k-blocks.md.
 FP16_K_BLOCK = 1024
 # "auto"'s fallback check waits for the packs' flag counts once the GEMMs of this many weight
-# classes are queued (3 of level IV's 8 products), so the GPU has work while the host waits.
-# On an H100, one class or two measured alike at n = 3072-8192; where the check falls back to
-# SGEMM, the queued GEMMs are wasted: +7% of SGEMM's time at n = 3072, +3% at 8192.
+# classes are queued (3 of level IV's 8 products), so the GPU has work while the host waits;
+# fewer queued GEMMs are wasted where it falls back to SGEMM (one class or two measured alike).
+# Figures in benchmarks/results/NVIDIA-H100-80GB-HBM3/cuda-launch-constants.txt.
 CLASSES_BEFORE_ASKING = 2
 COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
