@@ -65,6 +65,9 @@ PLAIN = Call()
 
 
 class Product(Protocol):
+    """A level kind's a @ b for float32 CuPy matrices with m, k, n > 0, taking from ``call``
+    what the kind uses."""
+
     def __call__(
         self, a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN, /
     ) -> cp.ndarray: ...
@@ -78,7 +81,7 @@ def _blocks(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> c
     return iv_blocks.blocks_product(a, b, level, call.native_when_bypassed, call.on_native)
 
 
-# Level kind -> a @ b for float32 CuPy matrices with m, k, n > 0, every kind's product.
+# Level kind -> its product: every kind, so matmul has no case of its own.
 PRODUCTS: dict[Kind, Product] = {
     "int8": _int8,
     "blocks": _blocks,

@@ -1,8 +1,7 @@
 """The CUDA backend's two NVRTC modules, built through CuPy at first use from the CUDA C of
 kernels/ (``sources``): the pack module (``pack.cu``: tops, k-exponents, the INT8 and FP16
 packers, level IV-blocks's kernels) and the combine module (``combine.cu``: the combine and
-bypass kernels, level fp32-ordered's kernels); and the device helpers' source, the preamble of
-the elementwise conversions (``convert``)."""
+bypass kernels, level fp32-ordered's kernels)."""
 
 from __future__ import annotations
 
@@ -23,8 +22,3 @@ def pack_module() -> cp.RawModule:
 @functools.cache
 def combine_module() -> cp.RawModule:
     return cp.RawModule(code=sources.module("combine.cu"), options=OPTIONS)
-
-
-def helpers() -> str:
-    """The device helpers (exact widening and rounding, ...) as a preamble of their own."""
-    return sources.helpers()

@@ -8,7 +8,7 @@ import functools
 
 import cupy as cp
 
-from . import build
+from . import sources
 
 # (input, output, operation) of each conversion, on the device helpers
 WIDEN = ("float32 x", "float64 y", "y = exact_double(x)")
@@ -19,7 +19,7 @@ ACCUMULATE = ("float32 x", "float64 total", "total = total + exact_double(x)")  
 
 @functools.cache
 def conversion(spec: tuple[str, str, str], name: str) -> cp.ElementwiseKernel:
-    return cp.ElementwiseKernel(*spec, name=name, preamble=build.helpers())
+    return cp.ElementwiseKernel(*spec, name=name, preamble=sources.helpers())
 
 
 def as_float32(x: cp.ndarray) -> cp.ndarray:

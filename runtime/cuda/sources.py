@@ -30,8 +30,6 @@ def defines() -> dict[str, str]:
     numbers = {
         "FIRST_SLICE_BITS": packer.FIRST_SLICE_BITS,
         "LATER_SLICE_BITS": packer.LATER_SLICE_BITS,
-        "DIGIT_HALF": packer.DIGIT_HALF,
-        "DIGIT_MASK": packer.DIGIT_MASK,
         "HEADROOM_NUM": packer.HEADROOM_NUMERATOR,
         "HEADROOM_DEN": packer.HEADROOM_DENOMINATOR,
         "ROW_TOP_EXPONENT": fp16split.ROW_TOP_EXPONENT,
