@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from .bench import bench as bench_command
-from .common import CONTEXT
+from .common import CONTEXT, SIZE
 from .inspect import inspect as inspect_command
 from .levels import levels as levels_command
 from .run import run as run_command
@@ -37,7 +37,7 @@ def show_config_command() -> None:
 
 @main.command(context_settings=CONTEXT)
 @click.option("--sample", default="mlp", show_default=True, help="a sample in samples/")
-@click.option("--size", type=int, default=None, help="default: the sample's demo size")
+@click.option("--size", type=SIZE, default=None, help="default: the sample's demo size")
 @click.pass_context
 def demo(ctx: click.Context, sample: str, size: int | None) -> None:
     """The main job: one sample end to end (`mixpert run mlp`): ops found, graph, tuned levels,

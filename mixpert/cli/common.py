@@ -11,9 +11,11 @@ import contextlib
 import hashlib
 import inspect
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import click
@@ -30,6 +32,25 @@ from ..source_files import load_module
 console = Console() if sys.stdout.isatty() else Console(width=240, soft_wrap=True)
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 TARGET_MODULE_PREFIX = "_mixpert_target_"
+SIZE = click.IntRange(min=1)  # problem sizes: 0 and negative sizes are refused while parsing
+
+
+# --- option checks: click calls them while parsing, before the command prints anything -----------
+def positive_tol(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A ``--tol`` option: a positive finite number (or not given)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value:g}: tol must be a positive finite number")
+    return value
+
+
+def usable_backend(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A ``--backend`` option: "cuda" only where a GPU is usable."""
+    if value == "cuda":
+        from ..runtime import device
+
+        if not device.gpu_available():
+            raise click.BadParameter(f"cuda needs a usable CUDA GPU: {device.unavailable_reason()}")
+    return value
 
 
 def load_function(target: str) -> Any:
@@ -100,19 +121,57 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-def parse_shapes(text: str, seed: int) -> tuple[np.ndarray, ...]:
-    """'64x32,32x16' -> random float32 arrays of those shapes (standard normal)."""
-    rng = np.random.default_rng(seed)
-    try:
-        shapes = [tuple(int(d) for d in part.split("x")) for part in text.split(",")]
-    except ValueError:
-        shapes = []
-    if not shapes or any(not s or min(s) < 0 for s in shapes):
+ARGUMENTS_HELP = (
+    "arguments to compile and run with, comma separated: SHAPE (64x32: a float32 array, "
+    "standard normal), SHAPE:DTYPE (64x32:f64, 10:i64: another dtype; integers 0..9, booleans "
+    "random), TYPE:VALUE (f32:1.5, f:0.5, i:3, b:true: a scalar); DTYPE and TYPE one of "
+    "f16 f32 f64 i32 i64 b, and f, i for a Python float, int"
+)
+_DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32,
+           "i64": np.int64, "b": np.bool_}  # fmt: skip
+_SCALARS: dict[str, Callable[[str], Any]] = {
+    **{name: lambda text, t=t: t(text) for name, t in _DTYPES.items() if name != "b"},
+    "f": float,
+    "i": int,
+    "b": lambda text: {"true": True, "false": False, "1": True, "0": False}[text.lower()],
+}
+
+
+def _shape(text: str) -> tuple[int, ...] | None:
+    parts = text.split("x")
+    if not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def _argument(item: str, rng: np.random.Generator) -> Any:
+    left, colon, right = item.partition(":")
+    if colon and left in _SCALARS:
+        try:
+            return _SCALARS[left](right)
+        except (ValueError, KeyError, OverflowError):
+            raise click.BadParameter(
+                f"{item!r}: {right!r} is not a value of type {left}", param_hint="--shapes"
+            ) from None
+    shape = _shape(left)
+    if shape is None or (colon and right not in _DTYPES):
         raise click.BadParameter(
-            f"{text!r}: give shapes as dimensions joined by 'x', separated by commas (64x32,32x16)",
+            f"{item!r} is none of SHAPE (64x32), SHAPE:DTYPE (64x32:f64), TYPE:VALUE (i:3); "
+            f"types: {', '.join(_SCALARS)}",
             param_hint="--shapes",
         )
-    return tuple(rng.standard_normal(shape).astype(np.float32) for shape in shapes)
+    dtype = np.dtype(_DTYPES[right] if colon else np.float32)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind == "i":
+        return rng.integers(0, 10, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def parse_shapes(text: str, seed: int) -> tuple[Any, ...]:
+    """``--shapes``: '64x32,32x16,f32:0.5,i:3' -> the arguments (``ARGUMENTS_HELP``)."""
+    rng = np.random.default_rng(seed)
+    return tuple(_argument(item.strip(), rng) for item in text.split(","))
 
 
 def load_input_sets(paths: Sequence[str], count: int, func: Any) -> list[tuple[Any, ...]]:
@@ -127,7 +186,28 @@ def load_input_sets(paths: Sequence[str], count: int, func: Any) -> list[tuple[A
     for path in paths:
         if not Path(path).is_file():
             raise click.BadParameter(f"no file {path!r}", param_hint="--inputs")
+        _check_npz(path)  # every file before the first is loaded
     return [load_inputs(path, func) for path in paths]
+
+
+def _check_npz(path: str) -> None:
+    """Refuse a file that is not an .npz, saying what to give instead (NumPy's own error for a
+    text file is advice about pickles)."""
+    with open(path, "rb") as handle:
+        head = handle.read(6)
+    if head[:2] == b"PK":  # a zip archive: np.savez's format
+        return
+    if Path(path).suffix == ".py":
+        found = f"a Python file; to draw inputs from a generator in it, give {path}:NAME"
+    elif head == b"\x93NUMPY":
+        found = "an .npy file of one array; save all the arguments with np.savez"
+    else:
+        found = "not an .npz file"
+    raise click.BadParameter(
+        f"{path}: {found} (--inputs takes an .npz of the arguments, np.savez(path, a=..., b=...), "
+        "or a generator path/to/file.py:NAME yielding argument tuples)",
+        param_hint="--inputs",
+    )
 
 
 def load_inputs(path: str, func: Any = None) -> tuple[np.ndarray, ...]:
@@ -158,6 +238,52 @@ def load_inputs(path: str, func: Any = None) -> tuple[np.ndarray, ...]:
                 param_hint="--inputs",
             )
         return tuple(data[p] for p in given)  # the rest take their defaults
+
+
+def failing_op(error: BaseException, func: Any) -> Any:
+    """The ``OpInfo`` of ``func``'s product that raised ``error``, or None: the op the runtime
+    noted (``execution.hook.OP_NOTE``), else the innermost traceback line that is a product
+    (a product run by Python, as in the float64 reference run)."""
+    from ..execution.hook import OP_NOTE
+
+    ops = getattr(func, "ops", None)
+    if ops is None:  # a plain function: its ops as mixpert.jit finds them
+        from ..jit import jit
+
+        try:
+            ops = jit(func).ops
+        except Exception:  # not a function mixpert can analyse: no product to name
+            return None
+    for note in getattr(error, "__notes__", ()):
+        if note.startswith(OP_NOTE) and note[len(OP_NOTE) :] in ops:
+            return ops[note[len(OP_NOTE) :]]
+    lines: list[tuple[str, int]] = []
+    trace: TracebackType | None = error.__traceback__
+    while trace is not None:
+        lines.append((trace.tb_frame.f_code.co_filename, trace.tb_lineno))
+        trace = trace.tb_next
+    at = {(str(Path(op.file).resolve()), op.line): op for op in ops.values()}
+    for file, line in reversed(lines):
+        op = at.get((str(Path(file).resolve()), line))
+        if op is not None:
+            return op
+    return None
+
+
+@contextlib.contextmanager
+def naming_the_product(func: Any) -> Iterator[None]:
+    """A ValueError from one of ``func``'s products (operands whose shapes do not fit) names
+    the op, its file:line and its source."""
+    try:
+        yield
+    except ValueError as error:
+        op = failing_op(error, func)
+        if op is None:
+            raise
+        from ..tuner import relative_path
+
+        where = f"{relative_path(op.file)}:{op.line}"
+        raise ValueError(f"product {op.op_id} at {where} (`{op.source}`): {error}") from error
 
 
 def plan_table(plan: Plan, title: str) -> Table:

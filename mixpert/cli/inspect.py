@@ -10,18 +10,51 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..plans.plan import Plan, check_plan_covers
-from .common import CONTEXT, console, load_function, parse_shapes, print_json, user_errors
+from .common import (
+    ARGUMENTS_HELP,
+    CONTEXT,
+    console,
+    load_function,
+    naming_the_product,
+    parse_shapes,
+    print_json,
+    user_errors,
+)
+
+
+def known_passes(ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple:
+    """``--print-ir-after``: 'all' or names of passes the pipelines run (checked while parsing,
+    so a typo does not compile and run the function for nothing)."""
+    if not names:
+        return names
+    from numba.core import compiler  # noqa: F401 - registers Numba's passes
+    from numba.core.compiler_machinery import _pass_registry
+
+    from ..passes.pipeline import PASS_NAMES
+
+    numba_names = sorted(
+        n for n in (cls.name() for cls in _pass_registry._registry) if not n.startswith("mixpert")
+    )
+    for name in names:
+        if name != "all" and name not in PASS_NAMES and name not in numba_names:
+            raise click.BadParameter(
+                f"{name!r} is no compiler pass: give 'all', one of mixpert's "
+                f"({', '.join(PASS_NAMES)}) or of Numba's ({', '.join(numba_names)})"
+            )
+    return names
 
 
 @click.command("inspect", context_settings=CONTEXT)
 @click.argument("target")
-@click.option(
-    "--shapes", default=None, help="float32 arguments to compile and run with: 64x32,32x16"
-)
+@click.option("--shapes", default=None, help=ARGUMENTS_HELP)
 @click.option(
     "--plan", "plan_file", type=click.Path(exists=True), help="a plan file (mixpert tune)"
 )
-@click.option("--print-ir-after", "ir_after", multiple=True, help="pass name, or 'all'")
+@click.option(
+    "--print-ir-after", "ir_after", multiple=True, callback=known_passes,
+    help="a compiler pass's name (mixpert-rewrite-matmul, nopython_type_inference, ...), or "
+    "'all'; repeat it for several",
+)  # fmt: skip
 @click.option("--dot", "dot_file", type=click.Path(), help="write the graph as Graphviz DOT")
 @click.option("--png", "png_file", type=click.Path(), help="draw the graph (needs matplotlib)")
 @click.option("--seed", default=0, show_default=True)
@@ -53,7 +86,7 @@ def inspect(
             if not args:  # no run checks its coverage (foreign ops, ops left out): here
                 check_plan_covers(plan, jitted, stacklevel=2)
             func = jitted.with_plan(plan)
-    with user_errors(f"--shapes {shapes}" if shapes else target):
+    with user_errors(f"--shapes {shapes}" if shapes else target), naming_the_product(func):
         result = inspection.inspect(func, *args, print_ir_after=list(ir_after) or None)
     if as_json:
         print_json(result.to_json())

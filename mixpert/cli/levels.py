@@ -6,14 +6,24 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from .common import CONTEXT, console, print_json, user_errors
+from .common import CONTEXT, SIZE, console, print_json, usable_backend, user_errors
 
 
 @click.command("levels", context_settings=CONTEXT)
-@click.option("--n", "size", default=1024, show_default=True, help="square product size")
-@click.option("--phi", default=0.5, show_default=True, help="exponent spread of the inputs")
+@click.option("--n", "size", type=SIZE, default=1024, show_default=True, help="square product size")
 @click.option(
-    "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
+    "--phi",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="exponent spread of the inputs",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    callback=usable_backend,
 )
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON only")
@@ -25,7 +35,7 @@ def levels(size: int, phi: float, backend: str, seed: int, as_json: bool) -> Non
     from ..bench.levels import sweep_levels
     from ..runtime import device
 
-    with user_errors("--backend"):
+    with user_errors("mixpert levels"):  # the options were checked while parsing
         rows = sweep_levels(size, phi, seed, backend)  # type: ignore[arg-type]
     if as_json:
         print_json([asdict(row) for row in rows])

@@ -18,11 +18,14 @@ from ..plans.plan import Plan
 from ..samples import Sample, SampleRun, load_sample, run_sample, sample_paths
 from .common import (
     CONTEXT,
+    SIZE,
     console,
     plan_summary,
     plan_table,
+    positive_tol,
     print_json,
     progress,
+    usable_backend,
     user_errors,
 )
 
@@ -75,14 +78,18 @@ def result_table(run: SampleRun) -> Table:
 
 @click.command("run", context_settings=CONTEXT)
 @click.argument("sample_file", metavar="SAMPLE")
-@click.option("--size", type=int, default=None, help="problem size (default: the sample's demo)")
-@click.option("--tol", type=float, default=None, help="error bound (default: the sample's)")
-@click.option("--tune-size", type=int, default=None, help="tune at this size (default: --size)")
+@click.option("--size", type=SIZE, default=None, help="problem size (default: the sample's demo)")
+@click.option(
+    "--tol", type=float, default=None, callback=positive_tol,
+    help="error bound, > 0 (default: the sample's)",
+)  # fmt: skip
+@click.option("--tune-size", type=SIZE, default=None, help="tune at this size (default: --size)")
 @click.option("--plan", "plan_file", type=click.Path(exists=True), help="use this plan")
 @click.option("--save-plan", type=click.Path(), default=None, help="write the tuned plan")
 @click.option(
-    "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True
-)
+    "--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    callback=usable_backend,
+)  # fmt: skip
 @click.option(
     "--target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
     help="the device the tuned plan is for (cuda on a CPU: the GPU's plan on the exact CPU "

@@ -8,9 +8,13 @@ tuples, ``--count`` of them) tune on the first and hold the plan within tol on t
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
+import numpy as np
 from rich.markup import escape
 
 from .common import (
@@ -18,17 +22,48 @@ from .common import (
     console,
     load_function,
     load_input_sets,
+    naming_the_product,
     plan_summary,
     plan_table,
+    positive_tol,
     print_json,
     progress,
     user_errors,
 )
 
 
+def untunable(jitted: Any, args: Sequence[Any]) -> str | None:
+    """Why a plan tuned on ``args`` would mean nothing (None: it would not): the function has
+    no product, or none of them reaches mixpert with these arguments, which run natively
+    whatever the plan says (a tuning error of 0 is then no achievement)."""
+    ops = jitted.ops
+    if not ops:
+        return "the function has no matrix product for mixpert to tune"
+    reasons = jitted.native_reasons(args)
+    if any(op not in reasons for op in ops):
+        return None
+    names = list(inspect.signature(jitted.py_func).parameters)
+    wide = [
+        f"`{names[i] if i < len(names) else i}` {a.dtype}"
+        for i, a in enumerate(args)
+        if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and a.dtype != np.float32
+    ]
+    if wide:
+        return (
+            f"the inputs are not float32 ({', '.join(wide)}): mixpert emulates float32 "
+            "products, so every product would run natively and the plan would mean nothing; "
+            "cast them with .astype(np.float32) (np.savez(path, a=a.astype(np.float32), ...))"
+        )
+    why = "; ".join(f"{op}: {reasons[op]}" for op in sorted(ops))
+    return f"no product reaches mixpert with these inputs, so the plan would mean nothing ({why})"
+
+
 @click.command("tune", context_settings=CONTEXT)
 @click.argument("target")
-@click.option("--tol", type=float, required=True, help="output error bound (MixPert Eq. 10)")
+@click.option(
+    "--tol", type=float, required=True, callback=positive_tol,
+    help="output error bound (MixPert Eq. 10), > 0",
+)  # fmt: skip
 @click.option(
     "--inputs",
     "inputs",
@@ -79,6 +114,10 @@ def tune(
     func = load_function(target)
     jitted = func if isinstance(func, MixpertFunction) else jit(func)
     given = load_input_sets(inputs, count, jitted)
+    with user_errors(f"--inputs {inputs[0]}"):
+        reason = untunable(jitted, given[0])
+    if reason:  # before the tuning, not after a plan of nothing
+        raise click.UsageError(f"--inputs {inputs[0]}: {reason}")
     walked = candidates or (
         DEFAULT_CANDIDATES if resolve_target(device_target) == "cuda" else CPU_CANDIDATES
     )
@@ -87,6 +126,7 @@ def tune(
     with (
         progress("profiling runs", budget, enabled=not as_json) as advance,
         user_errors(inputs[0]),
+        naming_the_product(jitted),
     ):
         plan = run_tune(
             jitted, given[0], tol=tol, candidates=candidates, on_run=advance,

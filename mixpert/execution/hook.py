@@ -79,6 +79,15 @@ def take_pending_error() -> BaseException | None:
     return error
 
 
+OP_NOTE = "in mixpert op "  # the note a runtime error gets, naming its product's op id
+
+
+def _hand_over(error: BaseException, op_index: int) -> None:
+    """Keep ``error`` for the caller in this thread, noting which product raised it."""
+    error.add_note(f"{OP_NOTE}{op_id_of(op_index)}")
+    _pending.error = error
+
+
 def reraise_pending(relay: MixpertRuntimeError) -> NoReturn:
     """Raise the runtime's original exception in place of compiled code's ``relay``."""
     pending = take_pending_error() or relay.original
@@ -228,7 +237,7 @@ def _gemm(
             _matrix(out_ptr, m, n, 4 * n, 4)[...] = result
         return Status.OK
     except BaseException as error:  # ctypes would print and swallow it: hand it to the caller
-        _pending.error = error
+        _hand_over(error, op_index)
         return Status.ERROR
 
 
@@ -255,7 +264,7 @@ def _gemm_stack(
             _stack(out_ptr, count, m, n)[...] = result
         return Status.OK
     except BaseException as error:  # as in _gemm
-        _pending.error = error
+        _hand_over(error, op_index)
         return Status.ERROR
 
 

@@ -26,6 +26,7 @@ from ..execution import (
     record_calls,
     reraise_pending,
 )
+from ..jit import weak_float_arguments
 from ..passes import pipeline
 from ..passes.dispatcher import make_dispatcher
 from ..passes.record import KEY, CompileRecord, RewriteNote
@@ -133,6 +134,8 @@ def inspect(
     ``.ir_after``.
     """
     py_func = _py_func(f)
+    if getattr(f, "scalar_rules", "numpy") == "numpy":  # typed as a call of f would type them
+        args = weak_float_arguments(args)
     active = getattr(f, "active_plan", EMPTY_PLAN)
     if getattr(f, "plan_book", None) is not None:  # a tol= function: the plan it runs
         if args:
