@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import tuner
+from .execution.op_ids import op_index
+from .execution.state import CallRecord, record, recording
 from .jit import MixpertFunction, jit
 from .plans.plan import Plan
-from .runtime import dispatch
-from .runtime.levels import Level, LevelName
+from .runtime import device, dispatch
+from .runtime.levels import NATIVE_LEVEL, Level, LevelName, get_level
+from .runtime.precision import get_default_level
+
+DIRECT_OP = "mixpert.matmul"  # the op id of a direct call's record: no site of compiled code
 
 
 def matmul(
@@ -43,8 +52,57 @@ def matmul(
 
     Raises TypeError for non-float dtypes or non-array operands, ValueError for 0-d operands,
     for mismatched inner dimensions and for unknown level names.
+
+    Inside ``mixpert.record()`` each call is recorded (op id ``"mixpert.matmul"``) with its
+    m, k, n (m counts every pair of a stack), the level that ran and its time.
     """
+    if recording(here=True):  # this thread's own recording (a worker's is its call's)
+        return _recorded(a, b, level, backend)
     return dispatch.matmul(a, b, level=level, backend=backend)
+
+
+def _recorded(a: Any, b: Any, level: LevelName | Level | None, backend: Any) -> Any:
+    """``dispatch.matmul`` as the unrecorded call makes it, timed; then its ``CallRecord``
+    (here, not in the runtime: ``runtime`` never imports ``execution``)."""
+    fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM after packing for an INT8 level
+    start = time.perf_counter()
+    result = dispatch.matmul(
+        a, b, level=level, backend=backend, on_native=lambda: fell_back.append(True)
+    )
+    sync = getattr(getattr(result, "device", None), "synchronize", None)
+    if sync is not None:  # CuPy: time the kernels, not their launch
+        sync()
+    seconds = time.perf_counter() - start
+    requested = get_level(get_default_level() if level is None else level)
+    ran, where = _route_of(a, b, requested, backend)
+    if fell_back:
+        ran = get_level(NATIVE_LEVEL)
+    m, k, n = _sizes(a, b)
+    record(CallRecord(op_index(DIRECT_OP), m, k, n, ran.name, seconds, where), here=True)
+    return result
+
+
+def _route_of(a: Any, b: Any, requested: Level, backend: Any) -> tuple[Level, str]:
+    """The level and backend the call's (first) matrix product ran at ("auto" resolved)."""
+    where = "cuda" if device.is_cupy_array(a) or device.is_cupy_array(b) else "cpu"
+    try:
+        if a.ndim == 1 or b.ndim == 1:  # vectors run natively (runtime.batched)
+            return get_level(NATIVE_LEVEL), where
+        x = a if a.ndim == 2 else a[(0,) * (a.ndim - 2)]  # a stack: its first pair
+        y = b if b.ndim == 2 else b[(0,) * (b.ndim - 2)]
+        routed = dispatch.route(x, y, requested, backend)
+    except (AttributeError, TypeError, ValueError):  # operands only NumPy's product takes
+        return requested, where
+    return routed.level, routed.backend
+
+
+def _sizes(a: Any, b: Any) -> tuple[int, int, int]:
+    """(m, k, n) of ``a @ b`` as ``np.matmul`` reads the operands, m summed over a stack."""
+    sa, sb = tuple(getattr(a, "shape", np.shape(a))), tuple(getattr(b, "shape", np.shape(b)))
+    m = sa[-2] if len(sa) >= 2 else 1
+    n = sb[-1] if len(sb) >= 2 else 1
+    stack = np.broadcast_shapes(sa[:-2], sb[:-2]) if len(sa) > 2 or len(sb) > 2 else ()
+    return m * math.prod(stack), sa[-1] if sa else 1, n
 
 
 def tune(
