@@ -10,7 +10,8 @@ functions: test modules import them with ``from conftest import ...``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -44,6 +45,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A subprocess run with ``check=True`` that fails shows what it printed: its exception
+    names only the command and the exit status."""
+    outcome = yield
+    error = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(error, subprocess.CalledProcessError):
+        report = outcome.get_result()
+        for name, text in (("stderr", error.stderr), ("stdout", error.output)):
+            if text:
+                text = text.decode(errors="replace") if isinstance(text, bytes) else text
+                report.sections.append((f"failed subprocess {name}", text))
 
 
 # ---- input generators (design.md, "Error metric and test data") -----------------------------

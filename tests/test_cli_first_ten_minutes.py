@@ -4,10 +4,12 @@ errors with meaningful exit codes, output for pipes and scripts."""
 from __future__ import annotations
 
 import json
+import site
 import subprocess
 import sys
 import venv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +22,35 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     directory off ``sys.path``, so any import of a file there would be mixpert's doing."""
     command = [sys.executable, "-P", "-m", "mixpert.cli", *args]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def ran(command: list[Any], **options: Any) -> subprocess.CompletedProcess[str]:
+    """``command`` run to success; a failure's assertion shows what it printed."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False, **options)
+    assert done.returncode == 0, (
+        f"{' '.join(map(str, command))} exited {done.returncode}\n"
+        f"--- stderr ---\n{done.stderr}\n--- stdout ---\n{done.stdout}"
+    )
+    return done
+
+
+def venv_of_this_environment(env_dir: Path) -> Path:
+    """A fresh virtual environment (its python returned) that sees the packages of the
+    interpreter running the tests, whether that is itself a virtual environment or a system
+    install, but not the checkout. ``venv`` builds from the base interpreter, so
+    ``system_site_packages`` alone would show the base's packages: in a fresh virtual
+    environment those lack llvmlite, Numba and the rest (issue 38). A .pth file lists this
+    interpreter's site folders, after the new environment's own: the wheel's mixpert comes
+    first, and the folders' .pth files (an editable install's link to the checkout) are not
+    run."""
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = Path(ran([python, "-c", code]).stdout.strip())
+    folders = [*site.getsitepackages(), site.getusersitepackages()]
+    ours = [f for f in dict.fromkeys(folders) if f in sys.path and Path(f).is_dir()]
+    (purelib / "_test_environment.pth").write_text("".join(f"{f}\n" for f in ours))
+    return python
 
 
 TARGET = "import numpy as np\n\ndef f(a, b):\n    return a @ b\n"
@@ -126,23 +157,17 @@ def test_a_wheel_runs_the_demo_and_the_samples(tmp_path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if built.returncode != 0:
-        pytest.skip(f"cannot build a wheel here: {built.stderr[-300:]}")
+        pytest.skip(f"cannot build a wheel here: {built.stderr[-2000:]}")
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=True)  # dependencies from here
-    python = env_dir / "bin" / "python"
+    python = venv_of_this_environment(env_dir)  # dependencies from the running environment
     wheel = next(wheels.glob("mixpert-*.whl"))
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
+    ran([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)])
     work = tmp_path / "elsewhere"
     work.mkdir()
-    where = subprocess.run(
-        [python, "-P", "-c", "import mixpert; print(mixpert.__file__)"],
-        cwd=work, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    where = ran([python, "-P", "-c", "import mixpert; print(mixpert.__file__)"], cwd=work)
     assert str(env_dir) in where.stdout  # the wheel's copy, not the checkout
     for args in (["run", "gemm", "--size", "32", "--json"], ["demo", "--size", "16"]):
-        done = subprocess.run([python, "-P", "-m", "mixpert.cli", *args], cwd=work,
-                              capture_output=True, text=True, check=False)  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        ran([python, "-P", "-m", "mixpert.cli", *args], cwd=work)
 
 
 def test_the_library_imports_without_the_cli_and_plot_libraries() -> None:
@@ -150,5 +175,4 @@ def test_the_library_imports_without_the_cli_and_plot_libraries() -> None:
         "import sys, mixpert; "
         "print(sorted(m for m in ('click', 'rich', 'matplotlib') if m in sys.modules))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert ran([sys.executable, "-c", code]).stdout.strip() == "[]"

@@ -60,7 +60,7 @@ def test_environment_variable() -> None:
     code = "import mixpert; print(mixpert.get_default_level().name)"
     env = {**os.environ, "MIXPERT_DEFAULT_LEVEL": "v"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.stdout.strip() == "V"
+    assert done.stdout.strip() == "V", done.stderr
     env["MIXPERT_DEFAULT_LEVEL"] = "fast"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode != 0 and "$MIXPERT_DEFAULT_LEVEL: level='fast'" in done.stderr

@@ -74,7 +74,8 @@ def test_a_plan_tuned_imported_applies_run_as_a_script_and_after_edits_elsewhere
 
 def test_an_edited_product_makes_the_plan_stale_naming_it(tmp_path):
     write_module(tmp_path, "tune")
-    assert run(["model.py"], tmp_path).returncode == 0
+    done = run(["model.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
     write_module(tmp_path, "raise", last="w2.T @ h.T")
     edited = run(["model.py"], tmp_path)
     assert edited.returncode != 0
