@@ -177,10 +177,12 @@ class MixpertFunction(Generic[P, R]):
                 self._plan_checked = True
             return self._active
         plan = self.plan_book.plan_for(self, args)
-        if self._resolved is None or self._resolved[0] is not plan:
-            self._resolved = (plan, as_active_plan(plan))
-            keep_standing(self._resolved[1])
-        return self._resolved[1]
+        resolved = self._resolved  # read once: other threads' calls replace it meanwhile
+        if resolved is None or resolved[0] is not plan:
+            resolved = (plan, as_active_plan(plan))
+            self._resolved = resolved
+            keep_standing(resolved[1])
+        return resolved[1]
 
     def _interpreted(self) -> Callable[..., Any]:
         """The Python function with its products at the plan's levels (NUMBA_DISABLE_JIT)."""

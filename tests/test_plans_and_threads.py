@@ -4,10 +4,12 @@ per call and per thread whoever the caller is, errors keeping their cause."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from mixpert.plans import (
     read_plans,
 )
 
+mixpert_jit = importlib.import_module("mixpert.jit")  # the module: mixpert.jit is the function
 RNG = np.random.default_rng(38)
 A = RNG.standard_normal((16, 16)).astype(np.float32)
 
@@ -271,6 +274,37 @@ def test_each_thread_runs_its_own_calls_plan() -> None:
         for _ in range(5):
             barrier.wait()
             assert np.array_equal(variants[level](A, A), want[level]), level
+
+    assert run_threads(8, call) == []
+
+
+def test_a_tol_function_runs_each_calls_plan_in_every_thread(monkeypatch) -> None:
+    """Two kinds of input, two plans, eight threads alternating them: each call runs the plan
+    its own arguments chose (the function's last resolved plan is no shared slot)."""
+    f = mixpert.jit(inner, tol=1e-3, on_missing="raise")
+    stack = RNG.standard_normal((2, 16, 16)).astype(np.float32)
+    kinds = {"2-D": ((A, A), "I"), "stack": ((stack, A), "V")}
+    for args, level in kinds.values():
+        plan = mixpert.tune(f, args, tol=1e-3)
+        plan.levels = dict.fromkeys(plan.levels, level)
+        f.plan_book.plans.append(plan)
+    want = {kind: mixpert.matmul(*args, level=level) for kind, (args, level) in kinds.items()}
+    keep = mixpert_jit.keep_standing
+
+    def keep_slowly(plan: Any) -> None:  # let other threads run while a call picks its plan
+        keep(plan)
+        time.sleep(0.001)
+
+    monkeypatch.setattr(mixpert_jit, "keep_standing", keep_slowly)
+    counter = iter(range(8))
+    lock = threading.Lock()
+
+    def call() -> None:
+        with lock:
+            kind = ["2-D", "stack"][next(counter) % 2]
+        args = kinds[kind][0]
+        for _ in range(20):
+            assert np.array_equal(f(*args), want[kind]), kind
 
     assert run_threads(8, call) == []
 
