@@ -79,6 +79,7 @@ def folder(tmp_path: Path) -> Path:
         (["run", "gemm", "--tol", "-1e-3"], ["'--tol'", "positive finite"]),
         (["run", "gemm", "--tol", "nan"], ["'--tol'", "positive finite"]),
         (["demo", "--size", "0"], ["'--size'", "x>=1"]),
+        (["bench", "--breakdown-n", "0"], ["'--breakdown-n'", "x>=1"]),
         (["tune", "fn.py:f", "--tol", "0", "--inputs", "f32.npz"], ["'--tol'", "positive"]),
         (["inspect", "fn.py:f", "--print-ir-after", "bogus"], ["'--print-ir-after'", "'bogus'"]),
         (["inspect", "fn.py:f", "--shapes", "8x4,zz:3"], ["--shapes", "'zz:3'", "TYPE:VALUE"]),

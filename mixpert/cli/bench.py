@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import console, user_errors
+from .common import SIZE, console, user_errors
 
 
 def checkout_results() -> Path | None:
@@ -32,7 +32,11 @@ def checkout_results() -> Path | None:
     "required otherwise (an installed mixpert)",
 )
 @click.option(
-    "--breakdown-n", default=16384, show_default=True, help="size of the level IV time breakdown"
+    "--breakdown-n",
+    type=SIZE,
+    default=16384,
+    show_default=True,
+    help="size of the level IV time breakdown",
 )
 @click.option(
     "--batched",
