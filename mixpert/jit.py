@@ -339,6 +339,12 @@ def jit(
     keywords go to Numba (``fastmath``, ``boundscheck``, ...). Use as ``@mixpert.jit`` or
     ``@mixpert.jit(...)``.
     """
+    if plan_file is not None and (tol is None or plan is not None):  # it would go unread
+        raise TypeError(
+            f"plan_file={str(plan_file)!r} is read by functions jitted with tol= and no plan=: "
+            + ("give tol= (the plans' error bound), " if tol is None else "drop plan= ")
+            + "or pass one of its plans as plan=mixpert.Plan.load(path, f)"
+        )
 
     def wrap(f: Callable[P, R]) -> MixpertFunction[P, R]:
         book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level, target)

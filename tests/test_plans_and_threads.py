@@ -116,6 +116,16 @@ def test_a_plan_file_leaving_ops_out_warns_naming_them_and_the_file(tmp_path) ->
     assert warned.filename == __file__  # it points at the user's call
 
 
+def test_a_plan_file_that_would_go_unread_is_refused(tmp_path) -> None:
+    path, _ = tuned_file(tmp_path)
+    with pytest.raises(TypeError, match="plan_file=.* is read by functions jitted with tol="):
+        mixpert.jit(chain, plan_file=path)
+    with pytest.raises(TypeError, match="drop plan="):
+        mixpert.jit(chain, tol=1e-3, plan={"chain:0": "IV"}, plan_file=path)
+    explicit = mixpert.jit(chain, plan=Plan.load(path, mixpert.jit(chain)))  # what to do instead
+    assert np.array_equal(explicit(A, A), mixpert.jit(chain, tol=1e-3, plan_file=path)(A, A))
+
+
 # --- any malformed file gives PlanFileError ---------------------------------------------------
 def plan_json(**fields: object) -> str:
     plan = {"levels": {}, "function": "chain", "op_hash": "0", "signature": [], "device": "cpu",
