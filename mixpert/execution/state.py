@@ -22,6 +22,7 @@ that end in any order across threads leave no plan behind.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -119,7 +120,9 @@ class _Scope:
 
 class _State(threading.local):
     scope: _Scope | None = None  # the innermost scope this thread opened
-    borrowed: _Scope | None = None  # a thread that opened none: its last product's scope
+    # a thread that opened none: its last product's scope, weakly (an idle worker thread must
+    # not keep a finished call's records alive)
+    borrowed: weakref.ref[_Scope] | None = None
 
 
 _state = _State()
@@ -144,12 +147,14 @@ def _scope_of(op_index: int) -> _Scope | None:
     with _open_lock:  # a snapshot: other threads open and close scopes meanwhile
         candidates = list(_open.values())
     found = next((s for s in reversed(candidates) if s.runs(op_index)), None)
-    _state.borrowed = found  # recording() and record() of this product ask next
+    _state.borrowed = None if found is None else weakref.ref(found)  # recording(), record()
     return found
 
 
 def _current() -> _Scope | None:
-    return _state.scope if _state.scope is not None else _state.borrowed
+    if _state.scope is not None:
+        return _state.scope
+    return None if _state.borrowed is None else _state.borrowed()
 
 
 def level_for(op_index: int) -> Level:
