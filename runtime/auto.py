@@ -86,10 +86,11 @@ class Crossovers:
     # blocks_fill_m rows: fewer leave the SMs part idle.
     blocks_few_rows_max_n: int = _measured(16, "auto-crossovers.txt")
     blocks_fill_m: int = _measured(32768, "auto-crossovers.txt")
-    # After packing (``Fallback``): cuBLAS SGEMM where the lines recomputed exactly would cover
-    # more than exact_share of C (an entry recomputed exactly costs about ten times its share
-    # of an IV call), and for IV-blocks also where the unresolved rows' entries pass
-    # row_entries a row of A (each is a float64 chain k long: many cost what streaming A does).
+    # After packing (``Fallback``): cuBLAS SGEMM, which meets the same componentwise bound,
+    # where the lines recomputed exactly would cover more than exact_share of C (an entry
+    # recomputed exactly costs about ten times its share of an IV call), and for IV-blocks also
+    # where the unresolved rows' entries pass row_entries a row of A (each is a float64 chain k
+    # long: many cost what streaming A does, and IV-blocks saves only 20-45% of SGEMM's time).
     exact_share: float = _measured(0.1, "bypass_cost.md")
     row_entries: float = _measured(0.5, "auto-crossovers.txt")
 
@@ -117,18 +118,21 @@ Form = Literal["matrix", "stack", "other"]
 @dataclass(frozen=True, slots=True)
 class Fallback:
     """What "auto" runs after packing instead of its INT8 level: cuBLAS SGEMM where the lines
-    to recompute exactly would cost more than the level saves (``takes_sgemm``)."""
+    to recompute exactly would cost more than the level saves (``takes_sgemm``). The CUDA
+    backend applies it: level IV to its packs' unresolved lines (NaN/Inf lines left out),
+    IV-blocks to B's flagged columns (NaN/Inf included) and A's unresolved rows estimated from
+    a sample (its rows kernel gives up by the same bounds)."""
 
     exact_share: float  # SGEMM where those lines would cover more than this share of C ...
-    row_entries: float | None = None  # ... or their rows' entries pass this many a row of A
+    row_entries: float = math.inf  # ... or their rows' entries pass this many a row of A
 
     def takes_sgemm(self, rows: float, cols: int, m: int, n: int) -> bool:
         """Whether an m x n product with ``rows`` rows of A and ``cols`` columns of B to
         recompute exactly runs SGEMM instead. (B's columns count only towards the share: the
         columns kernel walks them a thread a row of A, m chains at once.)"""
-        if bypass.exact_share(rows, cols, m, n) > self.exact_share:
-            return True
-        return self.row_entries is not None and rows * n > self.row_entries * m
+        return bypass.exact_share(rows, cols, m, n) > self.exact_share or (
+            rows * n > self.row_entries * m
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,24 +40,6 @@ from .levels import Level
 
 BLOCK_K = 64  # k-steps per scale block: two k-steps of the GPU's m16n8k32 INT8 MMA
 LEVEL = "IV-blocks"  # the level of this kind (the GPU kernel is built for its slices and pairs)
-# "auto" on the GPU also takes SGEMM where the unresolved rows' entries would pass this many a
-# row of A. A listed entry is a float64 chain k long; many of them (~1.3 ps an entry and k-step
-# on an H100: 256 rows at 16384^2 x 64 took 357 us) cost about what streaming A does (~1.3-2.5
-# ps an entry of A), while IV-blocks saves only 20-45% of SGEMM's time at n = 16..64: "auto"
-# ran 0.80x SGEMM there, on 1.6% of the rows, under the share-of-C rule alone.
-AUTO_ROW_ENTRIES = 0.5
-
-
-def auto_takes_sgemm(rows: float, cols: int, m: int, n: int) -> bool:
-    """Whether "auto" runs cuBLAS SGEMM rather than IV-blocks on an m x n product with
-    ``rows`` unresolved rows of A (estimated) and ``cols`` flagged columns of B: where they
-    would recompute more than ``bypass.AUTO_EXACT_SHARE`` of C, or where the rows' entries
-    (rows x n) would pass AUTO_ROW_ENTRIES x m (the GPU's rows kernel gives up by the same
-    rule). B's columns are left to the share: the columns kernel walks them a thread per row
-    of A, m chains at once."""
-    return bypass.exact_share(rows, cols, m, n) > bypass.AUTO_EXACT_SHARE or (
-        rows * n > AUTO_ROW_ENTRIES * m
-    )
 
 
 def class_pairs(level: Level) -> tuple[tuple[int, ...], ...]:

@@ -36,15 +36,6 @@ DEEP_FRACTION = 32  # a line with more than k / 32 deep entries is unresolved
 NO_BYPASS = int(np.iinfo(np.int32).min)  # deep_binades of a level that bypasses no line
 
 
-# Level "auto" on the GPU runs cuBLAS SGEMM instead of IV where the lines IV would recompute
-# exactly (unresolved; NaN/Inf lines left out) cover more of C than this (and instead of
-# IV-blocks, from B's flagged columns, NaN/Inf included, and A's rows estimated on a sample).
-# On an H100 an entry recomputed exactly costs about ten times its share of an IV call (IV ran
-# at 0.17x SGEMM at n = 4096 with every line bypassed: benchmarks/results/<gpu>/bypass_cost.md),
-# so SGEMM, which meets the same componentwise bound, wins past about a tenth.
-AUTO_EXACT_SHARE = 0.1
-
-
 def exact_share(rows: int, cols: int, m: int, n: int) -> float:
     """Share of an m x n product's entries in ``rows`` rows and ``cols`` columns."""
     return (rows * n + cols * m - rows * cols) / (m * n) if m and n else 0.0

@@ -127,10 +127,7 @@ def _on_gpu(
         return device.cupy_module().matmul(a, b)
     if plain and kind == "ordered":  # (auto takes it only where m, k, n > 0)
         return _cuda().ordered_product(a, b)
-    fallback = routed.fallback is not None  # (what "auto" runs after packing: auto.Fallback)
-    return _cuda().matmul(
-        a, b, routed.level, keep, native_when_bypassed=fallback, on_native=on_native
-    )
+    return _cuda().matmul(a, b, routed.level, keep, routed.fallback, on_native)
 
 
 def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mixpert
-from mixpert.runtime import blocks, bypass, cpu, device, dispatch, get_level, packer
+from mixpert.runtime import auto, blocks, bypass, cpu, device, dispatch, get_level, packer
 from mixpert.testdata import gemmul8
 
 LEVEL = get_level("IV-blocks")
@@ -325,18 +325,19 @@ def test_gpu_recomputes_listed_rows_in_order_with_the_cpu_bits(k: int, n: int, m
 
 
 def test_auto_takes_sgemm_where_the_listed_lines_cost_more_than_iv_blocks_saves() -> None:
-    """Past AUTO_EXACT_SHARE of C, or past AUTO_ROW_ENTRIES listed entries a row of A: at
-    n = 64 the entries bound (m / 128 rows) comes long before the share (m / 10 rows); at
-    n = 1 the share does."""
-    m, share, per_row = 65536, bypass.AUTO_EXACT_SHARE, blocks.AUTO_ROW_ENTRIES
-    assert not blocks.auto_takes_sgemm(0, 0, m, 64)
+    """Past exact_share of C, or past row_entries listed entries a row of A (IV-blocks's
+    route's fallback, ``auto.BLOCKS_FALLBACK``): at n = 64 the entries bound (m / 128 rows)
+    comes long before the share (m / 10 rows); at n = 1 the share does."""
+    m, share, per_row = 65536, auto.CROSSOVERS.exact_share, auto.CROSSOVERS.row_entries
+    takes_sgemm = auto.BLOCKS_FALLBACK.takes_sgemm
+    assert not takes_sgemm(0, 0, m, 64)
     limit = per_row * m / 64  # rows at n = 64
     assert limit < share * m
-    assert not blocks.auto_takes_sgemm(limit, 0, m, 64)
-    assert blocks.auto_takes_sgemm(limit + 1, 0, m, 64)
-    assert not blocks.auto_takes_sgemm(share * m, 0, m, 1)
-    assert blocks.auto_takes_sgemm(share * m + 1, 0, m, 1)
-    assert blocks.auto_takes_sgemm(0, 7, m, 64)  # 7 of 64 columns: past the share of C
+    assert not takes_sgemm(limit, 0, m, 64)
+    assert takes_sgemm(limit + 1, 0, m, 64)
+    assert not takes_sgemm(share * m, 0, m, 1)
+    assert takes_sgemm(share * m + 1, 0, m, 1)
+    assert takes_sgemm(0, 7, m, 64)  # 7 of 64 columns: past the share of C
 
 
 @pytest.mark.gpu
@@ -359,7 +360,7 @@ def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     a, b = cp.asarray(a), cp.asarray(b)
     told: list[int] = []
     got = backend.matmul(
-        a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+        a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
     )
     assert told == []
     assert cp.array_equal(got, backend.matmul(a, b, LEVEL), equal_nan=True)
@@ -371,7 +372,7 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
     wide: int, falls_back: bool
 ) -> None:
     """4096 x 1024 x 16: 256 sampled rows, each standing for 16. With 8 of them unresolved
-    the estimate's entries (128 rows x 16) sit exactly at AUTO_ROW_ENTRIES x m: the host goes
+    the estimate's entries (128 rows x 16) sit exactly at row_entries x m: the host goes
     on, and so must the rows kernel (had it given up, C would be left unwritten); with 9 both
     take SGEMM."""
     import functools
@@ -382,7 +383,7 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
     m, k, n = 4096, 1024, 16
     sampled = iv_blocks.sampled_rows(m, k)
     stride = iv_blocks._sample_stride(m, k)
-    assert len(sampled) * stride == m and blocks.AUTO_ROW_ENTRIES * m == 8 * stride * n
+    assert len(sampled) * stride == m and auto.CROSSOVERS.row_entries * m == 8 * stride * n
     assert all(i * stride <= r < (i + 1) * stride for i, r in enumerate(sampled))
     rng = np.random.default_rng(wide)
     a, b = gemmul8(np, rng, (m, k), 0.5), gemmul8(np, rng, (k, n), 0.5)
@@ -393,7 +394,7 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
     a, b = cp.asarray(a), cp.asarray(b)
     told: list[int] = []
     got = backend.matmul(
-        a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+        a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
     )
     assert told == ([1] if falls_back else [])
     want = cp.matmul(a, b) if falls_back else backend.matmul(a, b, LEVEL)
@@ -402,9 +403,9 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
 
 @pytest.mark.gpu
 def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
-    """Under "auto" (native_when_bypassed), IV-blocks runs cuBLAS SGEMM where its exactly
-    recomputed lines would cost more than it saves (``blocks.auto_takes_sgemm``: more than
-    AUTO_EXACT_SHARE of C, or more than AUTO_ROW_ENTRIES entries a row of A in rows; A's rows
+    """Under "auto" (its route's fallback), IV-blocks runs cuBLAS SGEMM where its exactly
+    recomputed lines would cost more than it saves (``auto.Fallback.takes_sgemm``: more than
+    exact_share of C, or more than row_entries entries a row of A in rows; A's rows
     estimated from a sample, B's columns counted), and says so; on narrow data, with a few wide
     rows, or where the flagged rows are NaN/Inf ones, it keeps its own bits."""
     import functools
@@ -426,15 +427,16 @@ def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> No
     nonfinite[0][::3, 7] = cp.nan
     for a, b in (few, most, entries):
         rows, cols = dispatch.unresolved_lines(a, b, LEVEL)
-        assert blocks.auto_takes_sgemm(rows, cols, 3000, 24) == (a is not few[0]), (rows, cols)
-        assert (bypass.exact_share(rows, cols, 3000, 24) > bypass.AUTO_EXACT_SHARE) == (
+        takes_sgemm = auto.BLOCKS_FALLBACK.takes_sgemm(rows, cols, 3000, 24)
+        assert takes_sgemm == (a is not few[0]), (rows, cols)
+        assert (bypass.exact_share(rows, cols, 3000, 24) > auto.CROSSOVERS.exact_share) == (
             a is most[0]
         )
     cases = ((narrow, False), (few, False), (most, True), (entries, True), (nonfinite, False))
     for (a, b), falls_back in cases:
         told: list[int] = []
         got = backend.matmul(
-            a, b, LEVEL, native_when_bypassed=True, on_native=functools.partial(told.append, 1)
+            a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
         )
         want = cp.matmul(a, b) if falls_back else backend.matmul(a, b, LEVEL)
         assert told == ([1] if falls_back else [])

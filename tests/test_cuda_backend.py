@@ -495,13 +495,13 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
     a = cp.asarray(rng.standard_normal((48, k)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((k, 40)).astype(np.float32))
     iv, told = get_level("IV"), []
-    got = int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
+    got = int8_product(a, b, iv, fallback=auto.EMULATED_FALLBACK, on_native=lambda: told.append(1))
     assert not told and cp.array_equal(got, int8_product(a, b, iv))
     a = cp.asarray(gemmul8(np, rng, (48, k), 2.5))  # phi = 2.5: most lines unresolved at IV
     b = cp.asarray(gemmul8(np, rng, (k, 40), 2.5))
     rows, cols = dispatch.unresolved_lines(a, b, "IV")
     assert rows * 40 + cols * 48 - rows * cols > 0.5 * 48 * 40
-    got = int8_product(a, b, iv, native_when_bypassed=True, on_native=lambda: told.append(1))
+    got = int8_product(a, b, iv, fallback=auto.EMULATED_FALLBACK, on_native=lambda: told.append(1))
     assert told == [1] and cp.array_equal(got, native_gemm(a, b, CUDA_R_32F))
 
 
@@ -545,7 +545,7 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     a_dev[:, 3] *= np.float32(1e6)
     rows, cols = dispatch.unresolved_lines(a_dev, b_dev, "IV")
-    assert bypass.exact_share(rows, cols, n, n) > bypass.AUTO_EXACT_SHARE
+    assert bypass.exact_share(rows, cols, n, n) > auto.CROSSOVERS.exact_share
     got = dispatch.matmul(a_dev, b_dev)
     sgemm = native_gemm(a_dev, b_dev, CUDA_R_32F)
     np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(sgemm))

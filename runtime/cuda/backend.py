@@ -8,7 +8,7 @@ slices), ``iv_blocks``, ``fp32_ordered`` and ``native``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import cupy as cp
 import numpy as np
@@ -31,6 +31,9 @@ from .sliced import (
     unresolved_counts,
 )
 
+if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
+    from ..auto import Fallback
+
 __all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: the dispatcher's)
     "PRODUCTS",
     "STACK_PRODUCTS",
@@ -52,12 +55,12 @@ _FLOAT32 = np.dtype(np.float32)
 
 class Call(NamedTuple):
     """What a call asks beyond a @ b at its level: the operands whose packs to keep (kind
-    "int8": ``pack_reuse``), and level "auto"'s fallback to cuBLAS SGEMM where most of C would
-    be recomputed exactly (kinds "int8" and "blocks": ``native_when_bypassed``, with
-    ``on_native`` called when the fallback runs). The other kinds take none of it."""
+    "int8": ``pack_reuse``), and level "auto"'s fallback to cuBLAS SGEMM after packing, as its
+    route gives it (kinds "int8" and "blocks": ``auto.Fallback``, with ``on_native`` called
+    when the fallback runs). The other kinds take none of it."""
 
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
-    native_when_bypassed: bool = False
+    fallback: Fallback | None = None
     on_native: Callable[[], None] | None = None
 
 
@@ -74,11 +77,11 @@ class Product(Protocol):
 
 
 def _int8(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> cp.ndarray:
-    return int8_product(a, b, level, call.keep, call.native_when_bypassed, call.on_native)
+    return int8_product(a, b, level, call.keep, call.fallback, call.on_native)
 
 
 def _blocks(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> cp.ndarray:
-    return iv_blocks.blocks_product(a, b, level, call.native_when_bypassed, call.on_native)
+    return iv_blocks.blocks_product(a, b, level, call.fallback, call.on_native)
 
 
 # Level kind -> its product: every kind, so matmul has no case of its own.
@@ -106,7 +109,7 @@ def matmul(
     b: Any,
     level: Level,
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
-    native_when_bypassed: bool = False,
+    fallback: Fallback | None = None,
     on_native: Callable[[], None] | None = None,
 ) -> Any:
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
@@ -114,8 +117,8 @@ def matmul(
     CuPy in, CuPy out; NumPy in, copied over and back. Operands are rounded to float32; empty
     dimensions give zeros. NaN/Inf lines are handled inside the combine kernels (IV-blocks: its
     bypass kernels). Levels of kind "int8" keep the packs of the operands ``keep`` names
-    (``pack_reuse``; IV-blocks packs nothing to keep); ``native_when_bypassed``:
-    ``int8_product``'s and ``iv_blocks.blocks_product``'s fallback of level "auto" (``Call``).
+    (``pack_reuse``; IV-blocks packs nothing to keep); ``fallback``: level "auto"'s, from its
+    route, for ``int8_product`` and ``iv_blocks.blocks_product`` (``Call``).
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -128,7 +131,7 @@ def matmul(
         c = cp.zeros((m, n), dtype=cp.float32)
     else:
         _check_workspace(level, m, k, n)
-        c = product(a, b, level, Call(keep, native_when_bypassed, on_native))
+        c = product(a, b, level, Call(keep, fallback, on_native))
     return cp.asnumpy(c) if host else c
 
 

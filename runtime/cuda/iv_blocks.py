@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cupy as cp
 import numpy as np
@@ -37,6 +37,9 @@ from .geometry import (
 )
 from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
 from .packs import deep_argument
+
+if TYPE_CHECKING:  # (the rule comes with the route: this module never asks auto)
+    from ..auto import Fallback
 
 MIN_COMPUTE_CAPABILITY = 80  # mma.sync m16n8k32 on INT8: Ampere and later
 QUERY_FREE_ABOVE = 256 << 20  # workspace bytes past which a call asks what memory is free first
@@ -101,14 +104,14 @@ def blocks_product(
     a: cp.ndarray,
     b: cp.ndarray,
     level: Level,
-    native_when_bypassed: bool = False,
+    fallback: Fallback | None = None,
     on_native: Callable[[], None] | None = None,
 ) -> cp.ndarray:
     """a @ b at level IV-blocks for float32 CuPy matrices with m, k, n > 0 (``blocks``'s
     arithmetic, bit for bit).
 
-    With ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where the lines to recompute
-    exactly would cost more than IV-blocks saves (``blocks.auto_takes_sgemm``; ``on_native``
+    With a ``fallback`` (level "auto"'s route), cuBLAS SGEMM where the lines to recompute
+    exactly would cost more than IV-blocks saves (``fallback.takes_sgemm``; ``on_native``
     is called then): B's flagged columns (NaN/Inf ones included) are counted exactly, A's
     unresolved rows (NaN/Inf ones left out) estimated from about SAMPLED_ROWS rows, one in
     each run of ``_sample_stride`` (``blocks_sample_rows``), before the rows kernel; the host
@@ -141,10 +144,10 @@ def blocks_product(
         (b, np.int32(k), np.int32(n), np.int32(n_tiles), deep, fragments, exps,
          col_deep, col_bad, col_top, flagged_cols, flagged[1:]),
     )  # fmt: skip
-    read_counts = _sampled_counts(a, deep, sampled, flagged[1:]) if native_when_bypassed else None
+    auto = fallback is not None
+    read_counts = _sampled_counts(a, deep, sampled, flagged[1:]) if auto else None
     rows_per_sample = m / _samples(m, k)  # (a sampled unresolved row stands for these)
-    bounds = (bypass.AUTO_EXACT_SHARE, blocks.AUTO_ROW_ENTRIES)  # (auto_takes_sgemm's)
-    auto = read_counts is not None
+    bounds = (fallback.exact_share, fallback.row_entries) if fallback is not None else (0, 0)
     give_up = [bound * (1 + GIVE_UP_MARGIN) if auto else -1.0 for bound in bounds]
     nt = n_tiles_per_block(n_tiles)
     groups = -(-n_tiles // nt)
@@ -158,9 +161,9 @@ def blocks_product(
          np.float64(rows_per_sample)),
         shared_mem=shared,
     )  # fmt: skip
-    if auto:
+    if fallback is not None and read_counts is not None:
         rows, cols = read_counts()
-        if blocks.auto_takes_sgemm(rows * rows_per_sample, cols, m, n):
+        if fallback.takes_sgemm(rows * rows_per_sample, cols, m, n):
             if on_native is not None:
                 on_native()
             return cp.matmul(a, b)
@@ -187,8 +190,8 @@ def blocks_product(
 
 SAMPLED_ROWS = 256  # rows of A "auto" looks at before choosing IV-blocks's exact recomputation
 SAMPLED_ENTRIES = 1 << 20  # ... fewer where k is long (about 4 MiB of A)
-# The rows kernel gives up (returns at once) where the sampled estimate passes
-# blocks.auto_takes_sgemm's bounds by this much more than the host's: the two compare in
+# The rows kernel gives up (returns at once) where the sampled estimate passes the fallback's
+# bounds (auto.Fallback.takes_sgemm) by this much more than the host's: the two compare in
 # different float64 forms, and a kernel that gave up where the host went on would leave C
 # unwritten.
 GIVE_UP_MARGIN = 1e-9

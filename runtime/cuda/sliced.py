@@ -17,8 +17,9 @@ own path: ``iv_blocks``):
 4. ``combine_*``: the formula of ``combine`` in one elementwise kernel, NaN/Inf lines included,
    per block of rows; then ``bypass_lines`` recomputes the flagged lines in order.
 
-Under level "auto", ``int8_product`` falls back to cuBLAS SGEMM where most of C would be
-recomputed exactly (``_mostly_exact``). Everything runs on the caller's current stream.
+Under level "auto", ``int8_product`` falls back to cuBLAS SGEMM where the route's
+``auto.Fallback`` says so of the lines to recompute exactly (``_mostly_exact``). Everything runs
+on the caller's current stream.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cupy as cp
 import numpy as np
 
-from .. import bypass, fp16split, pack_reuse, workspace
+from .. import fp16split, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
 from ..levels import LEVELS, Level
 from ..packer import pair_exponent
@@ -61,6 +62,9 @@ from .packs import (
     unit_inner,
 )
 from .tn_gemm import CUDA_R_32F
+
+if TYPE_CHECKING:  # (the rule comes with the route: this module never asks auto)
+    from ..auto import Fallback
 
 # k-steps the FP16 path lets the tensor cores sum in FP32 (see fp16_product): the error grows
 # with the block; 1024 keeps the level near SGEMM's error and still faster than SGEMM (level IV
@@ -291,18 +295,17 @@ def int8_product(
     b: cp.ndarray,
     level: Level,
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
-    native_when_bypassed: bool = False,
+    fallback: Fallback | None = None,
     on_native: Callable[[], None] | None = None,
 ) -> cp.ndarray:
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major.
-    Class sums and combine run in blocks of A's rows (``sum_blocking``). With
-    ``native_when_bypassed`` (level "auto"), cuBLAS SGEMM where more than
-    ``bypass.AUTO_EXACT_SHARE`` of C would be recomputed exactly (``on_native`` is called when
-    it runs). The host learns the packs' flag counts through an asynchronous copy and waits
-    for that copy alone, with the first CLASSES_BEFORE_ASKING classes' GEMMs already queued:
-    waiting for the whole stream left the GPU idle while the host launched the rest (0.3-0.47
-    ms a call on an H100 at n = 3072-8192)."""
+    Class sums and combine run in blocks of A's rows (``sum_blocking``). With a ``fallback``
+    (level "auto"'s route), cuBLAS SGEMM where it says so of the lines to recompute exactly
+    (``on_native`` is called when it runs). The host learns the packs' flag counts through an
+    asynchronous copy and waits for that copy alone, with the first CLASSES_BEFORE_ASKING
+    classes' GEMMs already queued: waiting for the whole stream left the GPU idle while the
+    host launched the rest (0.3-0.47 ms a call on an H100 at n = 3072-8192)."""
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(unit_inner, a))  # copied once, if at all
     b_lines = functools.cache(functools.partial(packable_b, b))  # ... and B likewise
@@ -311,7 +314,7 @@ def int8_product(
     kexp = exponents_from_tops(a_top.k, b_top.k)[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: pack_a(a_rows(), kexp, level, a_top))
     b_pack = kept_b.pack(level.name, kexp, lambda: pack_b(b_lines(), kexp, level, b_top))
-    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if native_when_bypassed else None
+    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
     (m, k), n = a.shape, b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     rows = sum_blocking(level, m, k, n)[0]
@@ -322,7 +325,9 @@ def int8_product(
     ]
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
-        return read_counts is None or not _mostly_exact(a, b, a_pack, b_pack, read_counts())
+        if read_counts is None or fallback is None:
+            return True
+        return not _mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
         if _sums_and_combine(blocks, level, proceed):
@@ -341,17 +346,15 @@ def _mostly_exact(
     a_pack: PackedOperand,
     b_pack: PackedOperand,
     flagged: tuple[int, int],
+    fallback: Fallback,
 ) -> bool:
-    """Whether the unresolved lines of this product cover more than AUTO_EXACT_SHARE of C.
-    The packs' flag counts, ``flagged`` (NaN/Inf or unresolved lines), come first; only where
-    they alone pass the share are NaN/Inf lines told apart (one pass over A and B,
-    synchronising)."""
+    """Whether ``fallback`` takes SGEMM for this product's unresolved lines. The packs' flag
+    counts, ``flagged`` (NaN/Inf or unresolved lines), come first; only where they alone would
+    take it are NaN/Inf lines told apart (one pass over A and B, synchronising)."""
     m, n = a_pack.lines, b_pack.lines
-    if bypass.exact_share(*flagged, m, n) <= bypass.AUTO_EXACT_SHARE:
+    if not fallback.takes_sgemm(*flagged, m, n):
         return False
-    return bypass.exact_share(*unresolved_counts(a, b, a_pack, b_pack), m, n) > (
-        bypass.AUTO_EXACT_SHARE
-    )
+    return fallback.takes_sgemm(*unresolved_counts(a, b, a_pack, b_pack), m, n)
 
 
 def unresolved_counts(

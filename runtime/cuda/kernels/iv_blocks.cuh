@@ -395,7 +395,7 @@ __device__ __forceinline__ void blocks_step(
 // B's flagged columns (counts[1]) and the rows estimated from the sample (counts[2] sampled
 // rows, rows_per_sample each) would recompute passes give_up_share, or those rows' entries
 // (rows x n) pass give_up_entries x m: the host, reading the same counts, runs SGEMM instead
-// (blocks.auto_takes_sgemm; its own bounds are a hair lower, so this never gives up where
+// (auto.Fallback.takes_sgemm; its bounds are a hair lower, so this never gives up where
 // the host goes on).
 template <int NT, bool VEC, int STAGES>
 __device__ __forceinline__ void blocks_rows_impl(
