@@ -269,6 +269,39 @@ def test_a_plain_numba_caller_runs_its_plan_while_another_thread_is_mid_call(
         worker.join()
 
 
+def blocks(a, b, out):
+    for i in numba.prange(a.shape[0]):
+        out[i] = a[i] @ b
+    return out
+
+
+def test_prange_workers_run_their_calls_plan_while_other_threads_run_others() -> None:
+    """Numba's workers open no scope: each product takes the open call whose function runs its
+    op, never another thread's call that happens to be newer (nor a plain Numba caller's)."""
+    _, plain, busy = callers()
+    parallel = mixpert.jit(blocks, parallel=True)
+    parallel.plan = dict.fromkeys(parallel.ops, "V")
+    stack = RNG.standard_normal((8, 16, 16)).astype(np.float32)
+    want_v = np.stack([mixpert.matmul(x, A, level="V") for x in stack])
+    want = {1: mixpert.matmul(A, A, level="I"), 2: mixpert.matmul(A, A, level="V")}
+    counter = iter(range(4))
+    lock = threading.Lock()
+
+    def call() -> None:
+        with lock:
+            mine = next(counter)
+        for _ in range(10):
+            if mine:  # one thread's calls of the prange function at a time: see state's doc
+                assert np.array_equal([busy, plain][mine % 2](A, A), want[1 + mine % 2])
+            else:
+                with mixpert.record() as calls:
+                    got = parallel(stack, A, np.zeros_like(stack))
+                assert np.array_equal(got, want_v)
+                assert len(calls) == 8 and {c.level for c in calls} == {"V"}
+
+    assert run_threads(4, call) == []
+
+
 def test_each_thread_runs_its_own_calls_plan() -> None:
     jitted, plain, _ = callers()
     levels = ["I", "II", "IV", "V"]

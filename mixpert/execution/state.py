@@ -17,6 +17,10 @@ Which scope a product belongs to:
 
 Open scopes are a set, not a stack shared by threads: each removes itself when it ends, so calls
 that end in any order across threads leave no plan behind.
+
+A worker cannot tell which thread's call it serves: when two threads call the same function's
+``prange`` code at once, both calls' workers follow the newer call (its plan, which is the same
+plan unless the calls are ``with_plan`` variants of one function, and its records).
 """
 
 from __future__ import annotations
