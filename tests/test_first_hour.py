@@ -170,6 +170,9 @@ def test_float64_inputs_are_refused_for_what_they_are(folder) -> None:
     assert "0.0" not in line and "scalar_rules" not in line
     tuned = cli("tune", "fn.py:f", "--tol", "1e-4", "--inputs", "f32.npz", "--json", cwd=folder)
     assert tuned.returncode == 0, tuned.stderr  # float32 inputs tune as before
+    (folder / "add.py").write_text("def add(a, b):\n    return a + b.sum()\n")
+    done = cli("tune", "add.py:add", "--tol", "1e-4", "--inputs", "f32.npz", cwd=folder)
+    refused(done, "--inputs f32.npz", "no matrix product")
 
 
 # --- mixpert.record() sees direct calls ---------------------------------------------------------
