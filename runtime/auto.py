@@ -10,7 +10,9 @@ once the operands are packed. Callers compute it once and pass it down (as nvmat
 
 The rules are pure functions of the shape (m, k, n and a stack's pair count). What only the GPU
 can tell (the kernels it runs, its free memory: ``Gpu``) is asked of the object the caller
-passes, and only where a shape rule has passed. This module imports no backend.
+passes, and only where a shape rule has passed. This module imports no backend (from the CUDA
+package only ``geometry``'s constants, which need no CuPy), so no backend module's import can
+close a circle through it.
 """
 
 from __future__ import annotations
