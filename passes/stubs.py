@@ -1,16 +1,17 @@
 """What a rewritten site calls: ``mixpert_matmul``, ``mixpert_dot``, ``mixpert_method_dot``,
-``mixpert_dot_out``.
+``mixpert_imatmul``, ``mixpert_dot_out``.
 
-Each takes ``(op_index, a, b)``. In nopython code an ``@overload`` picks the implementation from
-the operand types: 2-D float32 x 2-D float32 calls the run-time hook through the ``mixpert_gemm``
-symbol; float32 stacks (``a @ b`` and ``np.matmul`` with an N-D operand, N >= 3, the other 2-D or
-N-D, stack dimensions broadcast as np.matmul does) take the routes of ``runtime.batched`` (a
-shared matrix folds the stack into one product). Other operands get NumPy's meaning where Numba
-alone has none: two real dtypes promote as NumPy does (float64 @ float32 is float64), integer
-products are exact and wrap, stacks of another float or complex dtype multiply pair by pair;
-the rest keep Numba's own operation (``a @ b``, ``np.dot(a, b)`` or ``a.dot(b)``), and what
-cannot compile raises ``ProductTypingError`` naming the site. In object mode (CuPy, Dask) the
-plain Python bodies below run instead, with the same rule, through the same hook.
+Each takes ``(op_index, a, b)`` (``out`` too for np.dot's). In nopython code an ``@overload``
+picks the implementation from the operand types: 2-D float32 x 2-D float32 calls the run-time
+hook through the ``mixpert_gemm`` symbol; float32 stacks (``a @ b`` and ``np.matmul`` with an
+N-D operand, N >= 3, the other 2-D or N-D, stack dimensions broadcast as np.matmul does) take
+the routes of ``runtime.batched`` (a shared matrix folds the stack into one product), and
+``np.dot`` of float32 N-D operands is one folded product too. Other operands keep Numba's own
+operation where Numba has one, else get NumPy's meaning (``numpy_products``: promotion, exact
+integers, stacks beside vectors, ``a @= b``, ``np.dot`` into any ``out`` NumPy accepts); what
+NumPy refuses raises ``ProductTypingError`` naming the site. In object mode (CuPy, Dask,
+``forceobj=True``) the plain Python bodies below run instead, with the same rule, through the
+same hook.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from mixpert.execution.hook import MixpertRuntimeError, Status, emulable, run_si
 
 from . import numpy_products
 from .gemm_call import gemm_call, gemm_stack_call
-from .numpy_products import broadcast_stacks, check_inner
+from .numpy_products import (
+    broadcast_stacks,
+    check_inner,
+    columns_of,
+    contiguous,
+    dot_shape,
+    rows_of,
+)
 
 # Compiled code compares the status with plain integers (frozen in as constants).
 _OK, _NATIVE = int(Status.OK), int(Status.NATIVE)
@@ -48,8 +56,9 @@ def mixpert_method_dot(op_index: int, a: Any, b: Any) -> Any:
 
 def mixpert_dot_out(op_index: int, a: Any, b: Any, out: Any) -> Any:
     """``np.dot(a, b, out)`` at the active plan's level for op ``op_index``."""
-    if not emulable(a, b):
-        return np.dot(a, b, out)
+    c_order = getattr(getattr(out, "flags", None), "c_contiguous", True)
+    if not emulable(a, b) or out.dtype != a.dtype or not c_order:
+        return np.dot(a, b, out)  # NumPy's product, or NumPy's error for such an out
     out[...] = run_site(op_index, a, b, lambda x, y: np.dot(x, y))
     return out
 
@@ -80,18 +89,20 @@ def _emulable(a: types.Type, b: types.Type) -> bool:
 
 # One implementation per spelling, each running the spelling itself as the native fallback
 # (written out rather than calling a shared helper: one function less to compile per signature).
+# Operands of layout 'A' are made contiguous first (as Numba's product does anyway), so Numba's
+# contiguity warning comes once per compile from the site (native_sites), not from in here.
 def _native_impl(kind: str):  # type: ignore[no-untyped-def]
     if kind == "matmul":
-        return lambda op_index, a, b: a @ b
+        return lambda op_index, a, b: contiguous(a) @ contiguous(b)
     if kind == "dot":
-        return lambda op_index, a, b: np.dot(a, b)
-    return lambda op_index, a, b: a.dot(b)
+        return lambda op_index, a, b: np.dot(contiguous(a), contiguous(b))
+    return lambda op_index, a, b: contiguous(a).dot(contiguous(b))
 
 
 def _matmul_impl(op_index, a, b):  # type: ignore[no-untyped-def]
     status, out = gemm_call(op_index, a, b)
     if status == _NATIVE:
-        return a @ b
+        return contiguous(a) @ contiguous(b)
     if status != _OK:  # Status.ERROR: the wrapper re-raises the runtime's exception
         raise MixpertRuntimeError("mixpert runtime call failed")
     return out
@@ -100,7 +111,7 @@ def _matmul_impl(op_index, a, b):  # type: ignore[no-untyped-def]
 def _dot_impl(op_index, a, b):  # type: ignore[no-untyped-def]
     status, out = gemm_call(op_index, a, b)
     if status == _NATIVE:
-        return np.dot(a, b)
+        return np.dot(contiguous(a), contiguous(b))
     if status != _OK:
         raise MixpertRuntimeError("mixpert runtime call failed")
     return out
@@ -109,7 +120,7 @@ def _dot_impl(op_index, a, b):  # type: ignore[no-untyped-def]
 def _method_dot_impl(op_index, a, b):  # type: ignore[no-untyped-def]
     status, out = gemm_call(op_index, a, b)
     if status == _NATIVE:
-        return a.dot(b)
+        return contiguous(a).dot(contiguous(b))
     if status != _OK:
         raise MixpertRuntimeError("mixpert runtime call failed")
     return out
@@ -118,7 +129,8 @@ def _method_dot_impl(op_index, a, b):  # type: ignore[no-untyped-def]
 def _stacked(a: types.Type, b: types.Type) -> str | None:
     """Which route a float32 stack product ``a @ b`` takes (Numba itself multiplies 2-D operands
     only): "fold A" for a stack times one matrix, "fold B" for one matrix times a stack,
-    "pairs" for two stacks (broadcast as np.matmul does); None for anything else."""
+    "pairs" for two stacks (broadcast as np.matmul does); None for anything else (a vector
+    beside a stack runs natively, as every matrix-vector product does)."""
     if not all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (a, b)):
         return None
     if min(a.ndim, b.ndim) < 2 or max(a.ndim, b.ndim) < 3:
@@ -183,6 +195,14 @@ STACKED = {
 }
 
 
+def _dot_of_stacks(op_index, a, b):  # type: ignore[no-untyped-def]
+    """np.dot of float32 operands, one N-D (N >= 3), neither a vector: a's rows against b's
+    columns, one emulated product (np.dot's axes, not np.matmul's)."""
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError("np.dot: a.shape[-1] differs from b.shape[-2]")
+    return _product(op_index, rows_of(a), columns_of(b)).reshape(dot_shape(a, b))
+
+
 def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
     native = _native_impl(kind)
 
@@ -190,9 +210,9 @@ def _make_overload(stub: Any, kind: str, emulated: Any) -> None:
     def _ol(op_index, a, b):  # type: ignore[no-untyped-def]
         if _emulable(a, b):
             return emulated
-        route = _stacked(a, b) if kind == "matmul" else None
+        route = _stacked(a, b)
         if route is not None:
-            return STACKED[route]
+            return STACKED[route] if kind == "matmul" else _dot_of_stacks
         return numpy_products.implementation(kind, op_index, a, b, native)
 
 
@@ -204,21 +224,46 @@ _make_overload(mixpert_method_dot, "method_dot", _method_dot_impl)
 def _dot_out_impl(op_index, a, b, out):  # type: ignore[no-untyped-def]
     status, product = gemm_call(op_index, a, b)
     if status == _NATIVE:
-        return np.dot(a, b, out)
+        return np.dot(contiguous(a), contiguous(b), out)
     if status != _OK:
         raise MixpertRuntimeError("mixpert runtime call failed")
+    return _into_out(out, product)
+
+
+@register_jitable
+def _into_out(out, product):  # type: ignore[no-untyped-def]
     if out.shape != product.shape:
-        raise ValueError("np.dot: out has the wrong shape for the product")
+        raise ValueError("np.dot(a, b, out): out has the wrong shape for the product")
     out[...] = product
     return out
 
 
+@register_jitable
+def _into_scalar(out, product):  # type: ignore[no-untyped-def]
+    out[()] = product
+    return out
+
+
+def _out_of_another_ndim(op_index, a, b, out):  # type: ignore[no-untyped-def]
+    raise ValueError("np.dot(a, b, out): out's number of dimensions differs from the product's")
+
+
 @overload(mixpert_dot_out)
 def _ol_dot_out(op_index, a, b, out):  # type: ignore[no-untyped-def]
-    emulated = _emulable(a, b) and isinstance(out, types.Array) and out.dtype == types.float32
-    if emulated:
+    why = numpy_products.out_refusal(a, b, out)
+    if why is not None:
+        numpy_products.refuse(op_index, "dot_out", a, b, why)
+    if out.ndim != a.ndim + b.ndim - 2:  # NumPy's run-time error (Numba's, where it has one)
+        return _out_of_another_ndim
+    if _emulable(a, b):  # out is then a float32 matrix (out_refusal)
         return _dot_out_impl
-    return lambda op_index, a, b, out: np.dot(a, b, out)
+    if numpy_products.numba_writes_out(a, b, out):
+        return lambda op_index, a, b, out: np.dot(contiguous(a), contiguous(b), out)
+    # NumPy's meaning where Numba has none (other dtypes, N-D, a vector dot product into a
+    # 0-D out): the product as np.dot(a, b) computes it, written into out
+    if a.ndim == 1 and b.ndim == 1:
+        return lambda op_index, a, b, out: _into_scalar(out, mixpert_dot(op_index, a, b))
+    return lambda op_index, a, b, out: _into_out(out, mixpert_dot(op_index, a, b))
 
 
 @register_jitable
@@ -232,7 +277,7 @@ def _into_first(a, product):  # type: ignore[no-untyped-def]
 def _imatmul_impl(op_index, a, b):  # type: ignore[no-untyped-def]
     status, product = gemm_call(op_index, a, b)
     if status == _NATIVE:
-        return _into_first(a, a @ b)
+        return _into_first(a, contiguous(a) @ contiguous(b))
     if status != _OK:
         raise MixpertRuntimeError("mixpert runtime call failed")
     return _into_first(a, product)
@@ -240,13 +285,10 @@ def _imatmul_impl(op_index, a, b):  # type: ignore[no-untyped-def]
 
 @overload(mixpert_imatmul)
 def _ol_imatmul(op_index, a, b):  # type: ignore[no-untyped-def]
+    why = numpy_products.in_place_refusal(a, b)
+    if why is not None:
+        numpy_products.refuse(op_index, "imatmul", a, b, why)
     if _emulable(a, b):
         return _imatmul_impl
     # Numba has no @=: NumPy's meaning, the product (as a @ b computes it) written into a
-    route = _stacked(a, b)
-    if route is not None:
-        stacked = STACKED[route]
-        return lambda op_index, a, b: _into_first(a, stacked(op_index, a, b))
-    native = _native_impl("matmul")
-    product = register_jitable(numpy_products.implementation("matmul", op_index, a, b, native))
-    return lambda op_index, a, b: _into_first(a, product(op_index, a, b))
+    return lambda op_index, a, b: _into_first(a, mixpert_matmul(op_index, a, b))
