@@ -4,7 +4,11 @@ After type inference the operand types of every site are known. A site whose ope
 two 2-D float32 arrays keeps Numba's own product (the stubs' rule); this pass writes the reason
 into the compile record (``native_reasons``: shown by ``mixpert.inspect``), and warns once per
 signature when a function that takes float32 arrays sends none of its products to the runtime,
-naming the sites, so that nothing is skipped silently.
+naming the sites, so that nothing is skipped silently. It also gives Numba's own
+``NumbaPerformanceWarning`` for a site whose operands are not known to be contiguous, where
+numba.njit would compile the product and warn: once per compile, at the site's line, whatever
+Numba typed before (its own warning comes only the first time a process types those operands,
+and mixpert's stubs never let it come from inside them).
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from numba.core import ir, types
+from numba.core import config, ir, types
 from numba.core.compiler import StateDict
+from numba.core.errors import NumbaPerformanceWarning
 
-from .record import record_of
+from .numpy_products import numba_multiplies, numba_writes_out
+from .record import CompileRecord, record_of
 
 
 class NotEmulatedWarning(UserWarning):
@@ -96,6 +102,7 @@ class ReportNativeSites:
                 record.native_reasons[site.op.op_id] = "; ".join(
                     [reason, *(c for c in causes if c)]
                 )
+        _contiguity_warnings(record, typemap)
         takes_float32 = any(
             isinstance(t, types.Array) and t.dtype == types.float32 for t in state.args
         )
@@ -110,3 +117,24 @@ class ReportNativeSites:
                 fid.firstlineno,
             )
         return False
+
+
+def _contiguity_warnings(record: CompileRecord, typemap: dict) -> None:
+    """Numba's "... is faster on contiguous arrays" for each site numba.njit would compile and
+    warn about (its message, category and place), once per compile."""
+    if config.DISABLE_PERFORMANCE_WARNINGS:
+        return
+    given = set()
+    for site in record.sites:
+        if site.numba_name is None:
+            continue
+        a, b = typemap[site.lhs.name], typemap[site.rhs.name]
+        out = typemap[site.out.name] if site.out is not None else None
+        compiles = numba_multiplies(a, b) if out is None else numba_writes_out(a, b, out)
+        if not compiles or all(x.layout in "CF" for x in (a, b, out) if x is not None):
+            continue
+        message = f"{site.numba_name} is faster on contiguous arrays, called on {(a, b)}"
+        if (site.op.file, site.op.line, message) not in given:
+            given.add((site.op.file, site.op.line, message))
+            warning = NumbaPerformanceWarning(message)
+            warnings.warn_explicit(warning, NumbaPerformanceWarning, site.op.file, site.op.line)

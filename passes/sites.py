@@ -64,6 +64,9 @@ class Site:
     rhs: ir.Var
     out: ir.Var | None = None  # np.dot(a, b, out): the array the product is written into
     transposed: tuple[bool, bool] = (False, False)  # einsum: the product is lhs(.T) @ rhs(.T)
+    # How Numba's own product of this spelling names itself in its warnings ("'@'",
+    # "np.dot()"); None where Numba has no such product (np.matmul, einsum, @=).
+    numba_name: str | None = None
 
 
 Found = tuple[SiteKind, ir.Var, ir.Var, "ir.Var | None", tuple[bool, bool]]
@@ -128,6 +131,15 @@ def classify(func_ir: ir.FunctionIR, expr: ir.Expr) -> Found | None:
     return None
 
 
+def numba_name(kind: SiteKind, expr: ir.Expr) -> str | None:
+    """The name Numba's own product of this spelling warns under, or None (Numba has none)."""
+    if kind == "matmul":
+        return "'@'" if expr.op == "binop" else None
+    if kind == "dot_out":
+        return "np.vdot()"  # sic: Numba's np.dot(a, b, out) warns under this name
+    return "np.dot()" if kind in ("dot", "method_dot") else None
+
+
 def source_hash(source: str) -> str:
     return hashlib.blake2b(source.strip().encode(), digest_size=6).hexdigest()
 
@@ -151,5 +163,6 @@ def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
         source = linecache.getline(fid.filename, line).strip()
         qualname = fid.func_qualname
         info = OpInfo(op_id, fid.modname, qualname, fid.filename, line, ordinal, kind, source)
-        sites.append(Site(info, stmt, lhs, rhs, out, transposed))
+        name = numba_name(kind, stmt.value)
+        sites.append(Site(info, stmt, lhs, rhs, out, transposed, name))
     return sites
