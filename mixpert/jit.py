@@ -24,7 +24,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
 import networkx as nx
 import numba
 import numpy as np
-from numba.core import types
+from numba.core import typeinfer, types
 from numba.core.compiler_lock import global_compiler_lock
 
 from .execution import (
@@ -40,7 +40,7 @@ from .execution.kept_packs import keeps_packs
 from .execution.state import keep_standing
 from .interpreted import native, python_variant
 from .passes import callees
-from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher
+from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher, numba_options
 from .passes.numpy_products import product_typing_error
 from .passes.record import KEY
 from .passes.sites import OpInfo
@@ -67,6 +67,9 @@ def weak_float_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# numba.njit's eager signatures: one ("float32[:, :](float32[:, :])", a Signature, a tuple of
+# argument types) or a list of them
+Signatures = str | tuple[Any, ...] | list[Any] | numba.core.typing.Signature
 
 
 class MixpertFunction(Generic[P, R]):
@@ -90,7 +93,8 @@ class MixpertFunction(Generic[P, R]):
         self.__mixpert_py_func__ = py_func  # how the passes recognise a mixpert callee
         self.tol = tol
         self.cache = cache
-        self.options = dict(options or {})
+        self.options = numba_options(options or {})  # refuses what mixpert cannot honour
+        self.forceobj = bool(self.options.get("forceobj"))  # honoured: object mode, every call
         self.plan_book = plan_book
         if scalar_rules not in get_args(ScalarRules):
             raise ValueError(f"scalar_rules={scalar_rules!r}: use 'numpy' (NEP 50) or 'numba'")
@@ -203,7 +207,8 @@ class MixpertFunction(Generic[P, R]):
             args, kwargs = bound.args, {}  # type: ignore[assignment]
         refuse_masked(args)
         lazy_or_gpu = any(is_cupy_array(a) or is_dask_array(a) for a in args)
-        mode = "object" if lazy_or_gpu else "nopython"  # CuPy and Dask run in object mode
+        # CuPy and Dask run in object mode, as does everything under forceobj=True
+        mode = "object" if lazy_or_gpu or self.forceobj else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
         plan = self._active_for(args)  # plans match the arguments as the caller gave them
         if self.scalar_rules == "numpy":
@@ -224,8 +229,8 @@ class MixpertFunction(Generic[P, R]):
     def native_reasons(self, args: Sequence[Any]) -> dict[str, str]:
         """Op id -> why the site runs Numba's own product for arguments like ``args`` (float64
         operands, a matrix-vector product, ...), from compiling for their types; {} for CuPy
-        and Dask arguments (object mode decides per call)."""
-        if any(is_cupy_array(a) or is_dask_array(a) for a in args):
+        and Dask arguments and under forceobj=True (object mode decides per call)."""
+        if self.forceobj or any(is_cupy_array(a) or is_dask_array(a) for a in args):
             return {}
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(tuple(args))
@@ -295,7 +300,7 @@ def jit(
 
 @overload
 def jit(
-    func: None = None,
+    func: Signatures | None = None,
     *,
     tol: float | None = None,
     plan: PlanLike | None = None,
@@ -310,7 +315,7 @@ def jit(
 
 
 def jit(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Signatures | None = None,
     *,
     tol: float | None = None,
     plan: PlanLike | None = None,
@@ -336,8 +341,13 @@ def jit(
     disk, apart from plain Numba's entries. ``scalar_rules``: "numpy" (default) types Python
     number literals combined with float32 operands as NumPy 2 does (NEP 50: ``x * 0.5`` stays
     float32; ``passes.scalar_rules``), "numba" keeps Numba's promotion to float64. Other
-    keywords go to Numba (``fastmath``, ``boundscheck``, ...). Use as ``@mixpert.jit`` or
-    ``@mixpert.jit(...)``.
+    keywords go to Numba (``fastmath``, ``boundscheck``, ``parallel``, ``locals``, ...) and are
+    checked now: ``forceobj=True`` runs every call in object mode (the products still go to the
+    runtime); options mixpert cannot honour (``pipeline_class``, ``_nrt=False``,
+    ``nopython=False``, ...) raise ValueError naming them, unknown names Numba's KeyError. Use
+    as ``@mixpert.jit`` or ``@mixpert.jit(...)``; as with numba.njit, signatures given first
+    (``@mixpert.jit("float32[:, :](float32[:, :], float32[:, :])")``) compile now, and calls
+    with other argument types raise TypeError.
     """
     if plan_file is not None and (tol is None or plan is not None):  # it would go unread
         raise TypeError(
@@ -353,4 +363,19 @@ def jit(
             scalar_rules=scalar_rules,
         )  # fmt: skip
 
-    return wrap if func is None else wrap(func)
+    if func is None:
+        return wrap
+    if callable(func):
+        return wrap(func)
+    signatures = func if isinstance(func, list) else [func]
+
+    def eager(f: Callable[P, R]) -> MixpertFunction[P, R]:
+        jitted = wrap(f)
+        disp = jitted.dispatcher_for("object" if jitted.forceobj else "nopython")
+        with typeinfer.register_dispatcher(disp):  # as numba.jit: recursion sees the function
+            for signature in signatures:
+                disp.compile(signature)
+            disp.disable_compile()
+        return jitted
+
+    return eager
