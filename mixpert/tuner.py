@@ -38,10 +38,11 @@ contents of arrays the function writes into count as outputs.
 2. every op whose result reaches a discrete step (argmin/argmax/argsort, comparisons, ``where``'s
    condition, casts to integers: ``passes.dataflow``), or feeds an op that does, is float32
    grade: both its own error on the tuning input and the model's error for its level on generic
-   data of its size and magnitudes (``error_model.model_error``) are at most ``GRADE_SLACK``
-   times the model's error of native float32 on it (and at most tol). Its decisions then flip
-   about as often as native float32's: for such functions tol bounds the continuous outputs
-   measured on the tuning inputs, and the discrete ones are as stable as native float32's;
+   data of its size and magnitudes (``error_model.model_error``) are at most the model's error
+   of a float32 GEMM summing in k order on it (``error_model.FLOAT32_GRADE``), and at most tol.
+   Its decisions then flip about as often as native float32's: for such functions tol bounds
+   the continuous outputs measured on the tuning inputs, and the discrete ones are as stable
+   as native float32's;
 3. every other op whose own error on the tuning input lies far below the model's figure (below
    1/``UNREPRESENTATIVE`` of it: exact, integer, constant or tiny data) has the model's figure
    within tol: a level is never chosen because one input was exact in it.
@@ -67,6 +68,7 @@ import itertools
 import logging
 import math
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +79,14 @@ import networkx as nx
 import numpy as np
 
 from . import tuning_inputs
-from .error_model import CV_FLOOR, error_spread, margin_for, model_error, own_error
+from .error_model import (
+    CV_FLOOR,
+    FLOAT32_GRADE,
+    error_spread,
+    margin_for,
+    model_error,
+    own_error,
+)
 from .execution import record_calls
 from .execution.product_samples import ProductSample
 from .metrics import copies, float64_copies, is_float_array, output_error
@@ -96,13 +105,13 @@ RESAMPLED_INPUTS = 6
 # (the RBF predictor of benchmarks/tuner_holdout.py: fresh inputs reach 3.3x the resamples' mean
 # error, whose spread is 0.19 of it): the plan keeps this many of their spreads as room.
 Z_HELD_OUT = 8.0
+HELD_OUT_MIN_SECONDS = 5.0  # held-out runs may cost what the walk did, or this, if more
 RESAMPLE_SEED = 0x7E57
 BASELINE_LEVEL = NATIVE_LEVEL  # speedups are over every op at native float32
 MEASURED_FALLBACK = AUTO.name  # on a GPU, where an op's tuned level measures slower
-# An op whose result reaches a discrete step may err at most this many times native float32's
-# modelled error on it ("float32 grade": SGEMM's bound 2 k u |A||B| has the same slack over
-# NumPy's pairwise sums), so its decisions flip about as often as native float32's do.
-GRADE_SLACK = 2.0
+# An op whose result reaches a discrete step may err at most what a float32 GEMM summing in k
+# order errs on it (``error_model.FLOAT32_GRADE``: what SGEMM's bound 2 k u |A||B| is written
+# for), so its decisions flip about as often as native float32's do.
 # An op whose own error on the tuning data is below 1/UNREPRESENTATIVE of the model's figure for
 # generic data (exact, integer, constant, tiny data) is judged by the model, not the data.
 UNREPRESENTATIVE = 4.0
@@ -212,6 +221,8 @@ class Profiler:
     written: tuple[int, ...] = ()  # arguments the function writes into: outputs too
 
     def __post_init__(self) -> None:
+        if self.reference is not None:  # given: a held-out input's, kept from an earlier run
+            return
         reference_args = float64_copies(self.args)
         result = self.func.py_func(*reference_args)
         self.written = tuple(
@@ -321,7 +332,7 @@ class Rule:
         """Float32 grade for an op that reaches a decision (at most tol); else tol."""
         if op not in self.decisions:
             return self.tol
-        return min(self.tol, GRADE_SLACK * self.prof.model(op, NATIVE_LEVEL))
+        return min(self.tol, self.prof.model(op, FLOAT32_GRADE))
 
     def op_fits(self, trial: Trial, op: str, level: str) -> bool:
         """Whether ``level`` keeps op ``op`` within its budget beyond the inputs seen."""
@@ -429,7 +440,7 @@ def greedy(
                         break  # generic data of this op would break its budget: no run needed
                     trial = prof.trial(levels_of(trial_rungs))
                     if rule.accepts(trial, levels_of(trial_rungs)):
-                        contribution[op] += trial.error - current.error
+                        contribution[op] += _added(trial.error, current.error)
                         rung, current, improved = trial_rungs, trial, True
                         continue
                     moved = False
@@ -445,7 +456,7 @@ def greedy(
                             continue
                         trial = prof.trial(levels_of(pair))
                         if rule.accepts(trial, levels_of(pair)):
-                            contribution[op] += trial.error - current.error
+                            contribution[op] += _added(trial.error, current.error)
                             rung, current, improved, moved = pair, trial, True, True
                             break
                     if not moved:
@@ -463,6 +474,12 @@ def greedy(
         {**levels, **idle}, current.error, True, prof.runs, prof.flops, contribution,
         rule.share(current), exact,
     )  # fmt: skip
+
+
+def _added(error: float, before: float) -> float:
+    """The error a move added (0 where both are infinite: a plan file holds no NaN)."""
+    added = error - before
+    return added if math.isfinite(added) else 0.0
 
 
 def _model_allows(rule: Rule, op: str, level: str) -> bool:
@@ -564,14 +581,16 @@ def tune(
     resamples = max(0, RESAMPLED_INPUTS - len(validation)) if margin is None else 0
     held_out_inputs = [
         *(HeldOut(jitted, lambda v=v: tuple(v)) for v in validation),
-        *(HeldOut(jitted, _resample(args, i)) for i in range(resamples)),
+        *(HeldOut(jitted, _resample(args, i), resample=True) for i in range(resamples)),
     ]
     scale, spread, held_out = 1.0, 0.0, None
     for _ in range(VALIDATION_RETRIES + 1):
+        start = time.perf_counter()
         result = greedy(jitted, args, tol, candidates, on_run, margin, scale, prof, spread)
         if not result.met_tol:
             break
-        errors = _errors(held_out_inputs, result.levels)
+        walk = time.perf_counter() - start
+        errors = _errors(held_out_inputs, result.levels, max(HELD_OUT_MIN_SECONDS, walk))
         held_out = max(errors, default=None)
         if held_out is None:
             break
@@ -603,35 +622,49 @@ def _resample(args: tuple[Any, ...], index: int) -> Callable[[], tuple[Any, ...]
 
 @dataclass
 class HeldOut:
-    """A held-out input the tuned plan must also keep within tol. Its arguments and float64
-    reference are made when asked and dropped after each run, so several held-out inputs of a
-    large function cost one input's memory at a time; errors are cached per plan."""
+    """A held-out input the tuned plan must also keep within tol. Its arguments are made when
+    asked and dropped after each run, so several held-out inputs of a large function cost one
+    input's memory at a time; its float64 outputs (small, mostly) are kept, and errors cached
+    per plan."""
 
     func: Tunable
     make: Callable[[], tuple[Any, ...]]
+    resample: bool = False  # made from the tuning input (may be skipped for time), not given
     runs: int = 0
     usable: bool = True  # False once the function cannot run it (a singular resample, ...)
+    reference: Any = None
+    written: tuple[int, ...] = ()
     errors: dict[tuple[tuple[str, str], ...], float] = field(default_factory=dict)
 
     def error(self, levels: Mapping[str, str]) -> float | None:
         key = tuple(sorted(levels.items()))
         if key not in self.errors and self.usable:
             try:
-                prof = Profiler(self.func, self.make())
+                prof = Profiler(self.func, self.make(), reference=self.reference)
+                if self.reference is None:
+                    self.reference, self.written = prof.reference, prof.written
+                    if not math.isfinite(output_error(prof.reference, prof.reference)):
+                        raise FloatingPointError  # no finite float64 answer to hold it to
+                prof.written = self.written
                 self.errors[key] = prof.error(levels)
                 self.runs += prof.runs
             except Exception:  # noqa: BLE001 - the function's own failure on this input
                 self.usable = False
-            else:
-                if not math.isfinite(output_error(prof.reference, prof.reference)):
-                    self.usable = False  # no finite float64 answer to hold the plan to
         return self.errors.get(key) if self.usable else None
 
 
-def _errors(held_out: Sequence[HeldOut], levels: Mapping[str, str]) -> list[float]:
-    """The errors of ``levels`` on the held-out inputs the function runs on."""
-    found = (h.error(levels) for h in held_out)
-    return [e for e in found if e is not None]
+def _errors(held_out: Sequence[HeldOut], levels: Mapping[str, str], seconds: float) -> list[float]:
+    """The errors of ``levels`` on the held-out inputs the function runs on, taken in turn
+    until they have cost ``seconds`` (at least one is always taken)."""
+    errors: list[float] = []
+    start = time.perf_counter()
+    for h in held_out:
+        if h.resample and errors and time.perf_counter() - start > seconds:
+            break  # a large function: resamples may cost what the walk cost
+        error = h.error(levels)
+        if error is not None:
+            errors.append(error)
+    return errors
 
 
 def _plan_of(

@@ -146,7 +146,7 @@ def test_ops_feeding_a_decision_are_found_and_held_to_float32_grade() -> None:
     plan = mixpert.tune(jitted, args, 1e-3, target="cuda")  # loose: tf32 would pass on labels
     samples = _samples(jitted, args)["kmeans_step:0"]
     chosen = plan.levels["kmeans_step:0"]
-    grade = 2 * error_model.model_error(samples, "fp32")
+    grade = error_model.model_error(samples, error_model.FLOAT32_GRADE)
     assert error_model.model_error(samples, chosen) <= grade
     assert error_model.model_error(samples, "tf32") > grade  # what the rule kept out
 

@@ -35,7 +35,8 @@ from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
 from .kept_packs import reuse_counts, reused
 from .op_ids import op_id_of
-from .state import CallRecord, keep_for, level_for, record, recording
+from .product_samples import ProductSample
+from .state import CallRecord, keep_for, level_for, record, recording, wants_sample
 
 SYMBOL = "mixpert_gemm"
 log = logging.getLogger("mixpert")
@@ -145,7 +146,10 @@ def run_product(op_index: int, a: Any, b: Any, routed: Route) -> Any:
             dispatch.rebalanced_k(a, b, ran), dispatch.unresolved_lines(a, b, ran)
         )  # fmt: skip
         kept = reused(keep, reuses)
-        record(CallRecord(op_index, m, k, n, ran.name, seconds, backend, moved, exact, kept))
+        sample = ProductSample.take(a, b, result) if wants_sample(op_index) else None
+        record(
+            CallRecord(op_index, m, k, n, ran.name, seconds, backend, moved, exact, kept, sample)
+        )
     return result
 
 
@@ -202,6 +206,13 @@ def _run_stack(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any])
     return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 
 
+def _plainly_native(op_index: int) -> bool:
+    """The plan says native float32 and nothing records or logs the call: the compiled code
+    runs its own product, and the operands need not even be looked at."""
+    plain = level_for(op_index).name == NATIVE_LEVEL and not recording()
+    return plain and not log.isEnabledFor(logging.DEBUG)
+
+
 def _matrix(ptr: int, rows: int, cols: int, s0: int, s1: int) -> np.ndarray:
     """A float32 view of memory owned by compiled code (any strides, even negative ones)."""
     if rows == 0 or cols == 0:
@@ -227,6 +238,8 @@ def _gemm(
     out_ptr: int,
 ) -> int:
     try:
+        if _plainly_native(op_index):
+            return Status.NATIVE
         a = _matrix(a_ptr, m, k, a_s0, a_s1)
         b = _matrix(b_ptr, b_rows, n, b_s0, b_s1)
         routed = route_to_run(op_index, a, b)
