@@ -44,14 +44,25 @@ def check_inner(a, b):  # type: ignore[no-untyped-def]
 
 
 @register_jitable
+def count(shape):  # type: ignore[no-untyped-def]
+    """The product of a non-empty shape: reshapes spell their sizes out, since -1 cannot
+    stand for a size beside a zero one (an empty stack of k = 0 matrices)."""
+    total = 1
+    for size in shape:
+        total *= size
+    return total
+
+
+@register_jitable
 def broadcast_stacks(a, b):  # type: ignore[no-untyped-def]
     """The stack dimensions broadcast (ValueError when they do not), and both stacks as
     contiguous (pairs, rows, columns) arrays of matching pairs."""
     check_inner(a, b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a_all = np.ascontiguousarray(np.broadcast_to(a, batch + (m, k))).reshape((-1, m, k))
-    b_all = np.ascontiguousarray(np.broadcast_to(b, batch + (k, n))).reshape((-1, k, n))
+    pairs = count(batch)
+    a_all = np.ascontiguousarray(np.broadcast_to(a, batch + (m, k))).reshape((pairs, m, k))
+    b_all = np.ascontiguousarray(np.broadcast_to(b, batch + (k, n))).reshape((pairs, k, n))
     return batch, a_all, b_all
 
 
@@ -73,14 +84,16 @@ def _ol_contiguous(x):  # type: ignore[no-untyped-def]
 
 def rows_of(a: Any) -> Any:
     """``a`` as a matrix of rows (its last axis the columns): a vector is one row."""
-    return np.reshape(a, (-1, a.shape[-1]))
+    return np.reshape(a, (int(np.prod(a.shape[:-1])), a.shape[-1]))
 
 
 @overload(rows_of)
 def _ol_rows_of(a):  # type: ignore[no-untyped-def]
+    if a.ndim == 1:
+        return lambda a: np.ascontiguousarray(a).reshape((1, a.shape[0]))
     if a.ndim == 2:
         return lambda a: contiguous(a)
-    return lambda a: np.ascontiguousarray(a).reshape((-1, a.shape[-1]))
+    return lambda a: np.ascontiguousarray(a).reshape((count(a.shape[:-1]), a.shape[-1]))
 
 
 def columns_of(b: Any) -> Any:
@@ -97,9 +110,9 @@ def _ol_columns_of(b):  # type: ignore[no-untyped-def]
         return lambda b: contiguous(b)
 
     def impl(b):  # type: ignore[no-untyped-def]
-        k, n = b.shape[-2], b.shape[-1]
-        stack = np.ascontiguousarray(b).reshape((-1, k, n))
-        return np.ascontiguousarray(stack.transpose((1, 0, 2))).reshape((k, -1))
+        k, n, matrices = b.shape[-2], b.shape[-1], count(b.shape[:-2])
+        stack = np.ascontiguousarray(b).reshape((matrices, k, n))
+        return np.ascontiguousarray(stack.transpose((1, 0, 2))).reshape((k, matrices * n))
 
     return impl
 
@@ -231,9 +244,9 @@ def matmul_stacks(a: types.Array, b: types.Array, common: Any):  # type: ignore[
 
         def matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
             _check_contracted(a, b)
-            m, n = a.shape[0], b.shape[-1]
-            wide = matrix_product(a, columns_of(b))  # (m, stack * n)
-            pairs = np.ascontiguousarray(wide.reshape((m, -1, n)).transpose((1, 0, 2)))
+            m, n, matrices = a.shape[0], b.shape[-1], count(b.shape[:-2])
+            wide = matrix_product(a, columns_of(b))  # (m, matrices * n)
+            pairs = np.ascontiguousarray(wide.reshape((m, matrices, n)).transpose((1, 0, 2)))
             return pairs.reshape(b.shape[:-2] + (m, n))
 
         return matrix_times_stack

@@ -31,6 +31,7 @@ from .numpy_products import (
     check_inner,
     columns_of,
     contiguous,
+    count,
     dot_shape,
     rows_of,
 )
@@ -155,7 +156,8 @@ def _product(op_index, a, b):  # type: ignore[no-untyped-def]
 def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
     check_inner(a, b)
     m, k = a.shape[-2], a.shape[-1]
-    folded = np.ascontiguousarray(a).reshape((-1, k))  # one product for the whole stack
+    rows = count(a.shape[:-1])  # (not -1: k may be 0)
+    folded = np.ascontiguousarray(a).reshape((rows, k))  # one product for the whole stack
     return _product(op_index, folded, b).reshape(a.shape[:-2] + (m, b.shape[1]))
 
 
@@ -163,7 +165,7 @@ def _stack_times_matrix(op_index, a, b):  # type: ignore[no-untyped-def]
 def _matrix_times_stack(op_index, a, b):  # type: ignore[no-untyped-def]
     check_inner(a, b)
     k, n = b.shape[-2], b.shape[-1]
-    stack = np.ascontiguousarray(b).reshape((-1, k, n))
+    stack = np.ascontiguousarray(b).reshape((count(b.shape[:-2]), k, n))
     batch = stack.shape[0]
     columns = np.empty((k, batch * n), dtype=np.float32)  # the stack side by side: one product
     for i in range(batch):

@@ -252,6 +252,14 @@ SHAPE_ERRORS = [
     case("in_place", Operand((3, 3), "int64"), Operand((3, 3), "float64")),  # no same_kind cast
 ]
 
+EMPTY = [  # sizes of zero: NumPy's empty or zero results
+    case("matmul", Operand((2, 2, 0), "float32"), Operand((2, 0, 4), "float32")),
+    case("matmul", Operand((2, 2, 0), "float64"), Operand((0, 4), "float64")),
+    case("matmul", Operand((K,), "float64"), Operand((0, K, 4), "float64")),
+    case("dot", Operand((2, 0, K), "float32"), Operand((2, K, 4), "float32")),
+    case("matmul", Operand((2, 0), "float32"), Operand((0, 4), "float32")),
+]
+
 CASES = [
     *(c for form in ("matmul", "dot", "in_place", "dot_out") for c in by_ndim(form, "float64")),
     *(
@@ -271,6 +279,7 @@ CASES = [
         for c in by_layout(form)
     ),
     *SHAPE_ERRORS,
+    *EMPTY,
 ]
 
 
