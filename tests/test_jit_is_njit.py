@@ -60,8 +60,17 @@ def dot_out_keyword(a, b, out):
     return out
 
 
+def vdot(a, b):  # not product sites: Numba's own, untouched
+    return np.vdot(a, b)
+
+
+def outer(a, b):
+    return np.outer(a, b)
+
+
 FORMS: dict[str, Callable[..., Any]] = {
-    f.__name__: f for f in (matmul, np_matmul, dot, method_dot, in_place, dot_out, dot_out_keyword)
+    f.__name__: f
+    for f in (matmul, np_matmul, dot, method_dot, in_place, dot_out, dot_out_keyword, vdot, outer)
 }
 WRITES = {"in_place": 0, "dot_out": 2, "dot_out_keyword": 2}  # the argument a form writes into
 # How Numba's contiguity warning names each form (its np.dot(a, b, out) says "np.vdot()")
@@ -260,6 +269,13 @@ EMPTY = [  # sizes of zero: NumPy's empty or zero results
     case("matmul", Operand((2, 0), "float32"), Operand((0, 4), "float32")),
 ]
 
+UNTOUCHED = [
+    case("vdot", Operand((K,), "complex128"), Operand((K,), "complex128")),
+    case("vdot", Operand((K,), "float32"), Operand((K,), "float32")),
+    case("outer", Operand((K,), "float64"), Operand((4,), "float64")),
+    case("outer", Operand((2, K), "int64"), Operand((K,), "int64")),
+]
+
 CASES = [
     *(c for form in ("matmul", "dot", "in_place", "dot_out") for c in by_ndim(form, "float64")),
     *(
@@ -280,6 +296,7 @@ CASES = [
     ),
     *SHAPE_ERRORS,
     *EMPTY,
+    *UNTOUCHED,
 ]
 
 
