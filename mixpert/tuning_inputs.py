@@ -63,11 +63,12 @@ def resampled(args: Sequence[Any], rng: np.random.Generator) -> tuple[Any, ...]:
 
     Arguments are grouped by their leading size n (float arrays of at least ``MIN_ROWS``
     rows), and every argument of a group gets the same row map, so related arguments stay
-    related (a matrix and its float32 copy, points and their labels). Where the group holds a
-    square matrix, the map is a signed permutation applied to rows and to the columns of the
-    square ones (``D P A P^T D``): the same spectrum, symmetry, definiteness and diagonal
-    dominance, and ``D P b`` for its right-hand sides. Elsewhere rows are drawn with
-    replacement (a bootstrap of the samples a data matrix holds). Other arguments are kept.
+    related (points and their weights, a matrix and its right-hand sides). Where the group
+    holds symmetric matrices, the map is a signed permutation applied to their rows and
+    columns (``D P A P^T D``: the same spectrum and definiteness) and to the rows of the others
+    (``D P b``); a group with a square matrix that is not symmetric (a system matrix, centroids
+    as many as features) is kept as it is; elsewhere rows are drawn with replacement (a
+    bootstrap of the samples a data matrix holds). Other arguments are kept.
     The tuner holds a plan within tol on a few of these, so one input's luck does not set it.
     """
     groups: dict[int, list[int]] = {}
@@ -76,13 +77,20 @@ def resampled(args: Sequence[Any], rng: np.random.Generator) -> tuple[Any, ...]:
             groups.setdefault(a.shape[0], []).append(i)
     out = list(args)
     for n, members in groups.items():
-        square = any(args[i].ndim == 2 and args[i].shape[1] == n for i in members)
+        square = [i for i in members if args[i].ndim == 2 and args[i].shape[1] == n]
+        symmetric = [i for i in square if _symmetric(args[i])]
+        if square and len(symmetric) < len(square):
+            continue  # a square matrix that is no symmetric operator: rows are not samples
         rows = rng.permutation(n) if square else rng.integers(0, n, size=n)
         signs = rng.choice([-1.0, 1.0], size=n) if square else np.ones(n)
         for i in members:
-            out[i] = _mapped(args[i], rows, signs, both_sides=square and args[i].ndim == 2
-                             and args[i].shape[1] == n)  # fmt: skip
+            out[i] = _mapped(args[i], rows, signs, both_sides=i in symmetric)
     return tuple(out)
+
+
+def _symmetric(a: Any) -> bool:
+    xp = device.cupy_module() if device.is_cupy_array(a) else np
+    return bool(xp.array_equal(a, a.T))
 
 
 MIN_ROWS = 8
