@@ -4,7 +4,7 @@ Error is MixPert's Equation 10, ||C - C64||_F / ||C64||_F, where C64 is the floa
 the same float32 inputs. Inputs: GEMMul8's generator a = (U - 0.5) * exp(phi * N(0, 1)) for
 phi in {0, 0.5, 1, 1.5}, standard normal and uniform [0, 1); square n x n x n products.
 Beside every level: NumPy float32 (``a @ b`` on this CPU's BLAS) and the cuBLAS SGEMM errors
-measured on an H200 (``shared/reference/baselines-h200.md``).
+measured on an H100 (``benchmarks/results/NVIDIA-H100-80GB-HBM3/gemm.md``, the fp32 column).
 
     python benchmarks/accuracy.py                          # n = 1024 and 4096 -> ./accuracy-results
     python benchmarks/accuracy.py --out benchmarks/results/cpu   # re-record the tracked table
@@ -37,7 +37,7 @@ DEFAULT_OUT = Path("accuracy-results")
 DEFAULT_SIZES = (1024, 4096)
 PHIS = (0.0, 0.5, 1.0, 1.5)
 
-# cuBLAS SGEMM on an H200 (shared/reference/baselines-h200.md, "Library ceilings": random inputs).
+# cuBLAS SGEMM's error on phi = 0.5 inputs (benchmarks/results/NVIDIA-H100-80GB-HBM3/gemm.md).
 CUBLAS_SGEMM_ERROR = {2048: 8.1e-7, 4096: 1.1e-6, 8192: 1.6e-6, 16384: 2.3e-6}
 
 # The issue's expectations for narrow-range data (phi <= 0.5).

@@ -1,4 +1,4 @@
-"""Input generators for tests, tables and benchmarks (design.md, "Error metric and test data")."""
+"""Input generators for tests, tables and benchmarks (GEMMul8's phi inputs and friends)."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ configurations (l, r) = (sa - 1, sb - 1) are levels I-IV; V adds a fourth slice;
 slices but only the pairs with i + j <= 2 (6 products, ~1e-6: far better than II/III at equal
 cost).
 
-``relative_cost`` is the time of a call in units of one INT8 GEMM of the same shape, from the
-H200 ceilings in ``shared/reference/baselines-h200.md`` (INT8 ~1300 TOPS, FP16 ~680, TF32 ~380,
-FP32 ~51, FP64 ~55), plus one unit for packing and the combine on the emulated levels. The tuner
-only compares costs, so one consistent unit is all it needs.
+``relative_cost`` is the time of a call in units of one INT8 GEMM of the same shape (whole-call
+times over one INT8 GEMM's, ``benchmarks/results/NVIDIA-H100-80GB-HBM3/gemm.json``), packing and
+the combine included on the emulated levels. The tuner only compares costs, so one consistent
+unit is all it needs.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
                 report.sections.append((f"failed subprocess {name}", text))
 
 
-# ---- input generators (design.md, "Error metric and test data") -----------------------------
+# ---- input generators (mixpert.testdata; the error metric is mixpert.metrics) ---------------
 
 
 def gemmul8(phi: float) -> Generator:
