@@ -16,7 +16,11 @@ plan, ``on_missing`` decides:
 - ``"raise"``: raise ``MissingPlanError`` (for deployments that must only run tuned plans).
 
 The default for ``on_missing`` comes from the ``MIXPERT_ON_MISSING_PLAN`` environment variable.
-Tuning is logged at INFO on the ``"mixpert"`` logger. Lookups hold the book's lock: threads that
+Tuning shows one progress line on a terminal, else logs at INFO on the ``"mixpert"`` logger
+(``tuning_progress``); ``target`` names the device the plan is for (``tuner.resolve_target``). A
+plan tuned on degenerate data (``tuning_inputs``: integers, constants, zeros, a tiny range) is
+provisional: it serves calls whose data are degenerate too, and the first call with real data
+tunes again and replaces it. Lookups hold the book's lock: threads that
 call a function for the first time at once wait for one tuning and then share its plan.
 """
 
