@@ -20,7 +20,7 @@ import numpy as np
 import mixpert
 from mixpert.metrics import output_error, reference_outputs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "plans"))
 from tuner_functions import (  # noqa: E402
     mlp,
     mlp_inputs,
