@@ -18,7 +18,7 @@ import pytest
 import mixpert
 from mixpert.runtime import device
 
-TESTS = Path(__file__).resolve().parent
+CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"  # tests/conftest.py
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -215,7 +215,7 @@ def test_a_failing_checked_subprocess_shows_its_stderr(tmp_path) -> None:
     (tmp_path / "conftest.py").write_text(
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('mixpert_tests_conftest', "
-        f"{str(TESTS / 'conftest.py')!r})\n"
+        f"{str(CONFTEST)!r})\n"
         "module = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(module)\n"
         "pytest_runtest_makereport = module.pytest_runtest_makereport\n"

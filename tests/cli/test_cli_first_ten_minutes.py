@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
