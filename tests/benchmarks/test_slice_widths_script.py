@@ -11,7 +11,7 @@ import numpy as np
 from mixpert.runtime import packer
 from mixpert.testdata import gemmul8
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import slice_widths  # noqa: E402
 
 

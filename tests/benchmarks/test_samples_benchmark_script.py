@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "samples_e2e.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "samples_e2e.py"
 
 
 def test_script_writes_results(tmp_path: Path, monkeypatch) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "accuracy.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "accuracy.py"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 from mixpert.runtime import LEVELS, dispatch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import mixpert
 from mixpert.metrics import float64_product, relative_error
 from mixpert.testdata import gemmul8
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
