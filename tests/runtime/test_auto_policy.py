@@ -16,7 +16,7 @@ import mixpert
 from mixpert.execution import record_calls
 from mixpert.runtime import auto, dispatch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 C = auto.CROSSOVERS
 
 
