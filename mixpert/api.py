@@ -14,7 +14,7 @@ from .execution.op_ids import op_index
 from .execution.state import CallRecord, record, recording
 from .jit import MixpertFunction, jit
 from .plans.plan import Plan
-from .runtime import device, dispatch
+from .runtime import device, dispatch, numpy_meaning
 from .runtime.levels import NATIVE_LEVEL, Level, LevelName, get_level
 from .runtime.precision import get_default_level
 
@@ -22,24 +22,57 @@ DIRECT_OP = "mixpert.matmul"  # the op id of a direct call's record: no site of 
 
 
 def matmul(
-    a: Any, b: Any, level: LevelName | Level | None = None, backend: dispatch.Backend = "auto"
+    a: Any,
+    b: Any,
+    /,
+    out: Any = None,
+    *,
+    level: LevelName | Level | None = None,
+    backend: dispatch.Backend = "auto",
+    **ufunc_kwargs: Any,
 ) -> Any:
-    """Emulated float32 ``a @ b`` on INT8 (or FP16) products at ``level``.
+    """``np.matmul(a, b, out=out)``, its float32 products emulated on INT8 (or FP16) products.
 
-    ``a`` (m, k) and ``b`` (k, n) are 2-D NumPy or CuPy arrays of any strides and order; 1-D and
-    N-D operands follow ``np.matmul`` (vectors run natively, stacks broadcast; see
-    ``mixpert.runtime.batched``); 2-D Dask arrays give a Dask array whose blocks are per-chunk
-    products added in k order (``mixpert.runtime.dask_products``). Levels are
-    named ("I".."V", "T6", "fp16", "tf32", "fp32", "fp64", "fp32-ordered", "auto"; any case; see
-    ``mixpert.LADDER``); None takes the default level (``mixpert.set_default_level``,
-    ``mixpert.default_level``, ``$MIXPERT_DEFAULT_LEVEL``; initially "auto": the fastest
-    float32-grade way for the shape and device). The result is a float32 array of
-    shape (m, n) of the operands' kind: CuPy arrays stay on their GPU with no host copy; NumPy
-    arrays run on the exact CPU backend, or on the GPU (copied there and back) when one is usable
-    and the product is large enough to win (``backend="auto"``; force with "cpu" or "cuda").
+    The contract: ``mixpert.matmul`` has ``np.matmul``'s meaning for every operand NumPy
+    accepts (``cupy.matmul``'s for CuPy arrays, Dask's for Dask arrays): the same result
+    shape, dtype and kind, the same scalars (vector @ vector), the same errors with the same
+    types. Where NumPy computes in float32 (its matmul loop for the operands' dtypes is float32:
+    float32 with float32, float16, bool or 8/16-bit integers; 2-D, vectors, stacks,
+    broadcasting), the product is emulated at ``level``; every other dtype combination is
+    computed natively by NumPy and is exactly ``np.matmul``'s: float64 (float32 beside float64
+    included) in float64, float16 alone in float16 (NumPy's meaning, not emulated), integers
+    with wrap-around, complex, object, bool; lists, tuples and other array-likes are converted
+    as NumPy converts them (a list of floats is float64). ``out`` (positional or keyword) follows
+    NumPy: the result is cast ``same_kind`` into it, the operands broadcast over its loop
+    dimensions, it is returned, and overlap with the operands is handled; NumPy's own error for
+    any ``out`` it refuses. Arrays of other libraries that speak DLPack (PyTorch, JAX) are read
+    without a copy and the result comes back as their kind, on their device
+    (``mixpert.runtime.numpy_meaning``).
 
-    float16 and float64 inputs are rounded to float32 first: mixpert emulates float32 products,
-    so a float64 input is treated as the float32 matrix nearest to it and the result is float32.
+    Exceptions to "exactly np.matmul", by design:
+
+    - float32 products are emulated: within the level's bound of float32 matmul, not its bits
+      (at "fp32", and "auto" on the CPU, they are NumPy's native float32 product).
+    - ufunc keywords (``axes``, ``axis``, ``dtype``, ``casting``, ``order``, ``subok``,
+      ``signature``) are passed to ``np.matmul``, which then computes natively.
+    - operands that take over NumPy's ufuncs (their own ``__array_ufunc__``) get their own
+      ``np.matmul``, natively.
+    - a NumPy masked array with masked entries is refused (TypeError): mixpert would compute
+      with the values under the mask.
+    - an operand of ndim 0 of a float32 product is refused with mixpert's ValueError naming
+      the operand (NumPy's error type, another message); mismatched inner or stack
+      dimensions likewise.
+    - Dask operands of a float32 product give a lazy float32 Dask array of per-chunk products
+      (``mixpert.runtime.dask_products``; 2-D only, no ``out``).
+
+    ``a`` and ``b`` may have any strides and order. Levels are named ("I".."V", "T6", "fp16",
+    "tf32", "fp32", "fp64", "fp32-ordered", "auto"; any case; see ``mixpert.LADDER``); None
+    takes the default level (``mixpert.set_default_level``, ``mixpert.default_level``,
+    ``$MIXPERT_DEFAULT_LEVEL``; initially "auto": the fastest float32-grade way for the shape
+    and device). CuPy arrays stay on their GPU with no host copy; NumPy arrays run on the exact
+    CPU backend, or on the GPU (copied there and back) when one is usable and the product is
+    large enough to win (``backend="auto"``; force with "cpu" or "cuda"; the backend concerns
+    the emulated products only).
 
     NaN and Inf come out where float32 matmul puts them (their rows and columns bypass
     emulation); zeros, subnormals, wide exponent ranges and empty dimensions are handled. IV
@@ -50,25 +83,33 @@ def matmul(
     backends. The native levels (fp32, tf32, fp64, and "auto" where it means fp32) sum in the
     BLAS's order, and the FP16 level sums in FP32 on GPUs: their bits may differ by backend.
 
-    Raises TypeError for non-float dtypes or non-array operands, ValueError for 0-d operands,
-    for mismatched inner dimensions and for unknown level names.
+    Raises ValueError for unknown level or backend names (before anything else).
 
     Inside ``mixpert.record()`` each call is recorded (op id ``"mixpert.matmul"``) with its
-    m, k, n (m counts every pair of a stack), the level that ran and its time.
+    m, k, n (m counts every pair of a stack), the level that ran ("native <dtype>" where
+    NumPy's own product ran) and its time.
     """
     if recording(here=True):  # this thread's own recording (a worker's is its call's)
-        return _recorded(a, b, level, backend)
-    return dispatch.matmul(a, b, level=level, backend=backend)
+        return _recorded(a, b, out, level, backend, ufunc_kwargs)
+    return dispatch.matmul(a, b, level=level, backend=backend, out=out, **ufunc_kwargs)
 
 
-def _recorded(a: Any, b: Any, level: LevelName | Level | None, backend: Any) -> Any:
+def _recorded(
+    a: Any,
+    b: Any,
+    out: Any,
+    level: LevelName | Level | None,
+    backend: Any,
+    ufunc_kwargs: dict[str, Any],
+) -> Any:
     """``dispatch.matmul`` as the unrecorded call makes it, timed; then its ``CallRecord``
     (here, not in the runtime: ``runtime`` never imports ``execution``)."""
     fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM after packing for an INT8 level
     start = time.perf_counter()
     result = dispatch.matmul(
-        a, b, level=level, backend=backend, on_native=lambda: fell_back.append(True)
-    )
+        a, b, level=level, backend=backend, on_native=lambda: fell_back.append(True), out=out,
+        **ufunc_kwargs,
+    )  # fmt: skip
     sync = getattr(getattr(result, "device", None), "synchronize", None)
     if sync is not None:  # CuPy: time the kernels, not their launch
         sync()
@@ -77,8 +118,12 @@ def _recorded(a: Any, b: Any, level: LevelName | Level | None, backend: Any) -> 
     ran, where = _route_of(a, b, requested, backend)
     if fell_back:
         ran = get_level(NATIVE_LEVEL)
+    name = ran.name
+    loop = numpy_meaning.loop_dtype(a, b)
+    if ufunc_kwargs or loop != np.float32:  # NumPy's own product ran
+        name = f"native {loop if loop is not None else 'matmul'}"
     m, k, n = _sizes(a, b)
-    record(CallRecord(op_index(DIRECT_OP), m, k, n, ran.name, seconds, where), here=True)
+    record(CallRecord(op_index(DIRECT_OP), m, k, n, name, seconds, where), here=True)
     return result
 
 

@@ -14,7 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from . import auto, batched, cpu, dask_products, device, equilibrate, ordered, pack_reuse
+from . import (
+    auto,
+    batched,
+    cpu,
+    dask_products,
+    device,
+    equilibrate,
+    numpy_meaning,
+    ordered,
+    pack_reuse,
+)
 from .auto import DASK, Route
 from .auto import choose_backend as choose_backend  # (public here: the benchmarks ask it)
 from .levels import Level, get_level
@@ -32,14 +42,23 @@ def matmul(
     backend: Backend = "auto",
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
     on_native: Callable[[], None] | None = None,
+    *,
+    out: Any = None,
+    **ufunc_kwargs: Any,
 ) -> Any:
-    """a @ b at ``level`` (None: the default level, ``precision``; see ``mixpert.matmul`` for
-    the contract): 2-D matrices here, vectors and stacks through ``batched``. ``keep``: the
-    2-D product's operands whose packs are kept for later products (``pack_reuse``).
-    ``on_native`` is called when "auto" resolved to an INT8 level on the GPU but ran cuBLAS
-    SGEMM instead (its route's ``Fallback``), so records name what ran."""
+    """``np.matmul(a, b, out=out, **ufunc_kwargs)`` with its float32 products at ``level``
+    (None: the default level, ``precision``; see ``mixpert.matmul`` for the contract and
+    ``numpy_meaning`` for what runs natively): 2-D matrices here, vectors and stacks through
+    ``batched``. ``keep``: the 2-D product's operands whose packs are kept for later products
+    (``pack_reuse``). ``on_native`` is called when "auto" resolved to an INT8 level on the GPU
+    but ran cuBLAS SGEMM instead (its route's ``Fallback``), so records name what ran."""
     level = get_level(get_default_level() if level is None else level)  # names fail first, once
-    return product(a, b, level, backend, keep, on_native)
+    check_backend(backend)  # (also where the product runs natively)
+
+    def emulated(x: Any, y: Any) -> Any:
+        return product(x, y, level, backend, keep, on_native)
+
+    return numpy_meaning.matmul(a, b, out, emulated, **ufunc_kwargs)
 
 
 def product(
