@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import mixpert
-from mixpert.samples import load_sample
 
 SEQ = 16  # batch 2, d = 128, 4 heads of 32
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("attention")
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(5), SEQ)
+SIZE, SEED = SEQ, 5  # args (conftest.py)
 
 
 def multi_head(x, wq, wk, wv, wo, heads):
@@ -52,8 +41,8 @@ def test_float64_run_is_multi_head_attention(sample, args) -> None:
     np.testing.assert_allclose(got, multi_head(*args, heads=4), rtol=1e-12, atol=1e-12)
 
 
-def test_every_op_runs_through_the_runtime_at_its_level(sample, args) -> None:
-    f = sample.func.with_plan(dict.fromkeys(sample.func.ops, "IV"))
+def test_every_op_runs_through_the_runtime_at_its_level(args, at_level) -> None:
+    f = at_level("IV")
     with mixpert.record() as calls:
         y = f(*args)
     # 4 projections fold their stack into one product each; scores and contexts: all their

@@ -6,19 +6,8 @@ import numpy as np
 import pytest
 
 from mixpert.metrics import output_error, reference_outputs
-from mixpert.samples import load_sample
 
-TOKENS = 24  # a model 96 wide, 384 inside
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("bert_ffn")
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(5), TOKENS)
+SIZE, SEED = 24, 5  # args (conftest.py): 24 tokens, a model 96 wide, 384 inside
 
 
 def layer_norm(y, gamma, beta, eps=1e-12):
@@ -36,10 +25,6 @@ def ffn(x, w1, b1, w2, b2, gamma, beta):
     return layer_norm(np.dot(h, w2) + b2 + x, gamma, beta)
 
 
-def on_level(sample, level):
-    return sample.func.with_plan(dict.fromkeys(sample.func.ops, level))
-
-
 def test_bert_large_shapes_from_256_tokens(sample) -> None:
     x, w1, b1, w2, b2, gamma, beta = sample.make_inputs(np, np.random.default_rng(0), 256)
     assert (x.shape, w1.shape, w2.shape) == ((256, 1024), (1024, 4096), (4096, 1024))
@@ -53,15 +38,15 @@ def test_float64_reference_is_the_block(sample, args) -> None:
     )
 
 
-def test_all_fp32_plan_is_plain_numpy(sample, args) -> None:
-    got = on_level(sample, "fp32")(*args)
+def test_all_fp32_plan_is_plain_numpy(sample, args, at_level) -> None:
+    got = at_level("fp32")(*args)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, sample.func.py_func(*args), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("level", ["I", "IV"])
-def test_output_rows_are_layer_normalised(sample, args, level) -> None:
-    y = on_level(sample, level)(*args).astype(np.float64)
+def test_output_rows_are_layer_normalised(args, at_level, level) -> None:
+    y = at_level(level)(*args).astype(np.float64)
     gamma, beta = args[5].astype(np.float64), args[6].astype(np.float64)
     z = (y - beta) / gamma
     np.testing.assert_allclose(z.mean(axis=1), 0.0, atol=1e-5)
@@ -69,10 +54,10 @@ def test_output_rows_are_layer_normalised(sample, args, level) -> None:
     assert output_error(y, ffn(*args)) < {"I": 1e-4, "IV": 1e-6}[level]
 
 
-def test_without_the_branch_it_is_layer_norm_of_the_residual(sample, args) -> None:
+def test_without_the_branch_it_is_layer_norm_of_the_residual(args, at_level) -> None:
     x, w1, b1, w2, b2, gamma, beta = args
     zero_w2, zero_b2 = np.zeros_like(w2), np.zeros_like(b2)
-    y = on_level(sample, "IV")(x, w1, b1, zero_w2, zero_b2, gamma, beta)
+    y = at_level("IV")(x, w1, b1, zero_w2, zero_b2, gamma, beta)
     np.testing.assert_allclose(y, layer_norm(np.float64(x), gamma, beta), rtol=1e-5, atol=1e-5)
 
 
@@ -83,11 +68,11 @@ def test_the_branch_matters(sample, args) -> None:
     assert output_error(without, ffn(*args)) > 0.3
 
 
-def test_tokens_are_independent(sample, args) -> None:
+def test_tokens_are_independent(args, at_level) -> None:
     """Permuting tokens permutes the output rows (the emulation scales per row: exact)."""
     x, *rest = args
     perm = np.random.default_rng(6).permutation(x.shape[0])
-    f = on_level(sample, "IV")
+    f = at_level("IV")
     np.testing.assert_allclose(f(x[perm].copy(), *rest), f(x, *rest)[perm], rtol=1e-6, atol=1e-6)
 
 

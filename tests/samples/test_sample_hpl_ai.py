@@ -8,31 +8,16 @@ import pytest
 import mixpert
 from mixpert.execution import record_calls
 from mixpert.metrics import reference_outputs
-from mixpert.samples import load_sample
-
-SAMPLE = load_sample("hpl_ai")
-FUNC = SAMPLE.func
-MODULE = FUNC.py_func.__globals__
-scaled_residual = MODULE["scaled_residual"]
-MAX_SOLVES = MODULE["MAX_SOLVES"]
 
 pytestmark = pytest.mark.filterwarnings("ignore::numba.NumbaPerformanceWarning")
 
 
-def inputs(n: int, seed: int = 0) -> tuple:
-    return SAMPLE.make_inputs(np, np.random.default_rng(seed), n)
-
-
-def at(level: str):  # noqa: ANN201
-    return FUNC.with_plan(dict.fromkeys(FUNC.ops, level))
-
-
-def gemm_ops() -> list[str]:
+def gemm_ops(sample) -> list[str]:
     """The factorisation's two products (the solves and the residual are matrix-vector)."""
-    return [op for op, info in FUNC.ops.items() if info.source.startswith("lu[")]
+    return [op for op, info in sample.func.ops.items() if info.source.startswith("lu[")]
 
 
-def test_inputs_are_hpl_ai_matrices() -> None:
+def test_inputs_are_hpl_ai_matrices(inputs) -> None:
     a_lo, a, b, nb = inputs(96)
     assert (a_lo.dtype, a.dtype, b.dtype, nb) == (np.float32, np.float64, np.float64, 12)
     assert np.array_equal(a_lo, a.astype(np.float32))
@@ -42,67 +27,72 @@ def test_inputs_are_hpl_ai_matrices() -> None:
     assert np.abs(b).max() <= 0.5
 
 
-def test_two_gemm_ops_the_rest_is_matrix_vector() -> None:
-    assert len(gemm_ops()) == 2
+def test_two_gemm_ops_the_rest_is_matrix_vector(sample, inputs, at_level) -> None:
+    assert len(gemm_ops(sample)) == 2
     a_lo, a, b, nb = inputs(64)
     with record_calls() as calls:
-        at("IV")(a_lo, a, b, nb)
-    assert {call.op_id for call in calls} == set(gemm_ops())
+        at_level("IV")(a_lo, a, b, nb)
+    assert {call.op_id for call in calls} == set(gemm_ops(sample))
 
 
 @pytest.mark.parametrize("level", ["tf32", "I", "IV", "fp32"])
 @pytest.mark.parametrize("n", [192, 256])
-def test_scaled_residual_below_16(level: str, n: int) -> None:
+def test_scaled_residual_below_16(module, inputs, at_level, level: str, n: int) -> None:
     a_lo, a, b, nb = inputs(n, seed=n)
-    x, solves = at(level)(a_lo, a, b, nb)
+    x, solves = at_level(level)(a_lo, a, b, nb)
     assert x.dtype == np.float64
-    assert scaled_residual(a, b, x) < 16.0
-    assert 2 <= solves < MAX_SOLVES  # one float32 solve is never enough: refinement is needed
+    assert module.scaled_residual(a, b, x) < 16.0
+    # one float32 solve is never enough: refinement is needed
+    assert 2 <= solves < module.MAX_SOLVES
     assert np.linalg.norm(x - np.linalg.solve(a, b)) / np.linalg.norm(x) < 1e-12
 
 
 @pytest.mark.parametrize("n", [192, 256])
-def test_cheapest_levels_converge_with_more_refinement_than_fp32(n: int) -> None:
+def test_cheapest_levels_converge_with_more_refinement_than_fp32(
+    module, inputs, at_level, n: int
+) -> None:
     args = inputs(n, seed=1)
-    _, fp32_solves = at("fp32")(*args)
+    _, fp32_solves = at_level("fp32")(*args)
     for level in ("tf32", "I"):
-        x, solves = at(level)(*args)
-        assert scaled_residual(args[1], args[2], x) < 16.0
+        x, solves = at_level(level)(*args)
+        assert module.scaled_residual(args[1], args[2], x) < 16.0
         assert solves > fp32_solves, (level, solves, fp32_solves)
 
 
-def test_float64_reference_runs_and_converges() -> None:
+def test_float64_reference_runs_and_converges(sample, module, inputs) -> None:
     args = inputs(128)
-    x, solves = reference_outputs(FUNC.py_func, args)
+    x, solves = reference_outputs(sample.func.py_func, args)
     assert x.dtype == np.float64 and solves == 2  # the float32 rounding of A still needs a step
-    assert scaled_residual(args[1], args[2], x) < 1.0
+    assert module.scaled_residual(args[1], args[2], x) < 1.0
 
 
-def test_tuner_takes_the_cheapest_gemm_levels() -> None:
+def test_tuner_takes_the_cheapest_gemm_levels(sample, inputs) -> None:
     args = inputs(128)
-    plan = mixpert.tune(FUNC, args, tol=SAMPLE.tol, target="cuda")
+    plan = mixpert.tune(sample.func, args, tol=sample.tol, target="cuda")
     assert plan.met_tol
-    assert {plan.levels[op] for op in gemm_ops()} == {"tf32"}
+    assert {plan.levels[op] for op in gemm_ops(sample)} == {"tf32"}
 
 
-def test_checks_fail_on_an_inaccurate_or_unconverged_solution() -> None:
+def test_checks_fail_on_an_inaccurate_or_unconverged_solution(
+    sample, module, inputs, at_level
+) -> None:
     args = inputs(128)
-    x, solves = at("fp32")(*args)
-    assert all(c.ok for c in SAMPLE.checks(args, (x, solves), None))
-    bad = SAMPLE.checks(args, (x * (1 + 1e-9), solves), None)
+    x, solves = at_level("fp32")(*args)
+    assert all(c.ok for c in sample.checks(args, (x, solves), None))
+    bad = sample.checks(args, (x * (1 + 1e-9), solves), None)
     assert not bad[0].ok and bad[1].ok
-    capped = SAMPLE.checks(args, (x, MAX_SOLVES), None)
+    capped = sample.checks(args, (x, module.MAX_SOLVES), None)
     assert capped[0].ok and not capped[1].ok
 
 
 @pytest.mark.parametrize(("n", "nb"), [(100, 16), (64, 0), (64, 48)])
-def test_block_size_that_does_not_divide_n_raises(n: int, nb: int) -> None:
+def test_block_size_that_does_not_divide_n_raises(sample, inputs, n: int, nb: int) -> None:
     a_lo, a, b, _ = inputs(n)
     with pytest.raises(ValueError, match="nb must divide n"):
-        FUNC(a_lo, a, b, nb)
+        sample.func(a_lo, a, b, nb)
 
 
-def test_one_block_is_plain_lu() -> None:
+def test_one_block_is_plain_lu(module, inputs, at_level) -> None:
     a_lo, a, b, _ = inputs(64)
-    x, _ = at("fp32")(a_lo, a, b, 64)
-    assert scaled_residual(a, b, x) < 16.0
+    x, _ = at_level("fp32")(a_lo, a, b, 64)
+    assert module.scaled_residual(a, b, x) < 16.0

@@ -3,28 +3,11 @@ clusters, and its checks can fail."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
-import pytest
 
 from mixpert.metrics import reference_outputs
-from mixpert.samples import load_sample
 
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("kmeans")
-
-
-@pytest.fixture(scope="module")
-def module(sample):
-    return sys.modules[sample.func.py_func.__module__]
-
-
-def cheapest(sample):
-    """The sample at the cheapest level (tf32) for both GEMMs."""
-    return sample.func.with_plan(dict.fromkeys(sample.func.ops, "tf32"))
+CHEAPEST = "tf32"  # the cheapest level, for both GEMMs
 
 
 def blob_means(x: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
@@ -45,14 +28,14 @@ def test_inputs_have_the_documented_shapes(sample) -> None:
     assert x.dtype == c0.dtype == np.float32
 
 
-def test_well_separated_blobs_are_recovered_exactly(sample, module) -> None:
+def test_well_separated_blobs_are_recovered_exactly(sample, module, at_level) -> None:
     """Tight blobs started from one point each: every point lands in its own blob, at the
     cheapest levels too, and the centroids are the blob means."""
     k = 12
     x, truth, _ = module.blobs(np, np.random.default_rng(1), k, 24, 64, 0.1)
     c0 = x[:k].copy()
     c64, labels64 = reference_outputs(sample.func.py_func, (x, c0, 5))
-    c, labels = cheapest(sample)(x, c0, 5)
+    c, labels = at_level(CHEAPEST)(x, c0, 5)
     np.testing.assert_array_equal(labels64, truth)
     np.testing.assert_array_equal(labels, truth)
     means = blob_means(x, truth, k)
@@ -61,23 +44,23 @@ def test_well_separated_blobs_are_recovered_exactly(sample, module) -> None:
     assert c.dtype == np.float32 and labels.dtype.kind == "i"
 
 
-def test_sample_inputs_match_float64_labels_at_the_cheapest_levels(sample) -> None:
+def test_sample_inputs_match_float64_labels_at_the_cheapest_levels(sample, at_level) -> None:
     """The distance GEMM at tf32 (error ~3e-4) leaves every label as float64's: the gap between
     the nearest and the next centroid is far wider than the GEMM's error."""
     args = sample.make_inputs(np, np.random.default_rng(2), 24)
     _, labels64 = reference_outputs(sample.func.py_func, args)
-    _, labels = cheapest(sample)(*args)
+    _, labels = at_level(CHEAPEST)(*args)
     np.testing.assert_array_equal(labels, labels64)
 
 
-def test_lloyd_never_raises_the_inertia(sample, module) -> None:
+def test_lloyd_never_raises_the_inertia(sample, module, at_level) -> None:
     """Overlapping blobs from random starting points: the inertia falls iteration by iteration
     (float64 and the emulated float32 run alike)."""
     rng = np.random.default_rng(5)
     k = 10
     x, _, _ = module.blobs(np, rng, k, 8, 40, 1.0)
     c0 = x[rng.choice(x.shape[0], k, replace=False)].copy()
-    for func in (sample.func.py_func, cheapest(sample)):
+    for func in (sample.func.py_func, at_level(CHEAPEST)):
         data = (
             (x.astype(np.float64), c0.astype(np.float64))
             if func is sample.func.py_func
@@ -89,12 +72,12 @@ def test_lloyd_never_raises_the_inertia(sample, module) -> None:
         assert inertias[-1] < 0.99 * inertias[0], inertias  # it did move
 
 
-def test_empty_cluster_keeps_its_centroid(sample, module) -> None:
+def test_empty_cluster_keeps_its_centroid(module, at_level) -> None:
     k = 6
     x, truth, _ = module.blobs(np, np.random.default_rng(6), k, 8, 32, 0.2)
     far = np.full((1, 8), 50.0, dtype=np.float32)  # no point is near it
     c0 = np.concatenate([x[:k], far])
-    c, labels = cheapest(sample)(x, c0, 3)
+    c, labels = at_level(CHEAPEST)(x, c0, 3)
     np.testing.assert_array_equal(c[k], far[0])
     np.testing.assert_array_equal(labels, truth)
     assert np.isfinite(c).all()

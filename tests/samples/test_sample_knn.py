@@ -3,30 +3,12 @@ blocks change nothing, and its checks can fail."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
-import pytest
 
 from mixpert.metrics import reference_outputs
-from mixpert.samples import load_sample
 
 N = 512  # the ci size: 512 queries and references in 32 dimensions
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("knn")
-
-
-@pytest.fixture(scope="module")
-def module(sample):
-    return sys.modules[sample.func.py_func.__module__]
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(11), N)
+SIZE, SEED = N, 11  # args (conftest.py)
 
 
 def brute_force(queries: np.ndarray, refs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -35,10 +17,6 @@ def brute_force(queries: np.ndarray, refs: np.ndarray, k: int) -> tuple[np.ndarr
     d = (diff * diff).sum(axis=2)
     order = np.argsort(d, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(d, order, axis=1), order
-
-
-def at_level(sample, level: str):
-    return sample.func.with_plan(dict.fromkeys(sample.func.ops, level))
 
 
 def test_one_op_the_distance_gemm(sample) -> None:
@@ -62,13 +40,13 @@ def test_float64_run_is_a_brute_force_search(sample, args) -> None:
     np.testing.assert_allclose(dist, want_d, rtol=1e-10, atol=1e-10 * want_d.max())
 
 
-def test_emulated_neighbours_are_as_near_as_the_true_ones(sample, args) -> None:
+def test_emulated_neighbours_are_as_near_as_the_true_ones(sample, args, at_level) -> None:
     """At level I (the tuner's pick at this size) the neighbours are a brute-force search's but
     for swaps of near-tied ones: the exact distances of the ones found are the k smallest, up to
     the GEMM's error, and so are the distances reported."""
     queries, refs, ids, k, _ = args
     want_d, want_i = brute_force(queries, refs, k)
-    dist, idx = at_level(sample, "I")(*args)
+    dist, idx = at_level("I")(*args)
     assert idx.dtype.kind == "i" and dist.dtype == np.float32
     hits = (idx[:, :, None] == want_i[:, None, :]).any(axis=2)
     assert hits.mean() >= 0.99
@@ -79,8 +57,8 @@ def test_emulated_neighbours_are_as_near_as_the_true_ones(sample, args) -> None:
     assert (np.abs(dist - want_d) <= bound).all()
 
 
-def test_distances_sorted_ascending(sample, args) -> None:
-    dist, _ = at_level(sample, "I")(*args)
+def test_distances_sorted_ascending(args, at_level) -> None:
+    dist, _ = at_level("I")(*args)
     assert dist.dtype == np.float32
     assert (np.diff(dist, axis=1) > 0).all()
 
@@ -96,11 +74,11 @@ def test_blocks_change_nothing(sample, args) -> None:
         np.testing.assert_allclose(dist, runs[0][0], rtol=1e-12)
 
 
-def test_a_reference_finds_itself_first(sample, args) -> None:
+def test_a_reference_finds_itself_first(args, at_level) -> None:
     """Queries that are references: each one's nearest neighbour is itself, at distance ~0
     (the expansion ||q||^2 - 2 q.r + ||r||^2 cancels to the GEMM's error, not to exactly 0)."""
     _, refs, ids, k, block = args
-    dist, idx = at_level(sample, "I")(refs[:64].copy(), refs, ids, k, block)
+    dist, idx = at_level("I")(refs[:64].copy(), refs, ids, k, block)
     np.testing.assert_array_equal(idx[:, 0], np.arange(64))
     scale = (refs[:64].astype(np.float64) ** 2).sum(axis=1)
     assert (np.abs(dist[:, 0]) <= 1e-3 * scale).all()
@@ -120,10 +98,10 @@ def test_checks_pass_on_the_reference_and_fail_on_wrong_results(sample, args) ->
     assert "worst" in failed((dist * np.float32(1.01), idx64))
 
 
-def test_tied_distances_are_both_found(sample, args) -> None:
+def test_tied_distances_are_both_found(args, at_level) -> None:
     """Two identical references tie exactly: masking by index finds both, one after the other."""
     queries, refs, ids, k, block = args
     refs = refs.copy()
     refs[7] = refs[3]
-    dist, idx = at_level(sample, "fp32")(refs[3:4].copy(), refs, ids, k, block)
+    dist, idx = at_level("fp32")(refs[3:4].copy(), refs, ids, k, block)
     assert sorted(idx[0, :2]) == [3, 7] and dist[0, 0] == dist[0, 1]

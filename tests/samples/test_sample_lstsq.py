@@ -4,22 +4,11 @@ float64 run is the least-squares solution, and its checks can fail."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from mixpert.metrics import reference_outputs
-from mixpert.samples import load_sample
 
 N = 4096  # the ci size: X is 4096 x 4, Y 4096 x 4
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("lstsq")
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(3), N)
+SIZE, SEED = N, 3  # args (conftest.py)
 
 
 def test_products_are_the_long_k_and_thin_shapes(sample, args) -> None:

@@ -6,19 +6,9 @@ import numpy as np
 import pytest
 
 from mixpert.metrics import output_error, reference_outputs
-from mixpert.samples import load_sample
 
 WIDTH = 32
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("mlp")
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(3), WIDTH)
+SIZE, SEED = WIDTH, 3  # args (conftest.py)
 
 
 def forward(x, w1, b1, w2, b2, w3, b3):
@@ -39,10 +29,9 @@ def test_inputs_have_the_documented_shapes(args) -> None:
     assert all(a.dtype == np.float32 for a in args)
 
 
-def test_all_fp32_plan_is_plain_numpy(sample, args) -> None:
-    ops = sample.func.ops
-    assert len(ops) == 3  # one op per layer
-    got = sample.func.with_plan(dict.fromkeys(ops, "fp32"))(*args)
+def test_all_fp32_plan_is_plain_numpy(sample, args, at_level) -> None:
+    assert len(sample.func.ops) == 3  # one op per layer
+    got = at_level("fp32")(*args)
     plain = sample.func.py_func(*args)  # plain NumPy on the float32 arrays
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
@@ -63,8 +52,8 @@ def test_he_init_keeps_the_output_scale(sample) -> None:
 
 
 @pytest.mark.parametrize("level, bound", [("I", 1e-4 * 1.5), ("IV", 1e-6), ("V", 1e-7)])
-def test_every_layer_at_one_level_is_as_accurate_as_the_level(sample, args, level, bound) -> None:
-    got = sample.func.with_plan(dict.fromkeys(sample.func.ops, level))(*args)
+def test_every_layer_at_one_level_is_as_accurate_as_the_level(args, at_level, level, bound) -> None:
+    got = at_level(level)(*args)
     assert output_error(got, forward(*args)) < bound
     assert (got.argmax(axis=1) == forward(*args).argmax(axis=1)).all()
 

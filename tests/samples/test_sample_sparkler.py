@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 from mixpert.metrics import output_error, reference_outputs
 from mixpert.runtime.combine import int32_k_block
 from mixpert.runtime.levels import get_level
-from mixpert.samples import load_sample
 
 M = 24  # vectors per set; k = 48 M
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("sparkler")
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(7), M)
-
-
-def on_level(sample, level):
-    return sample.func.with_plan(dict.fromkeys(sample.func.ops, level))
+SIZE, SEED = M, 7  # args (conftest.py)
 
 
 def pearson(a, b):
@@ -47,24 +31,24 @@ def test_float64_reference_is_pearson(sample, args) -> None:
     )
 
 
-def test_all_fp32_plan_is_plain_numpy(sample, args) -> None:
+def test_all_fp32_plan_is_plain_numpy(sample, args, at_level) -> None:
     assert len(sample.func.ops) == 1
-    got = on_level(sample, "fp32")(*args)
+    got = at_level("fp32")(*args)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, sample.func.py_func(*args), atol=1e-6)
 
 
 @pytest.mark.parametrize("level, bound", [("I", 1e-4), ("IV", 5e-6)])
-def test_a_with_itself_is_symmetric_with_unit_diagonal(sample, args, level, bound) -> None:
+def test_a_with_itself_is_symmetric_with_unit_diagonal(args, at_level, level, bound) -> None:
     """Bounds: the level's error, and at IV float32's in the z-scores themselves (~1e-6)."""
     a = args[0]
-    c = on_level(sample, level)(a, a)
+    c = at_level(level)(a, a)
     np.testing.assert_allclose(c, c.T, atol=bound)
     np.testing.assert_allclose(np.diag(c), 1.0, atol=bound)
     assert np.abs(c).max() <= 1.0 + bound
 
 
-def test_invariant_to_column_offsets_and_scales(sample, args) -> None:
+def test_invariant_to_column_offsets_and_scales(args, at_level) -> None:
     """Pearson ignores each vector's units and origin: the centring and scaling remove them."""
     a, b = args
     rng = np.random.default_rng(8)
@@ -72,13 +56,13 @@ def test_invariant_to_column_offsets_and_scales(sample, args) -> None:
     moved = (a * scale + np.float32(3.0) * rng.standard_normal(M).astype(np.float32)).astype(
         np.float32
     )
-    f = on_level(sample, "IV")
+    f = at_level("IV")
     np.testing.assert_allclose(f(moved, b), f(a, b), atol=1e-5)
 
 
-def test_planted_pairs_stand_out(sample, args) -> None:
+def test_planted_pairs_stand_out(module, args) -> None:
     c = pearson(*args)
-    pairs = importlib.import_module(sample.func.py_func.__module__).planted_pairs(M, M)
+    pairs = module.planted_pairs(M, M)
     assert len(pairs) == 8
     for i, j in pairs:
         assert c[i, j] > 0.95
@@ -98,23 +82,23 @@ def long_k_pair(xp, vectors: int):
     return a, xp.ascontiguousarray(b)
 
 
-def test_long_k_beyond_one_int32_block(sample) -> None:
+def test_long_k_beyond_one_int32_block(at_level) -> None:
     """The CPU path is exact for any k; the GPU one splits k (next test)."""
     a, b = long_k_pair(np, 3)
-    c = on_level(sample, "I")(a, b)
+    c = at_level("I")(a, b)
     assert output_error(c, pearson(a, b)) < 1e-4
     assert np.diag(c[:, ::-1]).min() > 0.85
 
 
 @pytest.mark.gpu
-def test_long_k_on_the_gpu(sample) -> None:
+def test_long_k_on_the_gpu(sample, at_level) -> None:
     """On the GPU the INT8 sums are cut into INT32-safe k-blocks: same accuracy, same answer."""
     from mixpert.runtime import device
 
     cp = device.cupy_module()
     a, b = long_k_pair(cp, 3100)  # wide enough for the INT8 path under "auto" too
     for level in ("I", "IV"):
-        c = on_level(sample, level)(a, b)
+        c = at_level(level)(a, b)
         assert isinstance(c, cp.ndarray)
         ref = reference_outputs(sample.func.py_func, (a, b))
         assert output_error(c, ref) < {"I": 1e-4, "IV": 1e-5}[level]

@@ -4,22 +4,11 @@ have the tall-and-skinny shapes it is there for, and its checks can fail."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from mixpert.metrics import reference_outputs
-from mixpert.samples import load_sample
 
 N = 128  # the ci size: A is 128 x 128, 4 starting vectors
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_sample("subspace")
-
-
-@pytest.fixture(scope="module")
-def args(sample):
-    return sample.make_inputs(np, np.random.default_rng(3), N)
+SIZE, SEED = N, 3  # args (conftest.py)
 
 
 def test_products_are_tall_and_skinny(sample, args) -> None:

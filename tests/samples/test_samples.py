@@ -1,11 +1,12 @@
 """Every sample in ``samples/`` end to end at its "ci" size: tuned plan within tol on held-out
-inputs, its own checks pass, and on the GPU the same with CuPy inputs."""
+inputs, its own checks pass, and on the GPU the same with CuPy inputs (``sample``: every one,
+conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mixpert.samples import load_sample, run_sample, sample_paths
+from mixpert.samples import Sample, load_sample, run_sample, sample_paths
 
 SAMPLES = [p.stem for p in sample_paths()]
 
@@ -22,18 +23,14 @@ def assert_within_tol(run) -> None:
     assert set(run.plan.levels) == set(load_sample(run.name).func.ops)
 
 
-@pytest.mark.parametrize("name", SAMPLES)
-def test_sample_on_the_cpu(name: str) -> None:
-    sample = load_sample(name)
-    assert sample.func.ops, f"{name}: the pass found no matmul"
+def test_sample_on_the_cpu(sample: Sample) -> None:
+    assert sample.func.ops, f"{sample.name}: the pass found no matmul"
     run = run_sample(sample, sample.sizes["ci"], backend="cpu", repeats=1)
     assert_within_tol(run)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", SAMPLES)
-def test_sample_on_the_gpu(name: str) -> None:
-    sample = load_sample(name)
+def test_sample_on_the_gpu(sample: Sample) -> None:
     run = run_sample(sample, sample.sizes["ci"], backend="cuda", repeats=1)
     assert run.device != "cpu"
     assert_within_tol(run)
