@@ -89,6 +89,11 @@ def matmul(
     m, k, n (m counts every pair of a stack), the level that ran ("native <dtype>" where
     NumPy's own product ran) and its time.
     """
+    if isinstance(out, (str, Level)):  # the pre-issue-38 positional level
+        raise TypeError(
+            f"mixpert.matmul's third positional argument is out, as np.matmul's; got {out!r}: "
+            f"pass the level by name, level={out!r}"
+        )
     if recording(here=True):  # this thread's own recording (a worker's is its call's)
         return _recorded(a, b, out, level, backend, ufunc_kwargs)
     return dispatch.matmul(a, b, level=level, backend=backend, out=out, **ufunc_kwargs)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from . import device
 from .device import is_cupy_array, is_dask_array
 from .validation import refuse_masked
 
@@ -39,6 +40,9 @@ _DLPACK_GPU = (2, 10)  # DLDeviceType kDLCUDA, kDLROCM: device memory (host kind
 def matmul(a: Any, b: Any, out: Any, product: Product, **ufunc_kwargs: Any) -> Any:
     """``np.matmul(a, b, out=out, **ufunc_kwargs)``, float32 products by ``product`` (two
     float32 arrays of one kind, NumPy or CuPy, or Dask operands)."""
+    if out is None and not ufunc_kwargs and _float32_pair(a, b):  # the hot path: no more checks
+        result = product(a, b)
+        return result[()] if type(a) is np.ndarray and np.ndim(result) == 0 else result
     foreign = next((x for x in (a, b, out) if _is_foreign(x)), None)
     if foreign is not None:  # torch, JAX, ...: views, then the result in their kind
         views = [None if x is None else _view(x) for x in (a, b, out)]
@@ -60,6 +64,14 @@ def matmul(a: Any, b: Any, out: Any, product: Product, **ufunc_kwargs: Any) -> A
     if out is not None and not _fits(out, x, y, np.ndarray):
         return np.matmul(a, b, out=out)  # NumPy raises its error (before computing anything)
     return _deliver(np, product(x, y), out, (a, b))
+
+
+def _float32_pair(a: Any, b: Any) -> bool:
+    """Two float32 NumPy arrays (no subclass) or two float32 CuPy arrays: nothing to convert,
+    wrap or check here (a small CuPy product takes tens of microseconds in all)."""
+    if type(a) is not type(b) or not (type(a) is np.ndarray or is_cupy_array(a)):
+        return False
+    return a.dtype == _FLOAT32 and b.dtype == _FLOAT32
 
 
 def loop_dtype(a: Any, b: Any) -> np.dtype | None:
@@ -111,6 +123,8 @@ def _deliver(xp: Any, result: Any, out: Any, operands: tuple[Any, Any]) -> Any:
     """The emulated ``result`` as ``np.matmul`` hands it over: copied into ``out`` (cast
     ``same_kind``, broadcast over its loop dimensions) and ``out`` returned; else wrapped by an
     ndarray subclass operand (np.matrix) and, from NumPy, a scalar for vector @ vector."""
+    if xp is np:  # (NumPy's own vector @ vector inside the product gives a scalar)
+        result = np.asarray(result)
     if out is not None:
         target = _single(out)
         xp.copyto(target, result, casting="same_kind")
@@ -127,7 +141,7 @@ def _deliver(xp: Any, result: Any, out: Any, operands: tuple[Any, Any]) -> Any:
 def _cupy_matmul(a: Any, b: Any, out: Any, product: Product, ufunc_kwargs: dict) -> Any:
     """``cupy.matmul(a, b, out=out)``, float32 products emulated (CuPy's meaning: both operands
     CuPy arrays; anything else is CuPy's to take or refuse)."""
-    import cupy as cp
+    cp = device.cupy_module() or importlib.import_module("cupy")  # (tests stand one in)
 
     def native() -> Any:
         return cp.matmul(a, b, out=out, **ufunc_kwargs)

@@ -164,7 +164,7 @@ def test_one_route_per_call(monkeypatch) -> None:
     routes = counted(monkeypatch)
     a, b = np.ones((6, 5), np.float32), np.ones((5, 4), np.float32)
     mixpert.matmul(a, b)
-    mixpert.matmul(np.ones((3, 6, 5), np.float32), np.ones((3, 5, 4), np.float32), "IV")
+    mixpert.matmul(np.ones((3, 6, 5), np.float32), np.ones((3, 5, 4), np.float32), level="IV")
     assert len(routes) == 2
     f = mixpert.jit(two)
     routes.clear()

@@ -915,8 +915,8 @@ def test_positional_out_is_out_not_level():
     a = np.ones((2, 3), np.float32)
     out = np.empty((2, 2), np.float32)
     assert mixpert.matmul(a, a.T, out, level="V") is out and np.all(out == 3)
-    with pytest.raises(TypeError):
-        mixpert.matmul(a, a.T, out, "V")  # level is keyword-only
+    with pytest.raises(TypeError, match=r"third positional argument is out.*level='V'"):
+        mixpert.matmul(a, a.T, "V")  # level is keyword-only: a clear error
 
 
 def test_direct_calls_are_recorded_with_out():
@@ -947,3 +947,43 @@ def test_torch_tensors_come_back_as_torch_tensors_without_a_copy(dtype_name):
     assert isinstance(vv, torch.Tensor) and vv.shape == () and vv.item() == 14
     view = np.from_dlpack(a)  # the operand is read in place: no host copy
     assert view.__array_interface__["data"][0] == a.data_ptr()
+
+
+class _DLPackTensor:
+    """A tensor of another library (this test's): it speaks DLPack only, no NumPy protocols."""
+
+    __module__ = "fake_dlpack_lib"
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_arrays_come_back_in_their_kind(monkeypatch):
+    """The path torch and JAX take, without them: DLPack views in, ``from_dlpack`` out."""
+    import sys
+    import types
+
+    lib = types.ModuleType("fake_dlpack_lib")
+    lib.from_dlpack = lambda x: _DLPackTensor(np.from_dlpack(x))
+    monkeypatch.setitem(sys.modules, "fake_dlpack_lib", lib)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.ones((4, 2), np.float32)
+    for x, y in ((a, b), (a.astype(np.int64), b.astype(np.int64)), (a.astype(np.float64), b)):
+        got = mixpert.matmul(_DLPackTensor(x), _DLPackTensor(y), level="V")
+        assert isinstance(got, _DLPackTensor)
+        assert got._array.dtype == np.matmul(x, y).dtype
+        assert_array_equal(got._array, np.matmul(x, y))
+    mixed = mixpert.matmul(a, _DLPackTensor(b), level="V")  # the foreign operand's kind
+    assert isinstance(mixed, _DLPackTensor)
+    out = np.zeros((3, 2), np.float32)
+    wrapped_out = _DLPackTensor(out)
+    assert mixpert.matmul(_DLPackTensor(a), b, wrapped_out, level="V") is wrapped_out
+    assert_array_equal(out, a @ b)  # written in place, through the view
+    vv = mixpert.matmul(_DLPackTensor(a[0]), _DLPackTensor(a[0]), level="V")
+    assert isinstance(vv, _DLPackTensor) and vv._array.shape == () and vv._array == 14
