@@ -49,8 +49,7 @@ log = logging.getLogger("mixpert")
 def _arguments_kind(args: Sequence[Any]) -> tuple[Any, ...]:
     """What plans match on (dtype and ndim of each array, else the type), cheaply."""
     return tuple(
-        (a.dtype, a.ndim) if hasattr(a, "dtype") and hasattr(a, "ndim") else type(a)
-        for a in args
+        (a.dtype, a.ndim) if hasattr(a, "dtype") and hasattr(a, "ndim") else type(a) for a in args
     )
 
 
