@@ -603,14 +603,16 @@ def tune(
         scale *= min(0.9, 0.9 * tol / max(held_out, reach))  # the next walk leaves the room
     else:
         warnings.warn(
-            f"the plan misses tol={tol:g} on a held-out input (error {held_out:.2e}) even "
-            f"tuned within {result.margin:.2g} tol; its held_out_error says so",
+            f"after {VALIDATION_RETRIES} tightenings the plan's errors on held-out inputs "
+            f"(worst {held_out:.2e}) still leave too little room below tol={tol:g}; its "
+            "held_out_error says so",
             TolUnreachableWarning,
             stacklevel=3,
         )
     runs = prof.runs + sum(h.runs for h in held_out_inputs)
-    if resamples and not tuned_on:
-        tuned_on = f"{tuning_inputs.describe(args)}, held within tol on {resamples} resamples"
+    used = sum(1 for h in held_out_inputs if h.resample and h.errors)
+    if used and not tuned_on:
+        tuned_on = f"{tuning_inputs.describe(args)}, held within tol on {used} resamples"
     result.runs = runs
     return _plan_of(jitted, args, tol, result, held_out, measure, where, tuned_on)
 
