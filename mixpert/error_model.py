@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .execution.product_samples import ProductSample, squared_error
+from .metrics import float_leaves, ratio_of_sums
 from .runtime import cpu, device
 from .runtime.levels import NATIVE_LEVEL, Level, get_level
 
@@ -65,7 +66,7 @@ def own_error(samples: Sequence[ProductSample]) -> float:
     for sample in samples:
         d, r = sample.squared_error()
         num, den = num + d, den + r
-    return _relative(num, den)
+    return ratio_of_sums(num, den)
 
 
 def model_error(samples: Sequence[ProductSample], level: str | Level) -> float:
@@ -100,20 +101,14 @@ def _modelled(
             want = a.astype(np.float64) @ b.astype(np.float64)
             d, w = squared_error(product(a, b), want)
             num, den = num + d, den + w
-    return _relative(num, den)
-
-
-def _relative(num: float, den: float) -> float:
-    if not np.isfinite(num):
-        return float("inf")
-    return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))
+    return ratio_of_sums(num, den)
 
 
 # --- the margin -------------------------------------------------------------------------------
 def error_spread(outputs: Any, reference: Any) -> float:
     """The bootstrap spread (coefficient of variation) of the outputs' Eq. 10 error over blocks
     of consecutive entries; ``CV_UNSEEN`` when they are too small to cut into ``MIN_BLOCKS``."""
-    pairs = list(zip(_float_leaves(outputs), _float_leaves(reference), strict=False))
+    pairs = list(zip(float_leaves(outputs), float_leaves(reference), strict=False))
     if sum(int(want.size) for _, want in pairs) < MIN_BLOCKS:
         return CV_UNSEEN
     sums = [_block_sums(got, want) for got, want in pairs if want.size]
@@ -129,33 +124,23 @@ def error_spread(outputs: Any, reference: Any) -> float:
 def _block_sums(got: Any, want: Any) -> tuple[np.ndarray, np.ndarray]:
     """(sum of squared differences, sum of squared references) over ``BLOCKS`` runs of
     consecutive entries, computed on the arrays' own device (only the sums come back)."""
-    xp = device.cupy_module() if device.is_cupy_array(want) else np
+    if got.size != want.size:  # an output of another shape: no error to spread
+        return np.full(1, np.inf), np.ones(1)
+    xp = device.array_module(want)
     want = xp.asarray(want, dtype=xp.float64).ravel()
     got = xp.asarray(got, dtype=xp.float64).ravel()
     finite = xp.isfinite(want)
-    diff = xp.where(finite, got - want, 0.0) if got.size == want.size else xp.full(1, xp.inf)
+    diff = xp.where(finite, got - want, 0.0)
     want = xp.where(finite, want, 0.0)
     blocks = min(BLOCKS, int(want.size))
     pad = -int(want.size) % blocks
     diff, want = (xp.concatenate([x, xp.zeros(pad)]).reshape(blocks, -1) for x in (diff, want))
-    return _host((diff * diff).sum(axis=1)), _host((want * want).sum(axis=1))
+    return device.to_host((diff * diff).sum(axis=1)), device.to_host((want * want).sum(axis=1))
 
 
 def margin_for(spread: float) -> float:
     """The share of tol a measured error may use when its spread between inputs is ``spread``."""
     return 1.0 / (1.0 + Z * spread)
-
-
-def _float_leaves(value: Any) -> list[Any]:
-    """The floating-point arrays of an output (nested tuples and lists), on their devices."""
-    if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in _float_leaves(item)]
-    array = value if device.is_cupy_array(value) else np.asarray(value)
-    return [array] if np.issubdtype(array.dtype, np.floating) else []
-
-
-def _host(x: Any) -> np.ndarray:
-    return np.asarray(x.get() if hasattr(x, "get") else x)
 
 
 __all__ = [

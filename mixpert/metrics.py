@@ -15,10 +15,10 @@ import numpy as np
 from .runtime import device
 
 
-def _float_leaves(value: Any) -> list[Any]:
+def float_leaves(value: Any) -> list[Any]:
     """The floating-point arrays in an output (nested tuples/lists), NumPy or CuPy as they are."""
     if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in _float_leaves(item)]
+        return [leaf for item in value for leaf in float_leaves(item)]
     array = value if device.is_cupy_array(value) else np.asarray(value)
     return [array] if np.issubdtype(array.dtype, np.floating) else []
 
@@ -29,7 +29,7 @@ def _sum_of_squares(x: Any) -> float:
 
 def output_error(outputs: Any, reference: Any) -> float:
     """MixPert Eq. 10 over all floating-point outputs together (inf if any is non-finite)."""
-    got, want = _float_leaves(outputs), _float_leaves(reference)
+    got, want = float_leaves(outputs), float_leaves(reference)
     if len(got) != len(want):
         raise ValueError(f"{len(got)} float outputs, reference has {len(want)}")
     num = sum(
@@ -37,6 +37,12 @@ def output_error(outputs: Any, reference: Any) -> float:
         for g, w in zip(got, want, strict=True)
     )
     den = sum(_sum_of_squares(w.astype(np.float64)) for w in want)
+    return ratio_of_sums(num, den)
+
+
+def ratio_of_sums(num: float, den: float) -> float:
+    """sqrt(num / den) from the squared norms of a difference and a reference: inf where the
+    difference is not finite, the absolute norm where the reference is zero."""
     if not np.isfinite(num):
         return float("inf")
     return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))

@@ -204,7 +204,7 @@ def run_sample(
 
 def to_host(x: Any) -> np.ndarray:
     """A NumPy copy of a NumPy or CuPy array (for checks that compare on the host)."""
-    return np.asarray(x.get() if hasattr(x, "get") else x)
+    return device.to_host(x)
 
 
 def row_relative_errors(y: np.ndarray, ref: np.ndarray) -> np.ndarray:

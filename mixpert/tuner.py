@@ -163,6 +163,16 @@ def pareto_levels(ladder: Iterable[Level] = LADDER) -> tuple[str, ...]:
 DEFAULT_CANDIDATES = pareto_levels()
 
 
+def candidates_for(target: str) -> tuple[str, ...]:
+    """The levels the walk weighs by default for a resolved target ("cuda" or "cpu")."""
+    return DEFAULT_CANDIDATES if target == "cuda" else CPU_CANDIDATES
+
+
+def walk_budget(ops: int, candidates: Sequence[str]) -> int:
+    """Profiling runs one walk over ``ops`` ops may take: ops x rungs."""
+    return max(1, ops * len(_ordered(candidates)))
+
+
 def resolve_target(target: str | None) -> str:
     """ "cpu" or "cuda": the device whose time the plan minimises. "auto" (or None, unless
     ``$MIXPERT_TUNE_TARGET`` names one) is the GPU when one is usable here, else the CPU."""
@@ -289,7 +299,7 @@ class Profiler:
 
 def _same_values(given: Any, ran: Any) -> bool:
     """Whether a float64 copy still holds the values of the argument it was made from."""
-    xp = device.cupy_module() if device.is_cupy_array(given) else np
+    xp = device.array_module(given)
     return bool(xp.array_equal(given.astype(xp.float64), ran, equal_nan=True))
 
 
@@ -401,7 +411,7 @@ def greedy(
     ops = list(func.ops)
     if prof is None:
         prof = Profiler(func, tuple(args), on_run=on_run)
-    prof.budget = prof.runs + max(1, len(ops) * len(rungs))
+    prof.budget = prof.runs + walk_budget(len(ops), rungs)
     rule = Rule(prof, tol, decision_ops(func), margin, scale, input_spread)
     rung = dict.fromkeys(ops, len(rungs) - 1)
 
@@ -424,7 +434,7 @@ def greedy(
     # runtime (matrix-vector sites, branches not taken) have no time to save: they stay native
     tunable = [op for op in ops if prof.flops.get(op, 0.0) > 0]
     order = sorted(tunable, key=lambda op: -prof.flops[op])
-    prof.budget = prof.runs + max(1, len(order) * len(rungs))
+    prof.budget = prof.runs + walk_budget(len(order), rungs)
 
     def cost(r: Mapping[str, int]) -> float:
         return predicted_time(prof.flops, levels_of(r))
@@ -567,7 +577,7 @@ def tune(
     tol = checked_tol(tol)
     where = resolve_target(target)
     if candidates is None:
-        candidates = DEFAULT_CANDIDATES if where == "cuda" else CPU_CANDIDATES
+        candidates = candidates_for(where)
         if where == "cpu" and target in (None, "auto"):
             _say_native_on_cpu(function_identity(jitted))
     policies = [c for c in candidates if get_level(c).kind == "policy"]

@@ -15,20 +15,18 @@ from typing import Any
 import numpy as np
 
 from .metrics import is_float_array
+from .plans.plan import signature_of
 from .runtime import device
 
 SHORT_BITS = 11  # significand bits of TF32, the narrowest level: values this short are exact
 TINY = 2.0**-100  # a range this far below 1 sits near float32's subnormals
 MIN_ENTRIES = 4  # smaller arrays (a scalar in a 1 x 1 array) say too little
-
-
-def _host(x: Any) -> np.ndarray:
-    return np.asarray(x.get() if hasattr(x, "get") else x)
+MIN_ROWS = 8  # fewer rows than this are no sample to resample
 
 
 def array_degenerate(x: Any) -> str | None:
     """Why the float array ``x`` is degenerate tuning data, or None."""
-    values = _host(x).astype(np.float64, copy=False).ravel()
+    values = device.to_host(x).astype(np.float64, copy=False).ravel()
     values = values[np.isfinite(values)]
     if values.size < MIN_ENTRIES:
         return None
@@ -49,8 +47,9 @@ def array_degenerate(x: Any) -> str | None:
 
 
 def degenerate_reason(args: Sequence[Any]) -> str:
-    """Why ``args`` are degenerate tuning data ("" when no float array of them is): the first
-    float array argument that is all zeros, constant, integer, short-significand or tiny."""
+    """Why ``args`` are degenerate tuning data: every float array argument of at least
+    ``MIN_ENTRIES`` entries is all zeros, constant, integer, short-significand or tiny, each
+    named ("" when one of them holds real data)."""
     sizable = [(i, a) for i, a in enumerate(args) if is_float_array(a) and a.size >= MIN_ENTRIES]
     reasons = [(i, array_degenerate(a)) for i, a in sizable]
     if not reasons or not all(why for _, why in reasons):
@@ -89,16 +88,12 @@ def resampled(args: Sequence[Any], rng: np.random.Generator) -> tuple[Any, ...]:
 
 
 def _symmetric(a: Any) -> bool:
-    xp = device.cupy_module() if device.is_cupy_array(a) else np
-    return bool(xp.array_equal(a, a.T))
-
-
-MIN_ROWS = 8
+    return bool(device.array_module(a).array_equal(a, a.T))
 
 
 def _mapped(a: Any, rows: np.ndarray, signs: np.ndarray, both_sides: bool) -> Any:
     """``a`` with rows ``rows`` each times ``signs`` (and its columns alike when ``both_sides``)."""
-    xp = device.cupy_module() if device.is_cupy_array(a) else np
+    xp = device.array_module(a)
     index, sign = xp.asarray(rows), xp.asarray(signs.astype(a.dtype))
     shape = (-1,) + (1,) * (a.ndim - 1)
     mapped = a[index] * sign.reshape(shape)
@@ -108,11 +103,5 @@ def _mapped(a: Any, rows: np.ndarray, signs: np.ndarray, both_sides: bool) -> An
 
 
 def describe(args: Sequence[Any]) -> str:
-    """The inputs in words, e.g. "1 input: float32 (64, 256), float32 (256, 128), 1.5"."""
-    return "1 input: " + ", ".join(_describe_arg(a) for a in args)
-
-
-def _describe_arg(arg: Any) -> str:
-    if hasattr(arg, "dtype") and hasattr(arg, "shape"):
-        return f"{arg.dtype} {tuple(arg.shape)}"
-    return type(arg).__name__
+    """The inputs in words, e.g. "1 input: float32[64x256], float32[256x128], float"."""
+    return "1 input: " + ", ".join(signature_of(args))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 
 @functools.cache
 def cupy_module() -> Any | None:
@@ -41,6 +43,16 @@ def unavailable_reason() -> str:
 
 def is_cupy_array(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
+
+
+def array_module(x: Any) -> Any:
+    """cupy for a CuPy array, else numpy: the module whose functions run on ``x``'s device."""
+    return cupy_module() if is_cupy_array(x) else np
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A NumPy array of ``x`` (CuPy arrays copied from their GPU; NumPy ones as they are)."""
+    return np.asarray(x.get() if is_cupy_array(x) else x)
 
 
 def is_dask_array(x: Any) -> bool:

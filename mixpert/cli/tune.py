@@ -97,7 +97,7 @@ def tune(
     from ..jit import MixpertFunction, jit
     from ..plans import check_folder, read_plans
     from ..runtime.levels import get_level
-    from ..tuner import CPU_CANDIDATES, DEFAULT_CANDIDATES, _ordered, checked_tol, resolve_target
+    from ..tuner import candidates_for, checked_tol, resolve_target, walk_budget
     from ..tuner import tune as run_tune
 
     with user_errors("--tol"):
@@ -118,10 +118,8 @@ def tune(
         reason = untunable(jitted, given[0])
     if reason:  # before the tuning, not after a plan of nothing
         raise click.UsageError(f"--inputs {inputs[0]}: {reason}")
-    walked = candidates or (
-        DEFAULT_CANDIDATES if resolve_target(device_target) == "cuda" else CPU_CANDIDATES
-    )
-    budget = max(1, len(jitted.ops) * len(_ordered(walked)))
+    walked = candidates or candidates_for(resolve_target(device_target))
+    budget = walk_budget(len(jitted.ops), walked)
     names = ", ".join(inputs) if len(given) == len(inputs) else f"{len(given)} from {inputs[0]}"
     with (
         progress("profiling runs", budget, enabled=not as_json) as advance,

@@ -30,7 +30,7 @@ from llvmlite import binding
 
 from mixpert.runtime import batched, device, dispatch
 from mixpert.runtime.auto import Route
-from mixpert.runtime.levels import NATIVE_LEVEL, get_level
+from mixpert.runtime.levels import NATIVE_LEVEL, Level, get_level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
 from .kept_packs import reuse_counts, reused
@@ -97,16 +97,17 @@ def reraise_pending(relay: MixpertRuntimeError) -> NoReturn:
     raise pending from None
 
 
-def route_to_run(op_index: int, a: Any, b: Any) -> Route | None:
+def route_to_run(op_index: int, a: Any, b: Any, level: Level | None = None) -> Route | None:
     """The route op ``op_index`` takes on these operands, or None: the caller's own product.
 
     The caller runs its own product where the plan says native float32, or says "auto" and
     "auto" means native float32 on the CPU; except while calls are recorded, when every
     product goes through the runtime to be timed. Otherwise this call's route, computed here
     once (the plan read once), goes to ``run_product``: "auto" keeps its fallback after
-    packing, and records name the level that ran.
+    packing, and records name the level that ran. ``level``: the plan's, when the caller has
+    read it already.
     """
-    level = level_for(op_index)
+    level = level_for(op_index) if level is None else level
     routed = None
     if level.name != NATIVE_LEVEL or recording():
         routed = dispatch.route(a, b, level)
@@ -206,10 +207,10 @@ def _run_stack(op_index: int, a: Any, b: Any, native: Callable[[Any, Any], Any])
     return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 
 
-def _plainly_native(op_index: int) -> bool:
+def _plainly_native(level: Level) -> bool:
     """The plan says native float32 and nothing records or logs the call: the compiled code
     runs its own product, and the operands need not even be looked at."""
-    plain = level_for(op_index).name == NATIVE_LEVEL and not recording()
+    plain = level.name == NATIVE_LEVEL and not recording()
     return plain and not log.isEnabledFor(logging.DEBUG)
 
 
@@ -238,11 +239,12 @@ def _gemm(
     out_ptr: int,
 ) -> int:
     try:
-        if _plainly_native(op_index):
+        level = level_for(op_index)  # read once: the plan may change under other threads
+        if _plainly_native(level):
             return Status.NATIVE
         a = _matrix(a_ptr, m, k, a_s0, a_s1)
         b = _matrix(b_ptr, b_rows, n, b_s0, b_s1)
-        routed = route_to_run(op_index, a, b)
+        routed = route_to_run(op_index, a, b, level)
         if routed is None:
             return Status.NATIVE
         result = run_product(op_index, a, b, routed)

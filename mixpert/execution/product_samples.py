@@ -21,10 +21,6 @@ MAX_LINES = 32  # rows of A and columns of B a sample keeps at most
 MAX_ENTRIES = 1 << 21  # entries of A's rows (and of B's columns) a sample keeps at most
 
 
-def _host(x: Any) -> np.ndarray:
-    return np.asarray(x.get() if hasattr(x, "get") else x)
-
-
 def _spread(count: int, most: int) -> np.ndarray:
     """At most ``most`` evenly spaced indices of ``range(count)``, first and last included."""
     return np.unique(np.linspace(0, count - 1, min(count, most)).round().astype(np.intp))
@@ -53,9 +49,9 @@ class ProductSample:
         lines = max(1, min(MAX_LINES, MAX_ENTRIES // k))
         rows, cols = _spread(a.shape[0], lines), _spread(b.shape[1], lines)
         take = (lambda x, i: x[i]) if isinstance(a, np.ndarray) else _device_take
-        a_rows = _host(take(a, rows)).astype(np.float32)
-        b_cols = _host(take(b.T, cols)).astype(np.float32).T
-        block = _host(take(take(out, rows).T, cols)).T.astype(np.float32)
+        a_rows = device.to_host(take(a, rows)).astype(np.float32)
+        b_cols = device.to_host(take(b.T, cols)).astype(np.float32).T
+        block = device.to_host(take(take(out, rows).T, cols)).T.astype(np.float32)
         return cls(a_rows, b_cols, block)
 
     @property

@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ..runtime.levels import NATIVE_LEVEL, get_level
-from ..tuner import Target, Tunable, checked_tol, resolve_target, tune
+from ..tuner import (
+    Target,
+    Tunable,
+    candidates_for,
+    checked_tol,
+    resolve_target,
+    tune,
+    walk_budget,
+)
 from ..tuning_inputs import degenerate_reason
 from ..tuning_progress import TuningProgress
 from .files import check_folder
@@ -130,9 +138,10 @@ class PlanBook:
             )
         if self.on_missing == "default":
             return dict.fromkeys(func.ops, self.default_level)
+        where = resolve_target(self.target)
         progress = TuningProgress(
-            function_identity(func), list(func.ops), len(func.ops) * 6 + 1, self.tol,
-            resolve_target(self.target),
+            function_identity(func), list(func.ops),
+            walk_budget(len(func.ops), candidates_for(where)), self.tol, where,
         )  # fmt: skip
         plan = tune(func, args, tol=self.tol, on_run=progress, target=self.target)
         progress.done(plan.levels)
