@@ -2,7 +2,8 @@
 through cuBLAS, from the operands' packs (``packs``).
 
 One call of an INT8 level is these steps, with no host synchronisation (level IV-blocks has its
-own path: ``iv_blocks``):
+own path: ``iv_blocks``; where ``fused.serves`` says so, one fused kernel does steps 2-4, the
+bypass aside):
 
 1. ``a_tops`` and ``b_tops``, one read of each operand: the k-exponents' maxima and the lines'
    (``OperandTops``); then ``pack_int8`` for A's rows and B's columns: scales, NaN/Inf flags
@@ -37,7 +38,7 @@ from .. import fp16split, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
 from ..levels import LEVELS, Level
 from ..packer import pair_exponent
-from . import build, tn_gemm
+from . import build, fused, tn_gemm
 from .convert import ACCUMULATE, conversion
 from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
 from .launch import flag_counts
@@ -330,7 +331,12 @@ def int8_product(
         return not _mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
-        if _sums_and_combine(blocks, level, proceed):
+        if fused.serves(level, a_pack.k_pad):
+            fused.product(a_pack, b_pack, level, c[None])
+            if proceed():
+                _bypass_lines(a_pack, b_pack, a[None], b[None], c[None])
+                return c
+        elif _sums_and_combine(blocks, level, proceed):
             return c
     finally:
         if read_counts is not None:  # (its copy lands before the pinned buffer can be reused)
@@ -385,6 +391,10 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
     )
     b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
     c = cp.empty((count, m, n), dtype=cp.float32)
+    if fused.serves(level, a_pack.k_pad):
+        fused.product(a_pack, b_pack, level, c)
+        _bypass_lines(a_pack, b_pack, a, b, c)
+        return c
     pairs = sum_blocking(level, m, k, n, count)[0]
     blocks = [
         _Block(

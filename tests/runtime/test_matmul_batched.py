@@ -136,10 +136,12 @@ def test_gpu_stacks_longer_than_one_launch_and_long_k(level) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("count", [4, 64])
 def test_gpu_stack_runs_one_int8_gemm_per_class_whatever_its_length(count, monkeypatch) -> None:
-    """No loop over the pairs: one strided-batched GEMM per weight class, no 2-D product."""
+    """No loop over the pairs: one strided-batched GEMM per weight class, no 2-D product (the
+    class-sum pipeline; the fused kernel's stacks: test_fused_kernel)."""
     cp = device.cupy_module()
-    from mixpert.runtime.cuda import backend, sliced
+    from mixpert.runtime.cuda import backend, fused, sliced
 
+    monkeypatch.setenv(fused.SWITCH, "0")
     calls = []
     gemm = sliced.gemm_tn
     monkeypatch.setattr(sliced, "gemm_tn", lambda *args, **kw: calls.append(1) or gemm(*args, **kw))

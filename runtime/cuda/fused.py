@@ -1,0 +1,194 @@
+"""The fused INT8 product: one kernel per call runs every slice product of a level and the
+combine (``fused_kernel``), in place of one cuBLAS INT8 GEMM per weight class, INT32 class sums
+written to memory and read back, and an elementwise combine (``sliced``).
+
+The kernel is Triton's: Triton's compiler turns it into a cubin for the GPU at hand at first use
+(cached on disk by Triton), and CuPy launches it on the caller's stream, like every other
+kernel of this backend (Triton's own launcher would need PyTorch). Triton is optional, in the
+CUDA extras: without it, or on a GPU older than Ampere, ``serves`` says no and the class-sum
+pipeline runs. The bits are the same either way (``combine``'s formula on exact class sums).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib.util
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import cupy as cp
+import numpy as np
+
+from ..combine import int32_k_block, overflow_slack
+from ..levels import Level, triangle
+from ..packer import pair_exponent
+from .geometry import batch_chunks, chunk_length
+from .packs import PackedOperand
+
+# MIXPERT_FUSED=0 turns the fused kernel off (the class-sum pipeline runs): for comparisons.
+SWITCH = "MIXPERT_FUSED"
+MIN_CAPABILITY = 80  # INT8 mma.sync (Ampere) or wgmma (Hopper) under Triton's tl.dot
+MAX_CLASSES = 4  # the kernel's INT32 accumulators: weight classes 0..3
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """A launch configuration: output tile BM x BN, BK k-steps a stage, warps, pipeline stages,
+    row tiles per L2 group."""
+
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+    group_m: int = 8
+
+
+# Chosen by measurement (benchmarks/fused_tiles.py; figures in
+# benchmarks/results/<gpu>/fused-tiles.json): four INT32 class accumulators of BM x BN a tile
+# leave room for 128 x 64 outputs at 8 warps; thin outputs take narrower tiles.
+TILES: dict[str, Tile] = {
+    "wide": Tile(128, 64, 128, 8, 3),
+    "thin": Tile(128, 32, 128, 4, 4),
+}
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH, "1") != "0"
+
+
+@contextlib.contextmanager
+def switched(on: bool) -> Iterator[None]:
+    """The fused kernel on or off inside the block (``SWITCH``), as it was after it."""
+    saved = os.environ.get(SWITCH)
+    os.environ[SWITCH] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[SWITCH]
+        else:
+            os.environ[SWITCH] = saved
+
+
+@functools.cache
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def serves(level: Level, k_pad: int) -> bool:
+    """Whether the fused kernel computes ``level``'s product here: Triton installed, an Ampere
+    or newer GPU, a triangle of pairs with at most MAX_CLASSES classes, and k within one INT32
+    block (longer k runs the class-sum pipeline, which blocks k)."""
+    return (
+        enabled()
+        and level.kind == "int8"
+        and triton_installed()
+        and _capability() >= MIN_CAPABILITY
+        and len(level.groups) <= MAX_CLASSES
+        and level.pairs == triangle(level.a_slices, level.b_slices, len(level.groups) - 1)
+        and k_pad <= int32_k_block(level)
+    )
+
+
+def tile_for(n: int) -> Tile:
+    return TILES["thin"] if n <= TILES["thin"].bn else TILES["wide"]
+
+
+def product(
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    level: Level,
+    c: cp.ndarray,
+    tile: Tile | None = None,
+) -> None:
+    """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices): every entry
+    gets ``combine``'s value, flagged lines included (``sliced``'s bypass overwrites those)."""
+    count, m, n = c.shape
+    tile = tile or tile_for(n)
+    kernel = _kernel(level, b_pack.slots, tile, cp.cuda.Device().id)
+    k_pad = a_pack.k_pad
+    tiles = -(-m // tile.bm) * -(-n // tile.bn)
+    slack = np.float64(k_pad * overflow_slack(level))  # the CPU's k_slack, as its double
+    for first in batch_chunks(count):
+        pairs = chunk_length(first, count)
+        a_lines, b_lines = first * m, first * n
+        kernel(
+            (tiles, pairs),
+            (
+                a_pack.data[a_lines:], b_pack.data[b_lines:],
+                a_pack.exponents[a_lines:], b_pack.exponents[b_lines:], c[first:],
+                np.int32(m), np.int32(n), np.int32(k_pad), np.int32(a_pack.ld),
+                np.int32(b_pack.ld), slack,
+            ),
+        )  # fmt: skip
+
+
+class _Launcher:
+    """A compiled kernel: its CuPy function, threads and shared memory."""
+
+    def __init__(self, compiled: Any) -> None:
+        meta = compiled.metadata
+        if meta.global_scratch_size or meta.profile_scratch_size:
+            raise RuntimeError("the fused kernel asks for scratch memory, which is not passed")
+        self._module = cp.cuda.function.Module()
+        self._module.load(compiled.asm["cubin"])
+        self.function = self._module.get_function(compiled.name)
+        self.threads = 32 * meta.num_warps
+        self.shared = meta.shared
+        if self.shared > 48 * 1024:  # above the default a launch may take
+            cp.cuda.driver.funcSetAttribute(
+                self.function.ptr,
+                cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.shared,
+            )
+
+    def __call__(self, grid: tuple[int, int], args: tuple[Any, ...]) -> None:
+        null = np.uint64(0)  # Triton's global and profile scratch pointers (none asked for)
+        self.function((*grid, 1), (self.threads, 1, 1), (*args, null, null), shared_mem=self.shared)
+
+
+SIGNATURE = {
+    "a_ptr": "*i8", "b_ptr": "*i8", "a_exp": "*i32", "b_exp": "*i32", "c_ptr": "*fp32",
+    "m": "i32", "n": "i32", "k_pad": "i32", "ld_a": "i32", "ld_b": "i32", "k_slack": "fp64",
+}  # fmt: skip
+# 16-byte aligned pointers and multiples of 16 (packs.K_ALIGN): vector loads of the packs
+ALIGNED = ("a_ptr", "b_ptr", "k_pad", "ld_a", "ld_b")
+
+
+@functools.cache
+def _kernel(level: Level, b_slots: int, tile: Tile, device: int) -> _Launcher:
+    """The kernel for ``level`` and ``tile``, loaded on ``device`` (a module is per device)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from .fused_kernel import fused_int8
+
+    constants = {
+        "A_SLICES": level.a_slices, "B_SLICES": level.b_slices, "B_SLOTS": b_slots,
+        "MAX_SUM": len(level.groups) - 1, "W0": pair_exponent(0),
+        "STEP": pair_exponent(1) - pair_exponent(0),
+        "BM": tile.bm, "BN": tile.bn, "BK": tile.bk, "GROUP_M": tile.group_m,
+    }  # fmt: skip
+    names = fused_int8.arg_names
+    source = ASTSource(
+        fn=fused_int8,
+        signature={**SIGNATURE, **dict.fromkeys(constants, "constexpr")},
+        constexprs=constants,
+        attrs={(names.index(x),): [["tt.divisibility", 16]] for x in ALIGNED},
+    )
+    target = GPUTarget("cuda", _capability(), 32)
+    # as many pipeline stages as the tile asks and the SM's shared memory holds
+    stage_bytes = (level.a_slices * tile.bm + level.b_slices * tile.bn) * tile.bk
+    room = cp.cuda.Device(device).attributes["MaxSharedMemoryPerBlockOptin"]
+    options = {"num_warps": tile.warps, "num_stages": max(1, min(tile.stages, room // stage_bytes))}
+    return _Launcher(triton.compile(source, target=target, options=options))
+
+
+@functools.cache
+def _capability() -> int:
+    return int(cp.cuda.Device().compute_capability)

@@ -1,0 +1,116 @@
+"""The fused INT8 kernel (runtime/cuda/fused.py) against the exact CPU oracle and against the
+class-sum pipeline it replaces: the same bits on awkward shapes, stacks, thin outputs, tiles
+that do not divide the shape, NaN/Inf and unresolved lines (GPU with Triton only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mixpert.runtime import LADDER, device, dispatch, get_level
+from mixpert.testdata import gemmul8
+
+pytestmark = pytest.mark.gpu
+if not device.gpu_available():
+    pytest.skip(f"needs a CUDA GPU: {device.unavailable_reason()}", allow_module_level=True)
+
+import cupy as cp  # noqa: E402
+
+from mixpert.runtime.cuda import fused, sliced  # noqa: E402
+from mixpert.runtime.cuda.packs import K_ALIGN  # noqa: E402
+
+if not fused.triton_installed():
+    pytest.skip("the fused kernel needs Triton (the CUDA extras)", allow_module_level=True)
+
+INT8_LEVELS = [level.name for level in LADDER if level.kind == "int8"]
+# tails of every tile size, one line, k of one K_ALIGN, k not a multiple of BK
+SHAPES = [(1, 1, 1), (3, 16, 5), (129, 257, 65), (300, 1000, 70), (257, 129, 129), (64, 4000, 33)]
+
+
+def bits(x) -> np.ndarray:
+    return cp.asnumpy(x).view(np.uint32) if isinstance(x, cp.ndarray) else x.view(np.uint32)
+
+
+def operands(rng, m: int, k: int, n: int, phi: float = 1.0):
+    return gemmul8(np, rng, (m, k), phi), gemmul8(np, rng, (k, n), phi)
+
+
+@pytest.mark.parametrize("level", INT8_LEVELS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_fused_bits_equal_the_cpu_oracle_and_the_class_sum_pipeline(level, shape, monkeypatch):
+    rng = np.random.default_rng(abs(hash((level, shape))) % 2**32)
+    a, b = operands(rng, *shape)
+    assert fused.serves(get_level(level), K_ALIGN)
+    want = dispatch.matmul(a, b, level, backend="cpu")
+    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    np.testing.assert_array_equal(bits(got), bits(want))
+    monkeypatch.setenv(fused.SWITCH, "0")
+    pipeline = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    np.testing.assert_array_equal(bits(pipeline), bits(want))
+
+
+@pytest.mark.parametrize("tile", sorted(set(fused.TILES.values()), key=str))
+def test_every_tile_gives_the_same_bits(tile):
+    """Each configuration of the table, on a shape that none of them divides."""
+    from mixpert.runtime.cuda.packs import pack_a, pack_b, tops_and_exponents
+
+    rng = np.random.default_rng(5)
+    a, b = operands(rng, 333, 1040, 97, phi=2.0)
+    level = get_level("IV")
+    want = dispatch.matmul(a, b, level, backend="cpu")
+    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
+    a_top, b_top, kexp = tops_and_exponents(a_dev, b_dev)
+    a_pack, b_pack = pack_a(a_dev, kexp, level, a_top), pack_b(b_dev, kexp, level, b_top)
+    c = cp.full((1, 333, 97), cp.nan, dtype=cp.float32)
+    fused.product(a_pack, b_pack, level, c, tile)
+    np.testing.assert_array_equal(bits(c[0]), bits(want))  # no flagged line here
+
+
+@pytest.mark.parametrize("level", ["IV", "V", "T6"])
+def test_fused_stacks_have_each_pairs_cpu_bits(level):
+    rng = np.random.default_rng(11)
+    a = gemmul8(np, rng, (70, 33, 130), 1.5)
+    b = gemmul8(np, rng, (70, 130, 17), 1.5)
+    want = dispatch.matmul(a, b, level, backend="cpu")
+    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_a_stack_runs_one_fused_launch_and_no_int8_gemm(monkeypatch):
+    launches, gemms = [], []
+    product = fused.product
+    monkeypatch.setattr(fused, "product", lambda *a, **k: launches.append(1) or product(*a, **k))
+    monkeypatch.setattr(sliced, "gemm_tn", lambda *a, **k: gemms.append(1))
+    a = cp.asarray(np.random.default_rng(1).standard_normal((64, 48, 40), dtype=np.float32))
+    b = cp.asarray(np.random.default_rng(2).standard_normal((64, 40, 24), dtype=np.float32))
+    dispatch.matmul(a, b, "IV", backend="cuda")
+    assert (len(launches), len(gemms)) == (1, 0)
+
+
+@pytest.mark.parametrize("level", ["IV", "V", "I"])
+def test_special_values_and_the_ends_of_the_float32_range(level):
+    """NaN/Inf lines (bypassed), a row whose range the slices cannot resolve, FLT_MAX rows
+    (saturation), rows near the subnormal end: the oracle's bits, entry for entry."""
+    rng = np.random.default_rng(3)
+    a, b = operands(rng, 150, 300, 90)
+    a[3, 7], b[4, 11], b[2, 20] = np.nan, -np.inf, np.inf
+    a[5] = np.float32(3.4028235e38) * np.sign(a[5])  # FLT_MAX row
+    b[:, 6] = 1.0
+    a[9] = np.ldexp(a[9], -140).astype(np.float32)  # subnormal products
+    a[11, :3] = [1e30, 1e-30, -1e30]  # a row of ~200 binades: unresolved, recomputed
+    want = dispatch.matmul(a, b, level, backend="cpu")
+    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    np.testing.assert_array_equal(bits(got), bits(want))
+
+
+def test_k_beyond_one_int32_block_runs_the_class_sum_pipeline():
+    from mixpert.runtime.combine import int32_k_block
+
+    level = get_level("IV")
+    assert not fused.serves(level, int32_k_block(level) + K_ALIGN)
+    assert fused.serves(level, int32_k_block(level) // K_ALIGN * K_ALIGN)
+
+
+def test_the_switch_turns_it_off(monkeypatch):
+    monkeypatch.setenv(fused.SWITCH, "0")
+    assert not fused.serves(get_level("IV"), K_ALIGN)
