@@ -81,11 +81,14 @@ def _pairs(a: Any, b: Any) -> bool:
 
 def _block_sum(a_chunks: list[Any], b_chunks: list[Any], product: Matmul2D) -> Any:
     """One output block: the chunk products added in k order in float64, rounded once."""
-    parts = (product(x, y).astype(np.float64) for x, y in zip(a_chunks, b_chunks, strict=True))
-    total = next(parts)  # unify_chunks leaves at least one k chunk (k = 0: an empty one)
-    for part in parts:
-        total = total + part
-    out = total.astype(np.float32)
+    pairs = list(zip(a_chunks, b_chunks, strict=True))  # unify_chunks leaves at least one
+    if len(pairs) == 1:  # fl32(float64(p)) is p: skip the two copies (4 + 8 bytes an entry)
+        out = product(*pairs[0]).astype(np.float32, copy=False)
+    else:
+        total = product(*pairs[0]).astype(np.float64)
+        for x, y in pairs[1:]:
+            total += product(x, y)  # (float32 -> float64 inside the add: the same sum)
+        out = total.astype(np.float32)
     device = getattr(out, "device", None)  # a CuPy block: finish its kernels inside the task,
     if hasattr(device, "synchronize"):  # so Dask balances and times real work, not a queue
         device.synchronize()
