@@ -54,7 +54,7 @@ def measure(n: int, level_name: str, tiles: tuple[fused.Tile, ...]) -> list[dict
         sliced._combine_int8(sums, a_pack, b_pack, a, b, level, c[0])
 
     reference = cp.empty_like(c)
-    with fused.switched(False):
+    with fused.switched("0"):
         pipeline()
         reference[...] = c
     rows = []

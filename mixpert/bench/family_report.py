@@ -40,10 +40,11 @@ def markdown(family: Family, rows: Sequence[Any]) -> str:
     ]
     for shape in dict.fromkeys(family.shape(r) for r in rows):
         cells = {r.level: r for r in rows if family.shape(r) == shape}
-        text = [
-            family.cell(cells[x]) + (f" ({cells[x].routed_to})" if x == AUTO.name else "")
+        text = [  # "-": a method that does not take this shape (GEMMul8 has no stacks)
+            "-" if x not in cells
+            else family.cell(cells[x]) + (f" ({cells[x].routed_to})" if x == AUTO.name else "")
             for x in methods
-        ]
+        ]  # fmt: skip
         sgemm_ms = cells["sgemm"].time_ms
         lines.append(f"| {family.label(shape)} | {sgemm_ms:.3f} | " + " | ".join(text) + " |")
     return "\n".join(lines) + "\n"
@@ -65,8 +66,10 @@ def plot(family: Family, rows: Sequence[Any], path: Path) -> None:
     for name in dict.fromkeys(r.level for r in rows):
         mine = {family.shape(r): r for r in rows if r.level == name}
         look = style(name)
-        speed.plot(labels, [mine[s].ratio_to_sgemm for s in shapes], marker="o", label=name, **look)
-        second.plot(labels, [value(mine[s]) for s in shapes], marker="o", label=name, **look)
+        ratios = [mine[s].ratio_to_sgemm if s in mine else float("nan") for s in shapes]
+        seconds = [value(mine[s]) if s in mine else float("nan") for s in shapes]
+        speed.plot(labels, ratios, marker="o", label=name, **look)
+        second.plot(labels, seconds, marker="o", label=name, **look)
     for ax in (speed, second):
         ax.tick_params(axis="x", rotation=45, labelsize=8)
         ax.grid(True, alpha=0.3)

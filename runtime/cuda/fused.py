@@ -28,10 +28,18 @@ from ..packer import pair_exponent
 from .geometry import batch_chunks, chunk_length
 from .packs import PackedOperand
 
-# MIXPERT_FUSED=0 turns the fused kernel off (the class-sum pipeline runs): for comparisons.
+# MIXPERT_FUSED: "0" turns the fused kernel off (the class-sum pipeline runs), "always" runs it
+# wherever it can, even where the pipeline is faster; unset (or "1"): where it is faster.
 SWITCH = "MIXPERT_FUSED"
 MIN_CAPABILITY = 80  # INT8 mma.sync (Ampere) or wgmma (Hopper) under Triton's tl.dot
 MAX_CLASSES = 4  # the kernel's INT32 accumulators: weight classes 0..3
+# Crossovers with the class-sum pipeline (``pipeline_wins``), measured on an H100 in one run
+# (benchmarks/results/NVIDIA-H100-80GB-HBM3/fused-anchors.md): level IV fused / pipeline 1.28x
+# at n = 2048, 1.16x at 3072, 0.95x at 4096, 0.87x at 8192 and 16384; V (10 pairs) 1.28x at
+# 2048, 0.90x at 3072.
+PIPELINE_MIN_SIDE = 4096
+MANY_PAIRS = 8
+PIPELINE_MIN_SIDE_MANY_PAIRS = 3072
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,15 +64,15 @@ TILES: dict[str, Tile] = {
 }
 
 
-def enabled() -> bool:
-    return os.environ.get(SWITCH, "1") != "0"
+def mode() -> str:
+    return os.environ.get(SWITCH, "1")
 
 
 @contextlib.contextmanager
-def switched(on: bool) -> Iterator[None]:
-    """The fused kernel on or off inside the block (``SWITCH``), as it was after it."""
+def switched(to: str) -> Iterator[None]:
+    """``SWITCH`` set to ``to`` ("0", "1", "always") inside the block, as it was after it."""
     saved = os.environ.get(SWITCH)
-    os.environ[SWITCH] = "1" if on else "0"
+    os.environ[SWITCH] = to
     try:
         yield
     finally:
@@ -79,19 +87,30 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def serves(level: Level, k_pad: int) -> bool:
-    """Whether the fused kernel computes ``level``'s product here: Triton installed, an Ampere
-    or newer GPU, a triangle of pairs with at most MAX_CLASSES classes, and k within one INT32
-    block (longer k runs the class-sum pipeline, which blocks k)."""
+def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
+    """Whether the fused kernel computes ``level``'s (m x k_pad) @ (k_pad x n) products here:
+    Triton installed, an Ampere or newer GPU, a triangle of pairs with at most MAX_CLASSES
+    classes, k within one INT32 block (longer k runs the class-sum pipeline, which blocks k),
+    and an output where it is the faster of the two (``pipeline_wins``)."""
     return (
-        enabled()
+        mode() != "0"
         and level.kind == "int8"
         and triton_installed()
         and _capability() >= MIN_CAPABILITY
         and len(level.groups) <= MAX_CLASSES
         and level.pairs == triangle(level.a_slices, level.b_slices, len(level.groups) - 1)
         and k_pad <= int32_k_block(level)
+        and (mode() == "always" or not pipeline_wins(level, m, n))
     )
+
+
+def pipeline_wins(level: Level, m: int, n: int) -> bool:
+    """Where cuBLAS's tuned INT8 GEMMs, class sums through memory and all, beat this kernel:
+    outputs whose both sides reach PIPELINE_MIN_SIDE (lower for levels of many pairs). Below
+    it (small and thin outputs, stacks of small pairs) the fused kernel wins by saving the
+    class sums' round trip and the launches."""
+    side = PIPELINE_MIN_SIDE if len(level.pairs) <= MANY_PAIRS else PIPELINE_MIN_SIDE_MANY_PAIRS
+    return min(m, n) >= side
 
 
 def tile_for(n: int) -> Tile:

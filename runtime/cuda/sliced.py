@@ -331,7 +331,7 @@ def int8_product(
         return not _mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
-        if fused.serves(level, a_pack.k_pad):
+        if fused.serves(level, m, n, a_pack.k_pad):
             fused.product(a_pack, b_pack, level, c[None])
             if proceed():
                 _bypass_lines(a_pack, b_pack, a[None], b[None], c[None])
@@ -391,7 +391,7 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
     )
     b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
     c = cp.empty((count, m, n), dtype=cp.float32)
-    if fused.serves(level, a_pack.k_pad):
+    if fused.serves(level, m, n, a_pack.k_pad):
         fused.product(a_pack, b_pack, level, c)
         _bypass_lines(a_pack, b_pack, a, b, c)
         return c

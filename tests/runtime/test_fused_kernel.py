@@ -40,7 +40,7 @@ def operands(rng, m: int, k: int, n: int, phi: float = 1.0):
 def test_fused_bits_equal_the_cpu_oracle_and_the_class_sum_pipeline(level, shape, monkeypatch):
     rng = np.random.default_rng(abs(hash((level, shape))) % 2**32)
     a, b = operands(rng, *shape)
-    assert fused.serves(get_level(level), K_ALIGN)
+    assert fused.serves(get_level(level), shape[0], shape[2], K_ALIGN)
     want = dispatch.matmul(a, b, level, backend="cpu")
     got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     np.testing.assert_array_equal(bits(got), bits(want))
@@ -50,20 +50,14 @@ def test_fused_bits_equal_the_cpu_oracle_and_the_class_sum_pipeline(level, shape
 
 
 @pytest.mark.parametrize("tile", sorted(set(fused.TILES.values()), key=str))
-def test_every_tile_gives_the_same_bits(tile):
+def test_every_tile_gives_the_same_bits(tile, monkeypatch):
     """Each configuration of the table, on a shape that none of them divides."""
-    from mixpert.runtime.cuda.packs import pack_a, pack_b, tops_and_exponents
-
+    monkeypatch.setattr(fused, "tile_for", lambda n: tile)
     rng = np.random.default_rng(5)
     a, b = operands(rng, 333, 1040, 97, phi=2.0)
-    level = get_level("IV")
-    want = dispatch.matmul(a, b, level, backend="cpu")
-    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
-    a_top, b_top, kexp = tops_and_exponents(a_dev, b_dev)
-    a_pack, b_pack = pack_a(a_dev, kexp, level, a_top), pack_b(b_dev, kexp, level, b_top)
-    c = cp.full((1, 333, 97), cp.nan, dtype=cp.float32)
-    fused.product(a_pack, b_pack, level, c, tile)
-    np.testing.assert_array_equal(bits(c[0]), bits(want))  # no flagged line here
+    want = dispatch.matmul(a, b, "IV", backend="cpu")
+    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda")
+    np.testing.assert_array_equal(bits(got), bits(want))
 
 
 @pytest.mark.parametrize("level", ["IV", "V", "T6"])
@@ -107,10 +101,20 @@ def test_k_beyond_one_int32_block_runs_the_class_sum_pipeline():
     from mixpert.runtime.combine import int32_k_block
 
     level = get_level("IV")
-    assert not fused.serves(level, int32_k_block(level) + K_ALIGN)
-    assert fused.serves(level, int32_k_block(level) // K_ALIGN * K_ALIGN)
+    assert not fused.serves(level, 64, 64, int32_k_block(level) + K_ALIGN)
+    assert fused.serves(level, 64, 64, int32_k_block(level) // K_ALIGN * K_ALIGN)
+
+
+def test_large_outputs_go_to_the_class_sum_pipeline_where_it_is_faster(monkeypatch):
+    level, side = get_level("IV"), fused.PIPELINE_MIN_SIDE
+    assert fused.serves(level, side - 1, side, K_ALIGN)  # small or thin: fused
+    assert fused.serves(level, 65536, 64, K_ALIGN)
+    assert not fused.serves(level, side, side, K_ALIGN)  # both sides large: cuBLAS's GEMMs
+    assert not fused.serves(get_level("V"), fused.PIPELINE_MIN_SIDE_MANY_PAIRS, side, K_ALIGN)
+    monkeypatch.setenv(fused.SWITCH, "always")
+    assert fused.serves(level, side, side, K_ALIGN)
 
 
 def test_the_switch_turns_it_off(monkeypatch):
     monkeypatch.setenv(fused.SWITCH, "0")
-    assert not fused.serves(get_level("IV"), K_ALIGN)
+    assert not fused.serves(get_level("IV"), 64, 64, K_ALIGN)
