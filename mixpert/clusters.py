@@ -5,6 +5,12 @@
 dask-cuda does too). Workers are spawned processes: a script that builds a cluster must not call
 into CUDA at import time (keep such code under ``if __name__ == "__main__":``), or each worker
 initialises CUDA before its pinning applies and every worker lands on GPU 0.
+``worker_devices(client)`` says which GPU each worker uses, asked from inside the workers.
+
+Operands every block needs (B of A @ B) are best made on, or copied to, every worker before
+the products: the scheduler runs a task where its largest inputs are. Dask's Active Memory
+Manager drops copies no waiting task needs within seconds (its ReduceReplicas policy), so
+``client.replicate`` needs ``client.amm.stop()`` first (benchmarks/dask_scaling.py does so).
 """
 
 from __future__ import annotations
@@ -49,3 +55,15 @@ def gpu_cluster(gpus: int | None = None, **worker_options: Any) -> Any:
     }
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
     return SpecCluster(workers=workers, scheduler=scheduler)
+
+
+def worker_devices(client: Any) -> dict[str, str]:
+    """Each worker's GPU, asked from inside the worker: address -> PCI bus id (distinct ids:
+    one GPU each)."""
+    return client.run(_pci_bus_id)
+
+
+def _pci_bus_id() -> str:
+    import cupy  # (in the worker, after its pinning)
+
+    return str(cupy.cuda.Device().pci_bus_id)
