@@ -115,7 +115,7 @@ def release_memory() -> None:
 
 def checksum(x: Any) -> int:
     """The float32 bits summed as integers: equal copies give equal sums."""
-    return int(x.view(np.uint32).astype(np.uint64).sum())
+    return int(x.view(np.uint32).sum(dtype=np.uint64))  # (no copy: B may be 40 GB)
 
 
 def key_checksum(key: Any, dask_worker: Any) -> int:
@@ -329,6 +329,17 @@ def placement_of(client: Any, parts: list[Share], pieces: list[Any]) -> dict[str
     return counts
 
 
+def first_block_error(client: Any, parts: list[Share], pieces: list[Any], b: Any) -> float:
+    """``block_error`` of C's first block, on the worker holding it."""
+    from distributed import futures_of
+
+    (fa,) = futures_of(parts[0].blocks[0])
+    first = pieces[0].__dask_keys__()[0][0]
+    fc = next(f for f in futures_of(pieces[0]) if f.key == first)
+    run = client.submit(block_error, fa, b, fc, workers=[parts[0].worker], pure=False)
+    return within(120, "error check", lambda: run.result())
+
+
 def estimate(flops: float, gpus: int, rate: float) -> float:
     return flops / (gpus * rate * 1e12) + 1.0
 
@@ -409,19 +420,7 @@ def bench_size(
             seconds, pieces = timed_product(client, parts, b, level, keep, max(120, 5 * guess))
             counts = placement_of(client, parts, pieces)
             placed = sum(counts.values()) == sum(len(p.blocks) for p in parts)
-            error = None
-            if keep:
-                (fa,) = futures_of(parts[0].blocks[0])
-                fc = next(
-                    f for f in futures_of(pieces[0]) if f.key == pieces[0].__dask_keys__()[0][0]
-                )
-                error = within(
-                    120,
-                    "error check",
-                    lambda fa=fa, fc=fc, w=parts[0].worker: client.submit(
-                        block_error, fa, b_future, fc, workers=[w], pure=False
-                    ).result(),
-                )
+            error = first_block_error(client, parts, pieces, b_future) if keep else None
             tflops = flops / seconds / 1e12
             row = {
                 "scaling": scaling,
