@@ -33,10 +33,8 @@ from .packs import PackedOperand
 SWITCH = "MIXPERT_FUSED"
 MIN_CAPABILITY = 80  # INT8 mma.sync (Ampere) or wgmma (Hopper) under Triton's tl.dot
 MAX_CLASSES = 4  # the kernel's INT32 accumulators: weight classes 0..3
-# Crossovers with the class-sum pipeline (``pipeline_wins``), measured on an H100 in one run
-# (benchmarks/results/NVIDIA-H100-80GB-HBM3/fused-anchors.md): level IV fused / pipeline 1.28x
-# at n = 2048, 1.16x at 3072, 0.95x at 4096, 0.87x at 8192 and 16384; V (10 pairs) 1.28x at
-# 2048, 0.90x at 3072.
+# Crossovers with the class-sum pipeline (``pipeline_wins``), measured on an H100 in one run:
+# benchmarks/results/NVIDIA-H100-80GB-HBM3/fused-anchors.md, columns "(fused)" and "(sums)".
 PIPELINE_MIN_SIDE = 4096
 MANY_PAIRS = 8
 PIPELINE_MIN_SIDE_MANY_PAIRS = 3072
