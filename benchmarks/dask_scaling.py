@@ -373,6 +373,11 @@ def bench_size(
     (b_future,) = futures_of(b)
     for level in levels:
         rate = results.plain[f"{n}/{level}"]["tflops"]
+        if deadline and time.perf_counter() - T0 > deadline:
+            say(f"skip n = {n} {level} on {g} GPU(s): past the deadline")
+            results.skipped.append({"gpus": g, "n": n, "m": 0, "level": level,
+                                    "scaling": "-", "why": "past the deadline"})  # fmt: skip
+            continue
         warm_rows = min(BLOCK_ROWS, n // most)  # the blocks' rows in every run
         runs = [
             client.submit(warm, b_future, warm_rows, level, workers=[w], pure=False)
