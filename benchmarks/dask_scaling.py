@@ -399,32 +399,15 @@ def bench_size(
         for scaling, m in plans:
             per_gpu = max(shares(m, g))
             keep = needed_bytes(n, per_gpu, level, workspace) <= free
+            run = {"gpus": g, "n": n, "m": m, "level": level, "scaling": scaling}
             if not keep and (g > 1 or needed_bytes(n, per_gpu, level, workspace, True) > free):
-                results.skipped.append(
-                    {
-                        "gpus": g,
-                        "n": n,
-                        "m": m,
-                        "level": level,
-                        "scaling": scaling,
-                        "why": "does not fit",
-                    }
-                )
+                results.skipped.append({**run, "why": "does not fit"})
                 say(f"skip {scaling} m = {m}: does not fit")
                 continue
             flops = 2.0 * m * n * n
             guess = estimate(flops, g, rate)
             if deadline and time.perf_counter() - T0 + guess > deadline:
-                results.skipped.append(
-                    {
-                        "gpus": g,
-                        "n": n,
-                        "m": m,
-                        "level": level,
-                        "scaling": scaling,
-                        "why": f"time (~{guess:.0f} s)",
-                    }
-                )
+                results.skipped.append({**run, "why": f"time (~{guess:.0f} s)"})
                 say(f"skip {scaling} m = {m}: ~{guess:.0f} s would pass the deadline")
                 continue
             parts = make_a(client, workers, m, n, resident=keep)
