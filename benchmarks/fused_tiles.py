@@ -1,4 +1,4 @@
-"""Which tile the fused INT8 kernel should use (``cuda.fused.TILES``), and how its products
+"""Which tile the fused INT8 kernel should use (``cuda.fused.TILE``), and how its products
 compare with the class-sum pipeline they replace: the same packs, timed as products alone
 (slice products and combine), in TOPS of slice products (2 m n k a product, ``pairs`` of them).
 

@@ -53,16 +53,14 @@ class Tile:
     group_m: int = 8
 
 
-# Chosen by measurement (benchmarks/fused_tiles.py; figures in
-# benchmarks/results/<gpu>/fused-tiles.json): four INT32 class accumulators of BM x BN a tile
-# leave room for 128 x 64 outputs at 8 warps; thin outputs take narrower tiles.
-TILES: dict[str, Tile] = {
-    "wide": Tile(128, 64, 128, 8, 3),
-    "thin": Tile(128, 32, 128, 4, 4),
-}
+# Chosen by measurement among the candidates of benchmarks/fused_tiles.py (square products on an
+# H100: benchmarks/results/NVIDIA-H100-80GB-HBM3/fused-tiles.log): four INT32 class accumulators
+# of BM x BN a tile leave room for 128 x 64 outputs at 8 warps.
+TILE = Tile(128, 64, 128, 8, 3)
 
 
 def mode() -> str:
+    """``SWITCH``'s value: "0", "always", or anything else for the default."""
     return os.environ.get(SWITCH, "1")
 
 
@@ -111,10 +109,6 @@ def pipeline_wins(level: Level, m: int, n: int) -> bool:
     return min(m, n) >= side
 
 
-def tile_for(n: int) -> Tile:
-    return TILES["thin"] if n <= TILES["thin"].bn else TILES["wide"]
-
-
 def product(
     a_pack: PackedOperand,
     b_pack: PackedOperand,
@@ -125,7 +119,7 @@ def product(
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices): every entry
     gets ``combine``'s value, flagged lines included (``sliced``'s bypass overwrites those)."""
     count, m, n = c.shape
-    tile = tile or tile_for(n)
+    tile = tile or TILE
     kernel = _kernel(level, b_pack.slots, tile, cp.cuda.Device().id)
     k_pad = a_pack.k_pad
     tiles = -(-m // tile.bm) * -(-n // tile.bn)
