@@ -39,6 +39,7 @@ def config() -> dict[str, Any]:
         "llvmlite": _version("llvmlite"),
         "networkx": _version("networkx"),
         "cupy packages": _cupy_packages(),
+        "triton": _version("triton"),
         "default level": get_default_level().name,
         "gpu": None,
     }
@@ -49,6 +50,9 @@ def config() -> dict[str, Any]:
         info["cuda driver"] = runtime.driverGetVersion()
         info["cuda runtime"] = runtime.runtimeGetVersion()
         info["gpu used"] = "yes: CuPy arrays run there, NumPy ones when the product is large"
+        from .runtime.cuda import fused
+
+        info["fused kernel"] = fused.status()
     else:
         info["gpu used"] = f"no: {device.unavailable_reason()}"
         if len(info["cupy packages"]) > 1:

@@ -100,6 +100,19 @@ def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
     )
 
 
+def status() -> str:
+    """One line for ``mixpert show-config``: whether the fused kernel runs here, and if not, why."""
+    if mode() == "0":
+        return f"off: {SWITCH}=0"
+    if not triton_installed():
+        return "off: Triton is not installed (the CUDA extras bring it)"
+    if _capability() < MIN_CAPABILITY:
+        return f"off: compute capability {_capability()} < {MIN_CAPABILITY}"
+    if mode() == "always":
+        return f"on wherever it can run ({SWITCH}=always)"
+    return "on where it beats the class-sum pipeline"
+
+
 def pipeline_wins(level: Level, m: int, n: int) -> bool:
     """Where cuBLAS's tuned INT8 GEMMs, class sums through memory and all, beat this kernel:
     outputs whose both sides reach PIPELINE_MIN_SIDE (lower for levels of many pairs). Below

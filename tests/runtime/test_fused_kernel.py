@@ -118,6 +118,10 @@ def test_large_outputs_go_to_the_class_sum_pipeline_where_it_is_faster(monkeypat
     assert fused.serves(level, side, side, K_ALIGN)
 
 
-def test_the_switch_turns_it_off(monkeypatch):
+def test_the_switch_turns_it_off_and_show_config_says_so(monkeypatch):
+    from mixpert.config import config
+
+    assert config()["fused kernel"].startswith("on where")
     monkeypatch.setenv(fused.SWITCH, "0")
     assert not fused.serves(get_level("IV"), 64, 64, K_ALIGN)
+    assert config()["fused kernel"] == f"off: {fused.SWITCH}=0"
