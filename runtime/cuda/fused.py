@@ -88,15 +88,25 @@ def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
     Triton installed, an Ampere or newer GPU, a triangle of pairs with at most MAX_CLASSES
     classes, k within one INT32 block (longer k runs the class-sum pipeline, which blocks k),
     and an output where it is the faster of the two (``pipeline_wins``)."""
+    switch = mode()
     return (
-        mode() != "0"
-        and level.kind == "int8"
+        switch != "0"
+        and _kernel_takes(level)
+        and k_pad <= int32_k_block(level)
+        and (switch == "always" or not pipeline_wins(level, m, n))
+    )
+
+
+@functools.cache
+def _kernel_takes(level: Level) -> bool:
+    """Triton installed, an Ampere or newer GPU, and a level of the kernel's form: INT8, a
+    triangle of pairs, at most MAX_CLASSES classes."""
+    return (
+        level.kind == "int8"
         and triton_installed()
         and _capability() >= MIN_CAPABILITY
         and len(level.groups) <= MAX_CLASSES
         and level.pairs == triangle(level.a_slices, level.b_slices, len(level.groups) - 1)
-        and k_pad <= int32_k_block(level)
-        and (mode() == "always" or not pipeline_wins(level, m, n))
     )
 
 
