@@ -53,12 +53,6 @@ class Crossovers:
     min_dim: int = _measured(3072, "gemm.md")
     large_min_dim: int = _measured(2048, "auto-crossovers.txt")
     large_min_work: int = _measured(64 * 1024**3, "auto-crossovers.txt")
-    # ... and where the fused INT8 kernel serves the product (small outputs, ``Gpu.fused_serves``)
-    # from fused_min_dim a side, or fused_large_min_dim with fused_large_min_work: no class sums
-    # through memory, one launch.
-    fused_min_dim: int = _measured(2304, "fused-crossovers.log")
-    fused_large_min_dim: int = _measured(1024, "fused-crossovers.log")
-    fused_large_min_work: int = _measured(16 * 1024**3, "fused-crossovers.log")
     # Stacks: fp32-ordered's small-stack kernel for pairs of at most ordered_max_dim a side,
     # its pairs kernel up to pairs_max_dim where it copies 16 bytes at a time (k, n % 4 == 0).
     ordered_max_dim: int = _measured(16, "batched.md")
@@ -176,8 +170,6 @@ class Gpu(Protocol):
 
     def free_bytes(self) -> int: ...
 
-    def fused_serves(self, level: Level, m: int, k: int, n: int) -> bool: ...
-
 
 def route(a: Any, b: Any, level: Level, backend: Backend, gpu: Callable[[], Gpu | None]) -> Route:
     """The route of a @ b (two matrices, or all pairs of two stacks) at ``level`` on
@@ -222,9 +214,7 @@ def on_gpu(m: int, k: int, n: int, count: int, form: Form, gpu: Gpu | None) -> R
     if form == "stack" and small_pairs_kernel_wins(m, k, n):
         return ORDERED_ON_GPU
     stack_wins = form == "stack" and stack_emulation_wins(m, k, n, count)
-    wins = stack_wins or emulation_wins(m, k, n)
-    wins = wins or (fused_emulation_wins(m, k, n) and _fused_serves(gpu, m, k, n))
-    if wins and _emulation_fits(gpu, m, k, n, count):
+    if (stack_wins or emulation_wins(m, k, n)) and _emulation_fits(gpu, m, k, n, count):
         return EMULATED_ON_GPU if form == "matrix" else EMULATED_STACK_ON_GPU
     if form != "matrix":
         return NATIVE_ON_GPU
@@ -258,15 +248,6 @@ def emulation_wins(m: int, k: int, n: int) -> bool:
     least = min(m, k, n)
     large = least >= c.large_min_dim and m * k * n >= c.large_min_work
     return least >= c.min_dim or large
-
-
-def fused_emulation_wins(m: int, k: int, n: int) -> bool:
-    """... where the fused INT8 kernel runs the product (``Gpu.fused_serves``), which wins
-    from smaller products on."""
-    c = CROSSOVERS
-    least = min(m, k, n)
-    large = least >= c.fused_large_min_dim and m * k * n >= c.fused_large_min_work
-    return least >= c.fused_min_dim or large
 
 
 def stack_emulation_wins(m: int, k: int, n: int, count: int) -> bool:
@@ -317,11 +298,6 @@ def _emulation_fits(gpu: Gpu | None, m: int, k: int, n: int, count: int) -> bool
     "auto" runs native float32, which needs none, rather than raise MemoryError. (No GPU, as
     when routing is asked about shapes alone: True.)"""
     return gpu is None or gpu.workspace_bytes(EMULATED, m, k, n, count) <= gpu.free_bytes()
-
-
-def _fused_serves(gpu: Gpu | None, m: int, k: int, n: int) -> bool:
-    """Whether the GPU runs level IV's m x k x n products in the fused kernel."""
-    return gpu is not None and gpu.fused_serves(EMULATED, m, k, n)
 
 
 def _blocks_supported(gpu: Gpu | None) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 from .. import pack_reuse, workspace
 from ..combine import int32_k_block
 from ..levels import Kind, Level
-from . import fused, iv_blocks
+from . import iv_blocks
 from .convert import as_float32
 from .fp32_ordered import ordered_product, thin_fits
 from .launch import free_bytes
@@ -41,7 +41,6 @@ __all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: 
     "blocks_supported",
     "contiguous_sgemm_stack",
     "free_bytes",
-    "fused_serves",
     "matmul",
     "matmul_stack",
     "ordered_product",
@@ -189,11 +188,6 @@ def rebalanced_k(a: Any, b: Any) -> int:
     """k-indices ``k_exponents`` moves or drops (brings one number to the host)."""
     f = k_exponents(unit_inner(as_float32(cp.asarray(a))), as_float32(cp.asarray(b)))
     return int(cp.count_nonzero(f[:-1]))
-
-
-def fused_serves(level: Level, m: int, k: int, n: int) -> bool:
-    """Whether ``level``'s m x k x n products run in the fused kernel here (``fused.serves``)."""
-    return fused.serves(level, m, n, padded(k))
 
 
 def blocks_supported() -> bool:

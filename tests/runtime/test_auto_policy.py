@@ -20,14 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 C = auto.CROSSOVERS
 
 
-def gpu(blocks: bool = True, thin: bool = True, free: int = 1 << 62, fused: bool = False) -> Any:
+def gpu(blocks: bool = True, thin: bool = True, free: int = 1 << 62) -> Any:
     """A stand-in for the CUDA backend's answers (``auto.Gpu``)."""
     return SimpleNamespace(
         blocks_supported=lambda: blocks,
         thin_fits=lambda k, n: thin,
         workspace_bytes=lambda level, m, k, n, count=1: 1000 * count,
         free_bytes=lambda: free,
-        fused_serves=lambda level, m, k, n: fused,
     )
 
 
@@ -75,25 +74,6 @@ IV, SGEMM, ORDERED, BLOCKS = (
 def test_the_route_on_each_side_of_a_crossover(m, k, n, expected) -> None:
     route = auto.on_gpu(m, k, n, 1, "matrix", gpu())
     assert route is expected  # "auto"'s routes are built once: no allocation a call
-
-
-FUSED_SIDE = C.fused_large_min_dim
-FUSED_LONG = C.fused_large_min_work // FUSED_SIDE**2  # just enough work
-
-
-@pytest.mark.parametrize(
-    ("m", "k", "n", "expected"),
-    [
-        (C.fused_min_dim, C.fused_min_dim, C.fused_min_dim, IV),
-        (C.fused_min_dim, C.fused_min_dim, C.fused_min_dim - 1, SGEMM),
-        (FUSED_SIDE, FUSED_LONG, FUSED_SIDE, IV),
-        (FUSED_SIDE, FUSED_LONG - 1, FUSED_SIDE, SGEMM),
-    ],
-)
-def test_emulation_starts_earlier_where_the_fused_kernel_runs_it(m, k, n, expected) -> None:
-    assert auto.on_gpu(m, k, n, 1, "matrix", gpu(fused=True)) is expected
-    assert auto.on_gpu(m, k, n, 1, "matrix", gpu(fused=False)) is SGEMM  # the class-sum rules
-    assert auto.on_gpu(m, k, n, 1, "matrix", None) is SGEMM  # shapes alone: no fused kernel
 
 
 def test_the_fallback_after_packing_travels_with_the_route() -> None:
