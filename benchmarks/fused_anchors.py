@@ -16,7 +16,6 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX beside Cu
 import cupy as cp
 
 from mixpert.bench import family_report
+from mixpert.bench.batched import BatchedRow as Row  # (batch, m, k, n) rows, as stacks have
 from mixpert.bench.gemm import measure_calls, method_cells, method_fn, summary
 from mixpert.runtime.cuda import fused
 from mixpert.testdata import gemmul8 as phi_matrix
@@ -44,21 +44,6 @@ QUICK = ((1, 2048, 2048, 2048), (1, 8192, 8192, 8192), (64, 1024, 1024, 1024))
 LEVELS = ("I", "II", "III", "T6", "IV", "V", "auto")
 COMPARED = ("IV", "V", "auto")
 JAX_PRESETS = ("BF16_BF16_F32_X3", "BF16_BF16_F32_X6", "BF16_BF16_F32_X9", "TF32_TF32_F32_X3")
-
-
-@dataclass(frozen=True)
-class Row:
-    gpu: str
-    batch: int
-    m: int
-    k: int
-    n: int
-    level: str
-    time_ms: float
-    ratio_to_sgemm: float
-    error: float
-    sgemm_error: float
-    routed_to: str
 
 
 FAMILY = family_report.Family(
