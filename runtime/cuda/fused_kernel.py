@@ -6,8 +6,9 @@ tensor cores (wgmma on Hopper, mma.sync on Ampere), the class sums S_g in INT32 
 The operands are the packs of ``packs`` (lines, slots, k_pad), k contiguous for both, as the
 INT8 tensor cores want them (line stride ``ld``); B's slices are stored in reverse, slice j in
 slot B_SLOTS - 1 - j. A level here is a triangle: A slices 0..A_SLICES-1, B slices
-0..B_SLICES-1, pairs (i, j) with i + j <= MAX_SUM (every INT8 rung of the ladder). The k loop needs no blocking: the caller keeps k_pad within
-``combine.int32_k_block``, where no class sum can leave INT32.
+0..B_SLICES-1, pairs (i, j) with i + j <= MAX_SUM (every INT8 rung of the ladder). The k loop
+needs no blocking: the caller keeps k_pad within ``combine.int32_k_block``, where no class sum
+can leave INT32.
 """
 
 from __future__ import annotations
