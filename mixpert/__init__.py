@@ -5,24 +5,38 @@ from .config import show_config
 from .execution import record_calls as record
 from .inspection import inspect
 from .jit import jit
+from .passes.check_llvm import UnseenGemmWarning
+from .passes.dataflow import DuplicateOpIdError
 from .passes.native_sites import NotEmulatedWarning
 from .passes.numpy_products import ProductTypingError
-from .plans.lookup import MissingPlanError
-from .plans.plan import Plan, StalePlanError
+from .plans.files import PlanFileError
+from .plans.lookup import DegenerateTuningDataWarning, MissingPlanError
+from .plans.plan import Plan, PlanCoverageWarning, PlanMismatchError, StalePlanError
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
 from .runtime.precision import default_level, get_default_level, set_default_level
+from .tuner import NativeOnCpuWarning, TolUnreachableWarning
+from .tuning.copies import UncopyableArgumentError
 
 __all__ = [
     "DEFAULT_LEVEL",
     "LADDER",
     "LEVELS",
     "NATIVE_LEVEL",
+    "DegenerateTuningDataWarning",
+    "DuplicateOpIdError",
     "Level",
     "MissingPlanError",
+    "NativeOnCpuWarning",
     "NotEmulatedWarning",
     "Plan",
+    "PlanCoverageWarning",
+    "PlanFileError",
+    "PlanMismatchError",
     "ProductTypingError",
     "StalePlanError",
+    "TolUnreachableWarning",
+    "UnseenGemmWarning",
+    "UncopyableArgumentError",
     "default_level",
     "get_default_level",
     "get_level",

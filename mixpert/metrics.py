@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .runtime import device
+from .tuning.copies import float64_copies
 
 
 def float_leaves(value: Any) -> list[Any]:
@@ -51,26 +52,6 @@ def ratio_of_sums(num: float, den: float) -> float:
 def relative_error(c: Any, reference: Any) -> float:
     """MixPert Eq. 10 for one product: ||C - C64||_F / ||C64||_F (inf if C is not finite)."""
     return output_error(c, reference)
-
-
-def is_array(a: Any) -> bool:
-    return hasattr(a, "dtype") and hasattr(a, "shape") and hasattr(a, "copy")
-
-
-def is_float_array(a: Any) -> bool:
-    return is_array(a) and np.issubdtype(a.dtype, np.floating)
-
-
-def copies(args: Sequence[Any]) -> tuple[Any, ...]:
-    """The arguments with every array copied (on its own device): a run may write into them."""
-    return tuple(a.copy() if is_array(a) else a for a in args)
-
-
-def float64_copies(args: Sequence[Any]) -> tuple[Any, ...]:
-    """``copies``, with the floating-point arrays as float64."""
-    return tuple(
-        a.astype(np.float64) if is_float_array(a) else a.copy() if is_array(a) else a for a in args
-    )
 
 
 def reference_outputs(py_func: Callable[..., Any], args: Sequence[Any]) -> Any:

@@ -89,11 +89,12 @@ from .error_model import (
 )
 from .execution import record_calls
 from .execution.product_samples import ProductSample
-from .metrics import copies, float64_copies, is_float_array, output_error
+from .metrics import output_error
 from .plans.plan import OpReport, Plan, function_identity, op_sources, op_table_hash, signature_of
 from .runtime import device
 from .runtime.levels import AUTO, LADDER, NATIVE_LEVEL, Level, get_level
 from .timing import best_time, synchronizer_for
+from .tuning.copies import copies, float64_copies, float_array_leaves, parameter_names
 
 INT8_RATE = 1.4e15  # ops/s of one INT8 GEMM on the H100 (see module docstring)
 DEFAULT_TOL = 1e-6  # ``mixpert.tune`` without tol: about cuBLAS SGEMM's own error at n = 4096
@@ -228,19 +229,26 @@ class Profiler:
     samples: dict[str, list[ProductSample]] = field(default_factory=dict)  # from the first run
     models: dict[tuple[str, str], float] = field(default_factory=dict)
 
-    written: tuple[int, ...] = ()  # arguments the function writes into: outputs too
+    # the float arrays the function writes into (``float_array_leaves`` of the arguments,
+    # nested ones included): their final contents are outputs too
+    written: tuple[int, ...] = ()
+    names: tuple[str, ...] = field(default=(), init=False)  # the parameters', for refusals
 
     def __post_init__(self) -> None:
+        self.names = parameter_names(self.func.py_func)
         if self.reference is not None:  # given: a held-out input's, kept from an earlier run
             return
-        reference_args = float64_copies(self.args)
+        reference_args = float64_copies(self.args, self.names)
         result = self.func.py_func(*reference_args)
+        given, ran = float_array_leaves(self.args), float_array_leaves(reference_args)
         self.written = tuple(
-            i
-            for i, (given, ran) in enumerate(zip(self.args, reference_args, strict=True))
-            if is_float_array(given) and not _same_values(given, ran)
+            i for i, (g, r) in enumerate(zip(given, ran, strict=True)) if not _same_values(g, r)
         )
-        self.reference = (result, *(reference_args[i] for i in self.written))
+        self.reference = (result, *(ran[i] for i in self.written))
+
+    def copied_args(self) -> tuple[Any, ...]:
+        """Deep copies of the arguments for one run: the caller's objects are never run on."""
+        return copies(self.args, self.names)
 
     def trial(self, levels: Mapping[str, str]) -> Trial:
         key = tuple(sorted(levels.items()))
@@ -248,10 +256,11 @@ class Profiler:
             return self.trials[key]
         if self.budget is not None and self.runs >= self.budget:
             raise BudgetExhausted
-        args = copies(self.args)  # the caller's arrays are never written by a profiling run
+        args = self.copied_args()
         with record_calls(samples=True) as calls:
             result = self.func.with_plan(dict(levels))(*args)
-        outputs = (result, *(args[i] for i in self.written))
+        leaves = float_array_leaves(args)
+        outputs = (result, *(leaves[i] for i in self.written))
         self.runs += 1
         if not self.flops:  # shapes do not depend on levels: learn them from the first run
             for call in calls:
@@ -289,7 +298,7 @@ class Profiler:
         compiles kernels and fills caches); two profiling runs."""
         for _ in range(2):
             with record_calls() as calls:
-                self.func.with_plan(dict(levels))(*copies(self.args))
+                self.func.with_plan(dict(levels))(*self.copied_args())
             self.runs += 1
         seconds: dict[str, float] = {}
         for call in calls:
@@ -696,7 +705,7 @@ def _plan_of(
         sync = synchronizer_for(args)  # CuPy calls return before the GPU is done
         fp32 = jitted.with_plan(dict.fromkeys(result.levels, BASELINE_LEVEL))
         tuned = jitted.with_plan(result.levels)
-        scratch = copies(args)  # timed calls may write into their arguments
+        scratch = copies(args, parameter_names(jitted.py_func))  # timed calls may write
         measured = best_time(lambda: fp32(*scratch), sync, 3) / best_time(
             lambda: tuned(*scratch), sync, 3
         )

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .metrics import is_float_array
+from .tuning.copies import is_float_array
 from .plans.plan import signature_of
 from .runtime import device
 

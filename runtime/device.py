@@ -51,7 +51,10 @@ def array_module(x: Any) -> Any:
 
 
 def to_host(x: Any) -> np.ndarray:
-    """A NumPy array of ``x`` (CuPy arrays copied from their GPU; NumPy ones as they are)."""
+    """A NumPy array of ``x`` (CuPy arrays copied from their GPU, Dask arrays computed;
+    NumPy ones as they are)."""
+    if is_dask_array(x):
+        x = x.compute()
     return np.asarray(x.get() if is_cupy_array(x) else x)
 
 

@@ -38,7 +38,7 @@ class ProductSample:
     @classmethod
     def take(cls, a: Any, b: Any, out: Any) -> ProductSample | None:
         """A sample of ``out = a @ b`` (2-D, or the first pair of two stacks); None where the
-        operands are not NumPy or CuPy float arrays or the product is empty."""
+        operands are not arrays (NumPy, CuPy, Dask) or the product is empty."""
         if not all(hasattr(x, "ndim") and hasattr(x, "dtype") for x in (a, b, out)):
             return None
         if a.ndim == 3:
@@ -48,7 +48,7 @@ class ProductSample:
         k = a.shape[1]
         lines = max(1, min(MAX_LINES, MAX_ENTRIES // k))
         rows, cols = _spread(a.shape[0], lines), _spread(b.shape[1], lines)
-        take = (lambda x, i: x[i]) if isinstance(a, np.ndarray) else _device_take
+        take = _device_take if device.is_cupy_array(a) else lambda x, i: x[i]  # Dask's too
         a_rows = device.to_host(take(a, rows)).astype(np.float32)
         b_cols = device.to_host(take(b.T, cols)).astype(np.float32).T
         block = device.to_host(take(take(out, rows).T, cols)).T.astype(np.float32)
