@@ -12,7 +12,9 @@ from .passes.numpy_products import ProductTypingError
 from .plans.files import PlanFileError
 from .plans.lookup import DegenerateTuningDataWarning, MissingPlanError
 from .plans.plan import Plan, PlanCoverageWarning, PlanMismatchError, StalePlanError
+from .runtime.dispatch import clear_cache
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
+from .runtime.matmul_plan import MatmulPlan
 from .runtime.precision import default_level, get_default_level, set_default_level
 from .tuner import NativeOnCpuWarning, TolUnreachableWarning
 from .tuning.copies import UncopyableArgumentError
@@ -25,6 +27,7 @@ __all__ = [
     "DegenerateTuningDataWarning",
     "DuplicateOpIdError",
     "Level",
+    "MatmulPlan",
     "MissingPlanError",
     "NativeOnCpuWarning",
     "NotEmulatedWarning",
@@ -37,6 +40,7 @@ __all__ = [
     "TolUnreachableWarning",
     "UnseenGemmWarning",
     "UncopyableArgumentError",
+    "clear_cache",
     "default_level",
     "get_default_level",
     "get_level",

@@ -1,6 +1,7 @@
-"""``matmul``: checks one product, routes it once (``auto``) and runs the route on a backend.
+"""``np_matmul_at_level``: checks one product, routes it once (``auto``) and runs the route on a
+backend.
 
-The backends (``cpu``, ``cuda``) each take ``matmul(a, b, level)`` with a concrete level;
+The backends (``cpu``, ``cuda``) each take ``product_at_level(a, b, level)`` with a concrete level;
 ``auto.route`` decides which one runs and, for the "auto" policy, which level. ``run`` carries
 out a route, so a caller that has routed a call (the execution hook) does not route it again.
 """
@@ -35,7 +36,7 @@ from .validation import Backend, check_backend, check_operand, check_pair
 _FLOAT32 = np.dtype(np.float32)
 
 
-def matmul(
+def np_matmul_at_level(
     a: Any,
     b: Any,
     level: str | Level | None = None,
@@ -58,7 +59,7 @@ def matmul(
     def emulated(x: Any, y: Any) -> Any:
         return product(x, y, level, backend, keep, on_native)
 
-    return numpy_meaning.matmul(a, b, out, emulated, **ufunc_kwargs)
+    return numpy_meaning.with_numpy_semantics(a, b, out, emulated, **ufunc_kwargs)
 
 
 def product(
@@ -69,11 +70,13 @@ def product(
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
     on_native: Callable[[], None] | None = None,
 ) -> Any:
-    """``matmul`` at a level already parsed: each product is routed once, here (Dask operands:
-    each chunk; stacks: each folded product, or the stack as one call)."""
+    """``np_matmul_at_level`` at a level already parsed: each product is routed once, here
+    (Dask operands: each chunk; stacks: each folded product, or the stack as one call)."""
     if device.is_dask_array(a) or device.is_dask_array(b):  # per chunk, on the chunk's backend
         chunk_backend = "auto" if backend == DASK else backend
-        return dask_products.matmul(a, b, lambda x, y: product(x, y, level, chunk_backend))
+        return dask_products.blockwise_product(
+            a, b, lambda x, y: product(x, y, level, chunk_backend)
+        )
     if getattr(a, "ndim", 2) != 2 or getattr(b, "ndim", 2) != 2:  # vectors and stacks
         check_backend(backend)
         if backend != "cpu":
@@ -81,12 +84,15 @@ def product(
             if routed is not None:
                 return routed
         each = _stack_product(level, backend)
-        return batched.matmul(a, b, lambda x, y: product(x, y, level, backend), each)
+        return batched.broadcast_products(a, b, lambda x, y: product(x, y, level, backend), each)
     if level.kind == "policy" and backend == "auto":
         shape = _cupy_float32_matrices(a, b)
         if shape is not None:  # the hot path: at n = 128 a whole SGEMM call takes ~35 us
             chosen = auto.on_gpu(*shape, 1, "matrix", _gpu())
             return _on_gpu(a, b, chosen, keep, on_native, plain=True)
+    replayed = _replayed(a, b, level, keep) if backend != "cpu" else None
+    if replayed is not None:
+        return replayed
     return run(a, b, route(a, b, level, backend), keep, on_native)
 
 
@@ -96,7 +102,7 @@ def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> Rout
     requested = get_level(level)  # unknown names fail before anything else
     if getattr(a, "ndim", 2) == 2 and getattr(b, "ndim", 2) == 2:
         check_pair(a, b)
-    else:  # two stacks (s, m, k) and (s, k, n): batched.matmul has checked their shapes
+    else:  # two stacks (s, m, k) and (s, k, n): batched.broadcast_products has checked their shapes
         check_operand("a", a, matrix=False)
         check_operand("b", b, matrix=False)
     check_backend(backend)
@@ -119,7 +125,7 @@ def run(
     """a @ b as ``routed`` (this call's ``route``) says: two matrices, or all pairs of two
     float32 stacks (s, m, k) and (s, k, n) (Dask operands: each chunk routes itself)."""
     if routed.backend == DASK:
-        return dask_products.matmul(a, b, lambda x, y: product(x, y, routed.level))
+        return dask_products.blockwise_product(a, b, lambda x, y: product(x, y, routed.level))
     if a.ndim != 2 or b.ndim != 2:
         if routed.backend == "cuda" and _contiguous_cupy_stacks(a, b):
             return _contiguous_stack(a, b, routed.level)
@@ -128,7 +134,7 @@ def run(
         return _on_gpu(a, b, routed, keep, on_native)
     if device.is_cupy_array(a) or device.is_cupy_array(b):
         raise TypeError("backend='cpu' takes NumPy arrays; got a CuPy array (call .get() first)")
-    return cpu.matmul(np.asarray(a), np.asarray(b), routed.level, keep)
+    return cpu.product_at_level(np.asarray(a), np.asarray(b), routed.level, keep)
 
 
 def _on_gpu(
@@ -140,18 +146,34 @@ def _on_gpu(
     plain: bool = False,
 ) -> Any:
     """Two matrices on the CUDA backend; ``plain``: float32 CuPy matrices of matching k, which
-    cuBLAS SGEMM and fp32-ordered take straight away (skipping ``cuda.backend.matmul``'s checks)."""
+    cuBLAS SGEMM and fp32-ordered take straight away (skipping
+    ``cuda.backend.product_at_level``'s checks)."""
     kind = routed.level.kind
     if plain and kind == "fp32":
         return device.cupy_module().matmul(a, b)
     if plain and kind == "ordered":  # (auto takes it only where m, k, n > 0)
         return _cuda().ordered_product(a, b)
-    return _cuda().matmul(a, b, routed.level, keep, routed.fallback, on_native)
+    replayed = _replayed(a, b, routed.level, keep) if routed.fallback is None else None
+    if replayed is not None:
+        return replayed
+    return _cuda().product_at_level(a, b, routed.level, keep, routed.fallback, on_native)
+
+
+def _replayed(a: Any, b: Any, level: Level, keep: pack_reuse.Keep) -> Any | None:
+    """a @ b at an INT8 level for float32 CuPy matrices, replayed as one CUDA graph from the
+    plan cache (``cuda.backend.captured_product``); None where that does not serve, and the
+    product runs uncaptured: the same kernels, the same bits."""
+    if level.kind != "int8" or keep != pack_reuse.KEEP_NOTHING:
+        return None
+    shape = _cupy_float32_matrices(a, b)
+    if shape is None or 0 in shape:
+        return None
+    return _cuda().captured_product(a, b, level)
 
 
 def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:
-    """``batched.matmul``'s ``stack_product``: all pairs of two float32 stacks (s, m, k) and
-    (s, k, n) in one call, routed as one (``auto`` reads the stack's shape)."""
+    """``batched.broadcast_products``'s ``stack_product``: all pairs of two float32 stacks
+    (s, m, k) and (s, k, n) in one call, routed as one (``auto`` reads the stack's shape)."""
 
     def stack_product(x: Any, y: Any) -> Any:
         return _run_stack(x, y, route(x, y, level, backend))
@@ -163,7 +185,7 @@ def _run_stack(a: Any, b: Any, routed: Route) -> Any:
     """All pairs of two float32 stacks (s, m, k) and (s, k, n) as ``routed`` says: the CUDA
     stack path, or on the CPU the whole-stack INT8 and in-order products, else pair by pair."""
     if routed.backend == "cuda":
-        return _cuda().matmul_stack(a, b, routed.level)
+        return _cuda().stack_product_at_level(a, b, routed.level)
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if routed.level.kind == "int8":
             return cpu.int8_product_stack(a, b, routed.level)
@@ -220,11 +242,11 @@ def _gpu_stack_fast_path(a: Any, b: Any, level: Level) -> Any | None:
 def _contiguous_stack(a: Any, b: Any, level: Level) -> Any:
     """The pairs of two stacks ``_contiguous_cupy_stacks`` takes, (s, m, k) @ (s, k, n)."""
     cuda = _cuda()
-    if level.kind == "fp32":  # checked: what matmul_stack would check again
+    if level.kind == "fp32":  # checked: what stack_product_at_level would check again
         return cuda.contiguous_sgemm_stack(a, b)
     if level.kind == "ordered":  # (no workspace beyond the result)
         return cuda.ordered_product(a, b)
-    return cuda.matmul_stack(a, b, level)
+    return cuda.stack_product_at_level(a, b, level)
 
 
 @functools.cache
@@ -239,6 +261,12 @@ def _cuda() -> ModuleType:
 def _gpu() -> auto.Gpu | None:
     """The GPU ``auto``'s rules ask (the CUDA backend), or None where none is usable."""
     return _cuda() if device.gpu_available() else None  # type: ignore[return-value]
+
+
+def clear_cache() -> None:
+    """Releases the execution plans kept for repeated products (their device memory)."""
+    if device.gpu_available():
+        _cuda().clear_plans()
 
 
 def rebalanced_k(a: Any, b: Any, level: str | Level) -> int:

@@ -1,12 +1,13 @@
-"""The CUDA backend's entry points, as the dispatcher calls them: ``matmul`` and ``matmul_stack``
-at a concrete level, each level kind through one table of products (``PRODUCTS``; whole stacks
-in one call: ``STACK_PRODUCTS``), and the workspace checked before anything is allocated; what
-inspection asks (``unresolved_lines``, ``rebalanced_k``) and the dispatcher's questions about
-the GPU. The products themselves are the package's other modules': ``sliced`` (INT8 and FP16
-slices), ``iv_blocks``, ``fp32_ordered`` and ``native``."""
+"""The CUDA backend's entry points, as the dispatcher calls them: ``product_at_level`` and
+``stack_product_at_level`` at a concrete level, each level kind through one table of products
+(``PRODUCTS``; whole stacks in one call: ``STACK_PRODUCTS``), and the workspace checked before
+anything is allocated; what inspection asks (``unresolved_lines``, ``rebalanced_k``) and the
+dispatcher's questions about the GPU. The products themselves are the package's other modules':
+``sliced`` (INT8 and FP16 slices), ``iv_blocks``, ``fp32_ordered`` and ``native``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -16,7 +17,9 @@ import numpy as np
 from .. import pack_reuse, workspace
 from ..combine import int32_k_block
 from ..levels import Kind, Level
+from ..plan_cache import PlanCache
 from . import iv_blocks
+from .captured import CapturedProduct, capturable
 from .convert import as_float32
 from .fp32_ordered import ordered_product, thin_fits
 from .launch import free_bytes
@@ -39,12 +42,14 @@ __all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: 
     "STACK_PRODUCTS",
     "Call",
     "blocks_supported",
+    "captured_product",
+    "clear_plans",
     "contiguous_sgemm_stack",
     "free_bytes",
-    "matmul",
-    "matmul_stack",
     "ordered_product",
+    "product_at_level",
     "rebalanced_k",
+    "stack_product_at_level",
     "thin_fits",
     "unresolved_lines",
     "workspace_bytes",
@@ -104,7 +109,7 @@ STACK_PRODUCTS: dict[Kind, Callable[[cp.ndarray, cp.ndarray, Level], cp.ndarray]
 }
 
 
-def matmul(
+def product_at_level(
     a: Any,
     b: Any,
     level: Level,
@@ -135,9 +140,10 @@ def matmul(
     return cp.asnumpy(c) if host else c
 
 
-def matmul_stack(a: Any, b: Any, level: Level) -> Any:
-    """``matmul`` of each pair of two stacks (s, m, k) and (s, k, n), as one stack: the whole
-    stack in a few launches where the level's kind has a stack product, else pair by pair."""
+def stack_product_at_level(a: Any, b: Any, level: Level) -> Any:
+    """``product_at_level`` of each pair of two stacks (s, m, k) and (s, k, n), as one stack:
+    the whole stack in a few launches where the level's kind has a stack product, else pair by
+    pair."""
     a_dev, b_dev = isinstance(a, cp.ndarray), isinstance(b, cp.ndarray)
     host = not (a_dev or b_dev)
     if not (a_dev and b_dev and a.dtype == _FLOAT32 and b.dtype == _FLOAT32):
@@ -150,7 +156,7 @@ def matmul_stack(a: Any, b: Any, level: Level) -> Any:
         _check_workspace(level, m, k, n, count)
         c = STACK_PRODUCTS[level.kind](a, b, level)
     else:
-        c = cp.stack([matmul(a[i], b[i], level) for i in range(count)])
+        c = cp.stack([product_at_level(a[i], b[i], level) for i in range(count)])
     return cp.asnumpy(c) if host else c
 
 
@@ -193,3 +199,37 @@ def rebalanced_k(a: Any, b: Any) -> int:
 def blocks_supported() -> bool:
     """Whether the current GPU runs level IV-blocks's kernels (INT8 mma.sync)."""
     return iv_blocks.supported(cp.cuda.Device().id)
+
+
+_log = logging.getLogger("mixpert")
+_plans: dict[int, PlanCache] = {}  # device -> its plans
+
+
+def captured_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray | None:
+    """a @ b for float32 CuPy matrices with m, k, n > 0, replayed from the graph of the plan
+    cache's ``CapturedProduct`` for this signature (device, stream, shape, level); None where
+    none serves (another level kind, operands on another device, the cache off or full, a
+    product that cannot be captured here): the caller runs it uncaptured, with the same bits."""
+    device = cp.cuda.runtime.getDevice()
+    if not capturable(level) or a.data.device_id != device or b.data.device_id != device:
+        return None
+    cache = _plans.get(device) or _plans.setdefault(device, PlanCache())
+    (m, k), n = a.shape, b.shape[1]
+    key = (cp.cuda.get_current_stream().ptr, m, k, n, level)
+    plan = cache.get(key, lambda: _captured(m, k, n, level))
+    return None if plan is None else plan(a, b)
+
+
+def _captured(m: int, k: int, n: int, level: Level) -> CapturedProduct | None:
+    try:
+        _check_workspace(level, m, k, n)
+        return CapturedProduct(m, k, n, level)
+    except Exception as error:  # (the product then runs uncaptured: slower, same bits)
+        _log.debug("level %s, %d x %d x %d: not captured (%s)", level.name, m, k, n, error)
+        return None
+
+
+def clear_plans() -> None:
+    """Releases every device's execution plans (``mixpert.clear_cache``)."""
+    for cache in _plans.values():
+        cache.clear()

@@ -112,6 +112,9 @@ class _LtPlan:
 
 # (device, shape, pointer alignments) -> plan; None: cublasGemmEx
 _chosen: dict[tuple[int, Gemm, tuple[int, int, int]], _LtPlan | None] = {}
+_UNTIMED = _LtPlan(ctypes.c_void_p(), (ctypes.c_void_p(),) * 3, _Algo(), 0)  # (a marker)
+# ... -> cuBLASLt's first candidate, for GEMMs under capture
+_first: dict[tuple[int, Gemm, tuple[int, int, int]], _LtPlan] = {}
 
 
 def gemm(
@@ -125,16 +128,34 @@ def gemm(
     alignments = (_alignment(a_ptr), _alignment(b_ptr), _alignment(c_ptr))
     device = cp.cuda.runtime.getDevice()
     key = (device, shape, alignments)
-    if key not in _chosen:
-        if accumulate or os.environ.get("MIXPERT_INT8_GEMM") == "cublas" or _lt() is None:
-            gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)  # timing would clobber C's sums
+    plan = _chosen.get(key, _UNTIMED)
+    if plan is _UNTIMED or plan is None:
+        if cp.cuda.get_current_stream().is_capturing():
+            # no timing under capture, and CuPy's cuBLAS refuses it: cuBLASLt's first choice
+            # (the sums are exact, so any algorithm gives the same bits)
+            _lt_matmul(_first_candidate(shape, alignments), a_ptr, b_ptr, c_ptr, accumulate, device)
             return
-        _chosen[key] = _fastest(shape, alignments, a_ptr, b_ptr, c_ptr)
-    plan = _chosen[key]
+        if plan is _UNTIMED:
+            if accumulate or os.environ.get("MIXPERT_INT8_GEMM") == "cublas" or _lt() is None:
+                gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)  # timing would clobber C's sums
+                return
+            plan = _chosen[key] = _fastest(shape, alignments, a_ptr, b_ptr, c_ptr)
     if plan is None:
         gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)
     else:
         _lt_matmul(plan, a_ptr, b_ptr, c_ptr, accumulate, device)
+
+
+def _first_candidate(shape: Gemm, alignments: tuple[int, int, int]) -> _LtPlan:
+    key = (cp.cuda.runtime.getDevice(), shape, alignments)
+    if key not in _first:
+        if _lt() is None:
+            raise RuntimeError("cuBLASLt not found: INT8 GEMMs cannot be captured in a graph")
+        plans = _candidates(shape, alignments)[2]
+        if not plans:
+            raise RuntimeError(f"cuBLASLt offers no algorithm for the INT8 GEMM {shape}")
+        _first[key] = plans[0]
+    return _first[key]
 
 
 def chosen_algorithms() -> dict[Gemm, str]:

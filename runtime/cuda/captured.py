@@ -1,0 +1,97 @@
+"""One INT8 product captured once as a CUDA graph and replayed: the host cost of a call is a few
+driver calls, whatever the level.
+
+A ``CapturedProduct`` is made for one signature (m, k, n, level, device, stream). It owns the
+operand and output buffers and a memory pool of its own, runs the product once on them
+uncaptured (so every first-use cost, kernel builds, the INT8 GEMMs' algorithm choice and the
+pool's blocks, is paid outside the capture), then captures the same call into a graph. A call
+copies the operands into the buffers, replays the graph and copies the output into a new array,
+all on the stream, with no host synchronisation. The graph runs the very kernels the direct call
+runs, on the same data, so its bits are the direct call's.
+
+The pool is the plan's alone: the addresses the graph baked in stay the plan's until
+``release``, and nothing else allocates from it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import cupy as cp
+import numpy as np
+
+from ..levels import Level
+from . import sliced
+
+_FLOAT32 = np.dtype(np.float32)
+_DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+
+
+def capturable(level: Level) -> bool:
+    """Levels whose product runs as one graph: the INT8 ones (their GEMMs are exact, so the
+    algorithm chosen under capture changes no bit; an FP16 GEMM's sums depend on it)."""
+    return level.kind == "int8"
+
+
+class CapturedProduct:
+    """(m x k) @ (k x n) at ``level`` on the current device and stream, as one graph."""
+
+    def __init__(self, m: int, k: int, n: int, level: Level) -> None:
+        self.shape, self.level = (m, k, n), level
+        self.device = cp.cuda.Device().id
+        self.stream = cp.cuda.get_current_stream()  # where calls replay it
+        self._pool = cp.cuda.MemoryPool()
+        self._lock = threading.Lock()  # one caller at a time fills the buffers and replays
+        capture = cp.cuda.Stream(non_blocking=True)  # (the legacy default stream cannot capture)
+        self.stream.synchronize()
+        with cp.cuda.using_allocator(self._pool.malloc), capture:
+            self.a = cp.ones((m, k), dtype=cp.float32)  # finite: no line takes the bypass
+            self.b = cp.ones((k, n), dtype=cp.float32)
+            sliced.int8_product(self.a, self.b, level)  # first-use costs, outside the capture
+            capture.begin_capture()
+            try:
+                self.c = sliced.int8_product(self.a, self.b, level)
+            finally:
+                self._graph = capture.end_capture()
+            capture.synchronize()
+        self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
+
+    def __call__(self, a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
+        """a @ b (CuPy matrices of the plan's shape) as a new array; None once released (the
+        caller runs the product uncaptured: the same bits)."""
+        c = cp.empty((self.shape[0], self.shape[2]), dtype=cp.float32)  # the caller's pool
+        with self._lock:
+            if self._graph is None:
+                return None
+            _fill(self.a, a, self.stream)
+            _fill(self.b, b, self.stream)
+            self._graph.launch(self.stream)
+            _copy(c, self.c, self.stream)
+        return c
+
+    def release(self) -> None:
+        """Frees the graph and the plan's memory once the stream has run what it queued (a
+        call enqueueing meanwhile finishes first)."""
+        with self._lock:
+            if self._graph is None:
+                return
+            self.stream.synchronize()
+            self._graph = None
+            self.a = self.b = self.c = None  # type: ignore[assignment]
+            self._pool.free_all_blocks()
+
+
+def _fill(buffer: cp.ndarray, x: cp.ndarray, stream: cp.cuda.Stream) -> None:
+    """The operand ``x`` into the plan's C-contiguous ``buffer``: one copy of its bytes where
+    it is C-contiguous float32, else CuPy's strided copy (views, offsets, other layouts)."""
+    if x.flags.c_contiguous and x.dtype == _FLOAT32:
+        _copy(buffer, x, stream)
+    else:
+        with stream:
+            buffer[...] = x
+
+
+def _copy(dst: cp.ndarray, src: cp.ndarray, stream: cp.cuda.Stream) -> None:
+    cp.cuda.runtime.memcpyAsync(
+        dst.data.ptr, src.data.ptr, dst.nbytes, _DEVICE_TO_DEVICE, stream.ptr
+    )

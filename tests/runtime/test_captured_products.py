@@ -1,0 +1,184 @@
+"""Products replayed from a CUDA graph (the plan cache, ``MatmulPlan``) give the uncached path's
+bits and the CPU oracle's, whatever the operands' layout, address, stream or thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import mixpert
+from mixpert.runtime import plan_cache
+
+pytestmark = pytest.mark.gpu
+INT8_LEVELS = ["I", "T6", "IV", "V"]
+
+
+def _operands(m: int, k: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) * np.exp(rng.standard_normal((m, 1)))).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return a, b
+
+
+def _uncached(a, b, level: str, monkeypatch: pytest.MonkeyPatch):
+    with monkeypatch.context() as patch:
+        patch.setenv(plan_cache.SWITCH, "0")
+        return mixpert.matmul(a, b, level=level)
+
+
+def _same_bits(x, y) -> bool:
+    import cupy
+
+    x, y = cupy.asarray(x), cupy.asarray(y)
+    return x.shape == y.shape and bool(cupy.array_equal(x.view(cupy.uint32), y.view(cupy.uint32)))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    mixpert.clear_cache()
+    yield
+    mixpert.clear_cache()
+
+
+@pytest.mark.parametrize("level", INT8_LEVELS)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (33, 17, 65), (130, 300, 97), (256, 1024, 256)])
+def test_replayed_bits_equal_the_oracle_and_the_uncached_path(level, shape, monkeypatch) -> None:
+    import cupy
+
+    for seed in range(3):  # new data at new addresses each call: the graph's copies take them
+        a, b = _operands(*shape, seed)
+        a_gpu, b_gpu = cupy.asarray(a), cupy.asarray(b)
+        replayed = mixpert.matmul(a_gpu, b_gpu, level=level)
+        assert _same_bits(replayed, _uncached(a_gpu, b_gpu, level, monkeypatch))
+        assert _same_bits(replayed, mixpert.matmul(a, b, level=level, backend="cpu"))
+
+
+def test_views_offsets_and_special_values(monkeypatch) -> None:
+    import cupy
+
+    a, b = _operands(96, 200, 80, 7)
+    a[3, 5], a[10] = np.nan, 3e38  # a NaN line and a line only the bypass resolves
+    b[:, 4] *= 2.0**-130  # subnormal products
+    big_a, big_b = cupy.asarray(np.pad(a, 3)), cupy.asarray(np.asfortranarray(b))
+    views = (big_a[3:-3, 3:-3], big_b)  # an offset view and a column-major operand
+    for level in ("IV", "V"):
+        got = mixpert.matmul(*views, level=level)
+        assert _same_bits(got, mixpert.matmul(a, b, level=level, backend="cpu"))
+        assert _same_bits(got, _uncached(*views, level, monkeypatch))
+
+
+def test_two_streams_and_two_threads_at_once(monkeypatch) -> None:
+    import cupy
+
+    pairs = [_operands(128, 256, 128, seed) for seed in range(4)]
+    want = [mixpert.matmul(a, b, level="IV", backend="cpu") for a, b in pairs]
+    results: dict[int, list] = {}
+
+    def work(index: int) -> None:
+        with cupy.cuda.Stream(non_blocking=True) as stream:
+            got = [mixpert.matmul(cupy.asarray(a), cupy.asarray(b), level="IV") for a, b in pairs]
+            stream.synchronize()
+            results[index] = got
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # and on one shared stream from two threads: calls of one plan must not interleave
+    shared: dict[int, list] = {}
+
+    def on_default(index: int) -> None:
+        shared[index] = [
+            mixpert.matmul(cupy.asarray(a), cupy.asarray(b), level="IV") for a, b in pairs * 5
+        ]
+
+    threads = [threading.Thread(target=on_default, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for got in (*results.values(), *shared.values()):
+        for c, w in zip(got, want * 5, strict=False):
+            assert _same_bits(c, w)
+
+
+def test_a_cache_evicted_mid_loop_keeps_the_bits(monkeypatch) -> None:
+    import cupy
+
+    monkeypatch.setenv(plan_cache.SWITCH, "2,1024")  # two plans at most: shapes evict each other
+    mixpert.runtime.cuda.backend._plans.clear()
+    shapes = [(64, 96, 48), (80, 96, 48), (96, 96, 48)]
+    data = [_operands(*s, i) for i, s in enumerate(shapes)]
+    want = [mixpert.matmul(a, b, level="T6", backend="cpu") for a, b in data]
+    for _ in range(4):
+        for (a, b), w in zip(data, want, strict=True):
+            assert _same_bits(mixpert.matmul(cupy.asarray(a), cupy.asarray(b), level="T6"), w)
+    cache = mixpert.runtime.cuda.backend._plans[cupy.cuda.Device().id]
+    assert len(cache) <= 2
+
+
+def test_a_call_returns_before_the_gpu_is_done() -> None:
+    """No host synchronisation in a replayed call: enqueued behind a kernel that spins until
+    the host lets it go, the call returns while that kernel still runs."""
+    import cupy
+
+    a, b = (cupy.asarray(x) for x in _operands(256, 256, 256, 3))
+    mixpert.matmul(a, b, level="IV")  # planned (the planning run synchronises, once)
+    flag = cupy.cuda.alloc_pinned_memory(4)
+    gate = np.frombuffer(flag, dtype=np.int32, count=1)
+    gate[0] = 0
+    spin = cupy.RawKernel(
+        r"""extern "C" __global__ void spin(volatile int* gate) { while (*gate == 0) {} }""",
+        "spin",
+    )
+    pointer = cupy.cuda.runtime.hostGetDevicePointer(flag.ptr, 0)
+    spin((1,), (1,), (pointer,))
+    done = threading.Event()
+
+    def call() -> None:
+        mixpert.matmul(a, b, level="IV")
+        done.set()
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    returned = done.wait(timeout=20)
+    gate[0] = 1  # let the spinning kernel end, whatever happened
+    worker.join()
+    cupy.cuda.Device().synchronize()
+    assert returned, "the replayed call waited for the GPU"
+
+
+def test_matmul_plan_is_a_planned_product_and_refuses_other_shapes() -> None:
+    import cupy
+
+    a, b = _operands(200, 300, 100, 11)
+    with mixpert.MatmulPlan(cupy.asarray(a), cupy.asarray(b), level="IV") as product:
+        assert product.captured
+        for seed in range(3):
+            x, y = _operands(200, 300, 100, seed)
+            assert _same_bits(product(cupy.asarray(x), cupy.asarray(y)),
+                              mixpert.matmul(x, y, level="IV", backend="cpu"))  # fmt: skip
+        with pytest.raises(ValueError, match=r"operand b has shape \(300, 99\)"):
+            product(cupy.asarray(x), cupy.asarray(y[:, :99]))
+    assert not product.captured  # released
+
+
+def test_host_time_of_a_replayed_call_is_small() -> None:
+    """Host microseconds of a repeated IV product at n = 1024 (calls back to back): a bound
+    far above the target, so a loaded machine does not fail it, far below the uncached path."""
+    import cupy
+
+    a, b = (cupy.asarray(x) for x in _operands(1024, 1024, 1024, 5))
+    for _ in range(3):
+        mixpert.matmul(a, b, level="IV")
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    for _ in range(50):
+        mixpert.matmul(a, b, level="IV")
+    host = (time.perf_counter() - start) / 50
+    cupy.cuda.Device().synchronize()
+    assert host < 200e-6, f"{host * 1e6:.0f} us of host time a call"
