@@ -76,18 +76,18 @@ def variants(cp: Any, a: Any, b: Any) -> dict[str, tuple[Callable[[], Any], str]
     def under(context: Callable[[], Any], level: Any) -> Callable[[], Any]:
         def call() -> Any:
             with context():
-                return backend.matmul(a, b, level)
+                return backend.product_at_level(a, b, level)
 
         return call
 
     return {
         "sgemm": ((lambda: cp.matmul(a, b)), "sgemm"),
         "tf32": ((lambda: native.tf32_product(a, b)), "tf32"),
-        "IV": ((lambda: backend.matmul(a, b, iv)), "IV"),
+        "IV": ((lambda: backend.product_at_level(a, b, iv)), "IV"),
         "IV one block": (under(one_block, iv), "IV"),
         "IV no rebalancing": (under(no_rebalancing, iv), "IV"),
         "IV no wide-range handling": (under(no_rebalancing, plain), "IV"),
-        "V": ((lambda: backend.matmul(a, b, v)), "V"),
+        "V": ((lambda: backend.product_at_level(a, b, v)), "V"),
     }
 
 

@@ -50,8 +50,8 @@ def probe(rng, count: int, m: int, k: int, n: int) -> None:
         "  tiles R = 1": lambda: fp32_ordered.ordered_product(a, b, 1),
         "  tiles R = 2": lambda: fp32_ordered.ordered_product(a, b, 2),
         "  tiles R = 4": lambda: fp32_ordered.ordered_product(a, b, 4),
-        "matmul_stack": lambda: backend.matmul_stack(a, b, ordered),
-        "dispatch auto": lambda: dispatch.matmul(a, b, "auto"),
+        "stack_product_at_level": lambda: backend.stack_product_at_level(a, b, ordered),
+        "dispatch auto": lambda: dispatch.np_matmul_at_level(a, b, "auto"),
         "resolve_level": lambda: dispatch.resolve_level("auto", a, b, "cuda"),
         "cupy_module": device.cupy_module,
     }

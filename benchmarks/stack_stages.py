@@ -34,9 +34,9 @@ def small_row(rng, count: int, m: int, k: int, n: int) -> dict:
         "shape": f"{count} x {m}x{k}x{n}",
         "sgemm": ms(lambda: cp.matmul(a, b), flops),
         "kernel": ms(lambda: fp32_ordered.ordered_product(a, b), flops),
-        "matmul_stack": ms(lambda: backend.matmul_stack(a, b, ordered), flops),
-        "dispatch": ms(lambda: dispatch.matmul(a, b, ordered), flops),
-        "auto": ms(lambda: dispatch.matmul(a, b, "auto"), flops),
+        "stack_product_at_level": ms(lambda: backend.stack_product_at_level(a, b, ordered), flops),
+        "dispatch": ms(lambda: dispatch.np_matmul_at_level(a, b, ordered), flops),
+        "auto": ms(lambda: dispatch.np_matmul_at_level(a, b, "auto"), flops),
     }
 
 

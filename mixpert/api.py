@@ -98,7 +98,7 @@ def matmul(
         )
     if recording(here=True):  # this thread's own recording (a worker's is its call's)
         return _recorded(a, b, out, level, backend, ufunc_kwargs)
-    return dispatch.matmul(a, b, level=level, backend=backend, out=out, **ufunc_kwargs)
+    return dispatch.np_matmul_at_level(a, b, level=level, backend=backend, out=out, **ufunc_kwargs)
 
 
 def _recorded(
@@ -109,11 +109,11 @@ def _recorded(
     backend: Any,
     ufunc_kwargs: dict[str, Any],
 ) -> Any:
-    """``dispatch.matmul`` as the unrecorded call makes it, timed; then its ``CallRecord``
-    (here, not in the runtime: ``runtime`` never imports ``execution``)."""
+    """``dispatch.np_matmul_at_level`` as the unrecorded call makes it, timed; then its
+    ``CallRecord`` (here, not in the runtime: ``runtime`` never imports ``execution``)."""
     fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM after packing for an INT8 level
     start = time.perf_counter()
-    result = dispatch.matmul(
+    result = dispatch.np_matmul_at_level(
         a, b, level=level, backend=backend, on_native=lambda: fell_back.append(True), out=out,
         **ufunc_kwargs,
     )  # fmt: skip

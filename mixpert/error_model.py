@@ -78,7 +78,7 @@ def model_error(samples: Sequence[ProductSample], level: str | Level) -> float:
     level = get_level(level)
     if level.kind == "policy":
         return max(model_error(samples, name) for name in AUTO_STANDS_FOR)
-    return _modelled(samples, lambda a, b: cpu.matmul(a, b, level))
+    return _modelled(samples, lambda a, b: cpu.product_at_level(a, b, level))
 
 
 def _in_order_float32(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """mixpert.runtime: the emulation runtime (packer, level ladder, combine, CPU and CUDA backends)."""
 
-from .dispatch import matmul
+from .dispatch import np_matmul_at_level
 from .levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
 
 __all__ = [
@@ -10,5 +10,5 @@ __all__ = [
     "NATIVE_LEVEL",
     "Level",
     "get_level",
-    "matmul",
+    "np_matmul_at_level",
 ]

@@ -11,7 +11,8 @@
 Both backends take the same route, so every batch element has the same bits on CPU and GPU.
 (Folding lets the equilibration along k see the whole stack: a folded element may differ in its
 last bits from the same product alone.) ``dispatch`` passes a ``stack_product`` that runs all
-pairs in one call: on the GPU a few launches for the whole stack (``cuda.backend.matmul_stack``).
+pairs in one call: on the GPU a few launches for the whole stack
+(``cuda.backend.stack_product_at_level``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from .validation import check_operand
 Matmul2D = Callable[[Any, Any], Any]
 
 
-def matmul(a: Any, b: Any, product: Matmul2D, stack_product: Matmul2D | None = None) -> Any:
+def broadcast_products(
+    a: Any, b: Any, product: Matmul2D, stack_product: Matmul2D | None = None
+) -> Any:
     """``np.matmul(a, b)`` for operands that are not both 2-D; ``product`` multiplies two
     matrices (the caller's level and backend); ``stack_product``, where given, multiplies two
     float32 stacks of one length, (s, m, k) @ (s, k, n), in one call: at a concrete level

@@ -85,7 +85,7 @@ def _blocks(a: np.ndarray, b: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
 def blocks_product(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
     """a @ b at ``level`` (kind "blocks") for float32 matrices with m, k, n > 0: the module
     docstring's arithmetic, including the unresolved lines (NaN/Inf lines are the caller's:
-    ``cpu.matmul`` recomputes them, as for every emulated level)."""
+    ``cpu.product_at_level`` recomputes them, as for every emulated level)."""
     m, k = a.shape
     n = b.shape[1]
     total = np.zeros((m, n), dtype=np.float64)

@@ -131,10 +131,10 @@ def _sliced_columns(b: np.ndarray, f: np.ndarray, level: Level, budget: int) -> 
 
 
 def int8_product_stack(a: np.ndarray, b: np.ndarray, level: Level) -> np.ndarray:
-    """``matmul`` at an INT8 level for each pair of two stacks of one length, (s, m, k) and
-    (s, k, n) float32, with whole-stack NumPy operations instead of one call per pair (the same
-    steps per pair, so the same bits as ``matmul`` on each), a few pairs at a time to keep the
-    workspace near the operands' and output's bytes."""
+    """``product_at_level`` at an INT8 level for each pair of two stacks of one length,
+    (s, m, k) and (s, k, n) float32, with whole-stack NumPy operations instead of one call per
+    pair (the same steps per pair, so the same bits as ``product_at_level`` on each), a few pairs
+    at a time to keep the workspace near the operands' and output's bytes."""
     s, m, k = a.shape
     n = b.shape[2]
     out = np.empty((s, m, n), dtype=np.float32)
@@ -232,7 +232,7 @@ PRODUCTS: dict[Kind, Callable[[np.ndarray, np.ndarray, Level], np.ndarray]] = {
 }
 
 
-def matmul(
+def product_at_level(
     a: np.ndarray, b: np.ndarray, level: Level, keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
 ) -> np.ndarray:
     """The CPU backend's entry: a @ b at ``level`` (not "auto") for 2-D float NumPy arrays.

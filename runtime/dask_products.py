@@ -1,8 +1,8 @@
 """Products of Dask arrays: the same emulation, one mixpert product per pair of chunks.
 
-``matmul(a, b, product)`` for 2-D Dask arrays (NumPy or CuPy chunks; a NumPy or CuPy operand
-beside a Dask one is wrapped in chunks that match). The k chunks of A's columns and B's rows
-are unified first (``dask.array.core.unify_chunks``); chunks travel as float32, never as
+``blockwise_product(a, b, product)`` for 2-D Dask arrays (NumPy or CuPy chunks; a NumPy or
+CuPy operand beside a Dask one is wrapped in chunks that match). The k chunks of A's columns and
+B's rows are unified first (``dask.array.core.unify_chunks``); chunks travel as float32, never as
 slices. Output block (i, j) is one task:
 
     C_ij = fl32( sum over k-chunks q, in q order, of float64(product(A_iq, B_qj)) )
@@ -32,7 +32,7 @@ from .validation import check_operand
 Matmul2D = Callable[[Any, Any], Any]
 
 
-def matmul(a: Any, b: Any, product: Matmul2D) -> Any:
+def blockwise_product(a: Any, b: Any, product: Matmul2D) -> Any:
     """``a @ b`` as a Dask array (float32), each block from per-chunk ``product`` calls."""
     import dask.array as da
     from dask.array.utils import meta_from_array

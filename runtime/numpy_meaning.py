@@ -37,7 +37,7 @@ _FLOAT32 = np.dtype(np.float32)
 _DLPACK_GPU = (2, 10)  # DLDeviceType kDLCUDA, kDLROCM: device memory (host kinds go to NumPy)
 
 
-def matmul(a: Any, b: Any, out: Any, product: Product, **ufunc_kwargs: Any) -> Any:
+def with_numpy_semantics(a: Any, b: Any, out: Any, product: Product, **ufunc_kwargs: Any) -> Any:
     """``np.matmul(a, b, out=out, **ufunc_kwargs)``, float32 products by ``product`` (two
     float32 arrays of one kind, NumPy or CuPy, or Dask operands)."""
     if out is None and not ufunc_kwargs and _float32_pair(a, b):  # the hot path: no more checks
@@ -46,7 +46,7 @@ def matmul(a: Any, b: Any, out: Any, product: Product, **ufunc_kwargs: Any) -> A
     foreign = next((x for x in (a, b, out) if _is_foreign(x)), None)
     if foreign is not None:  # torch, JAX, ...: views, then the result in their kind
         views = [None if x is None else _view(x) for x in (a, b, out)]
-        result = matmul(views[0], views[1], views[2], product, **ufunc_kwargs)
+        result = with_numpy_semantics(views[0], views[1], views[2], product, **ufunc_kwargs)
         if out is not None:
             return out
         return _as_kind_of(foreign, result)

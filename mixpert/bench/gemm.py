@@ -79,10 +79,10 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
         return (lambda: native.tf32_product(a, b)), "tf32"
     if name == AUTO.name:  # as users call it: mixpert.matmul(a, b), backend "auto"
         chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
-        return (lambda: dispatch.matmul(a, b, AUTO)), chosen.name
+        return (lambda: dispatch.np_matmul_at_level(a, b, AUTO)), chosen.name
     level = get_level(name)
     if a.ndim == 3:
-        return (lambda: backend.matmul_stack(a, b, level)), name
+        return (lambda: backend.stack_product_at_level(a, b, level)), name
     product = backend.PRODUCTS[level.kind]
     return (lambda: product(a, b, level)), name
 

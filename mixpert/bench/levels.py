@@ -39,7 +39,10 @@ def sweep_levels(
     rows = []
     for level, product in [
         (None, lambda: xp.matmul(a, b)),
-        *((level, lambda lv=level: dispatch.matmul(a, b, lv, chosen)) for level in LADDER),
+        *(
+            (level, lambda lv=level: dispatch.np_matmul_at_level(a, b, lv, chosen))
+            for level in LADDER
+        ),
     ]:
         try:
             out = product()  # also the warm-up: kernel compilation, handles, workspaces

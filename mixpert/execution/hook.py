@@ -195,7 +195,7 @@ def run_site(
         each = None if device.is_dask_array(a) or device.is_dask_array(b) else (
             lambda x, y: _run_stack(op_index, x, y, native)
         )  # fmt: skip
-        return batched.matmul(a, b, lambda x, y: run_site(op_index, x, y, native), each)
+        return batched.broadcast_products(a, b, lambda x, y: run_site(op_index, x, y, native), each)
     routed = route_to_run(op_index, a, b) if emulable(a, b) else None
     return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 

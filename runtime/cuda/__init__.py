@@ -1,7 +1,8 @@
 """The CUDA backend (CuPy, cuBLAS and NVRTC), one module per concept:
 
-- ``backend``: the entry points (``matmul``, ``matmul_stack``) and the one table of products per
-  level kind they go through; the workspace checks; what inspection and the dispatcher ask;
+- ``backend``: the entry points (``product_at_level``, ``stack_product_at_level``) and the one
+  table of products per level kind they go through; the workspace checks; what inspection and
+  the dispatcher ask;
 - ``sliced``: the INT8 and FP16 slice products (class sums on cuBLAS, combine, bypass; level
   "auto"'s fallback to SGEMM), from the operands' ``packs`` (tops, k-exponents, packers);
 - ``iv_blocks``: level IV-blocks (slices in registers, INT8 ``mma.sync``);

@@ -169,13 +169,13 @@ def test_the_model_matches_the_levels_documented_errors() -> None:
     a = (rng.random((64, 2048)) - 0.5) * np.exp(0.5 * rng.standard_normal((64, 2048)))
     b = (rng.random((2048, 48)) - 0.5) * np.exp(0.5 * rng.standard_normal((2048, 48)))
     a, b = a.astype(np.float32), b.astype(np.float32)
-    sample = ProductSample.take(a, b, cpu.matmul(a, b, get_level("IV")))
+    sample = ProductSample.take(a, b, cpu.product_at_level(a, b, get_level("IV")))
     for level, documented in (("tf32", 2.9e-4), ("T6", 3.3e-6), ("IV", 5.3e-7), ("V", 3.0e-8)):
         assert documented / 3 < error_model.model_error([sample], level) < documented * 3
     # exact data cannot flatter the model: the arange product is exact in tf32, its model is not
     smoke = np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5 - 1
     exact = ProductSample.take(
-        smoke, smoke.T.copy(), cpu.matmul(smoke, smoke.T.copy(), get_level("tf32"))
+        smoke, smoke.T.copy(), cpu.product_at_level(smoke, smoke.T.copy(), get_level("tf32"))
     )
     assert error_model.own_error([exact]) == 0.0
     assert error_model.model_error([exact], "tf32") > 1e-5

@@ -195,7 +195,7 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     cp = SimpleNamespace(ndarray=Matrix, matmul=lambda a, b: ran.append("sgemm"))
     cuda = SimpleNamespace(
         ordered_product=lambda a, b: ran.append("fp32-ordered"),
-        matmul=lambda a, b, level, *rest, **kw: ran.append(level.name),
+        product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name),
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
@@ -206,6 +206,6 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     monkeypatch.setattr(auto, "on_gpu", lambda *args: asked.append(on_gpu(*args)) or asked[-1])
     for shape in ((128, 128, 128), (4096, 4096, 4096), (65536, 4096, 16), (32, 1 << 18, 32)):
         m, k, n = shape
-        dispatch.matmul(Matrix(m, k), Matrix(k, n), "auto")
+        dispatch.np_matmul_at_level(Matrix(m, k), Matrix(k, n), "auto")
     assert [r.level.name for r in asked] == ["fp32", "IV", "IV-blocks", "fp32-ordered"]
     assert ran == ["sgemm", "IV", "IV-blocks", "fp32-ordered"]

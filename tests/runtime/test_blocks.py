@@ -40,7 +40,7 @@ def test_the_cpu_model_is_the_documented_arithmetic() -> None:
     b = gemmul8(np, rng, (150, 3), 1.0)
     a[1, 64:128] *= np.float32(2.0**-30)  # a second block far below the first one
     assert dispatch.unresolved_lines(a, b, LEVEL) == (0, 0)  # (no line is recomputed)
-    got = cpu.matmul(a, b, LEVEL)
+    got = cpu.product_at_level(a, b, LEVEL)
     np.testing.assert_array_equal(got.view(np.uint32), _expected_by_hand(a, b).view(np.uint32))
 
 
@@ -117,9 +117,9 @@ def _gpu_matches_cpu(a: np.ndarray, b: np.ndarray, a_gpu: object = None) -> None
     cp = device.cupy_module()
     from mixpert.runtime.cuda import backend
 
-    expected = cpu.matmul(a, b, LEVEL)
+    expected = cpu.product_at_level(a, b, LEVEL)
     got = cp.asnumpy(
-        backend.matmul(cp.asarray(a) if a_gpu is None else a_gpu, cp.asarray(b), LEVEL)
+        backend.product_at_level(cp.asarray(a) if a_gpu is None else a_gpu, cp.asarray(b), LEVEL)
     )
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
@@ -297,7 +297,7 @@ def test_the_listed_rows_case_tells_the_order_apart() -> None:
     in-order sums differ from those of each chunk reversed."""
     for k, n in ((31, 1), (40, 33), (1000, 100)):
         a, b, row = _listed_rows_in_order_case(k, n)
-        got = cpu.matmul(a, b, LEVEL)[row]
+        got = cpu.product_at_level(a, b, LEVEL)[row]
         reversed_chunks = np.concatenate(
             [np.arange(q, min(q + 32, k))[::-1] for q in range(0, k, 32)]
         )
@@ -359,11 +359,11 @@ def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     assert dispatch.unresolved_lines(a, b, LEVEL) == (m // 64, 0)
     a, b = cp.asarray(a), cp.asarray(b)
     told: list[int] = []
-    got = backend.matmul(
+    got = backend.product_at_level(
         a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
     )
     assert told == []
-    assert cp.array_equal(got, backend.matmul(a, b, LEVEL), equal_nan=True)
+    assert cp.array_equal(got, backend.product_at_level(a, b, LEVEL), equal_nan=True)
 
 
 @pytest.mark.gpu
@@ -393,11 +393,11 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
     assert dispatch.unresolved_lines(a, b, LEVEL) == (wide, 0)
     a, b = cp.asarray(a), cp.asarray(b)
     told: list[int] = []
-    got = backend.matmul(
+    got = backend.product_at_level(
         a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
     )
     assert told == ([1] if falls_back else [])
-    want = cp.matmul(a, b) if falls_back else backend.matmul(a, b, LEVEL)
+    want = cp.matmul(a, b) if falls_back else backend.product_at_level(a, b, LEVEL)
     assert cp.array_equal(got, want, equal_nan=True)
 
 
@@ -435,9 +435,9 @@ def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> No
     cases = ((narrow, False), (few, False), (most, True), (entries, True), (nonfinite, False))
     for (a, b), falls_back in cases:
         told: list[int] = []
-        got = backend.matmul(
+        got = backend.product_at_level(
             a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
         )
-        want = cp.matmul(a, b) if falls_back else backend.matmul(a, b, LEVEL)
+        want = cp.matmul(a, b) if falls_back else backend.product_at_level(a, b, LEVEL)
         assert told == ([1] if falls_back else [])
         assert cp.array_equal(got, want, equal_nan=True)

@@ -57,8 +57,8 @@ def test_int8_levels_bit_identical_to_cpu(level: str, shape: tuple, kind: str) -
     rng = np.random.default_rng(hash((level, shape, kind)) % 2**32)
     m, k, n = shape
     a, b = make(rng, (m, k), kind), make(rng, (k, n), kind)
-    expected = dispatch.matmul(a, b, level, backend="cpu")
-    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     assert isinstance(got, cp.ndarray) and got.dtype == cp.float32
     np.testing.assert_array_equal(cp.asnumpy(got).view(np.uint32), expected.view(np.uint32))
 
@@ -70,13 +70,15 @@ def test_strided_and_transposed_views(level: str) -> None:
     base_b = make(rng, (260, 150), "normal")
     a, b = base_a[::2, 10:270], base_b[:, ::-1].T.T  # stepped rows, reversed columns
     a_f = np.asfortranarray(a)
-    expected = dispatch.matmul(a, b, level, backend="cpu")
+    expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
     for a_dev in (cp.asarray(a), cp.asarray(a_f), cp.asarray(base_a)[::2, 10:270]):
-        got = dispatch.matmul(a_dev, cp.asarray(base_b)[:, ::-1], level, backend="cuda")
+        got = dispatch.np_matmul_at_level(a_dev, cp.asarray(base_b)[:, ::-1], level, backend="cuda")
         np.testing.assert_array_equal(cp.asnumpy(got), expected)
     wide_b = make(rng, (260, 300), "normal")  # stepped columns: neither rows nor columns unit
-    expected = dispatch.matmul(a, wide_b[:, ::2], level, backend="cpu")
-    got = dispatch.matmul(cp.asarray(a), cp.asarray(wide_b)[:, ::2], level, backend="cuda")
+    expected = dispatch.np_matmul_at_level(a, wide_b[:, ::2], level, backend="cpu")
+    got = dispatch.np_matmul_at_level(
+        cp.asarray(a), cp.asarray(wide_b)[:, ::2], level, backend="cuda"
+    )
     np.testing.assert_array_equal(cp.asnumpy(got).view(np.uint32), expected.view(np.uint32))
 
 
@@ -86,13 +88,15 @@ def test_nonfinite_bit_identical_and_where_float32_puts_them(level: str) -> None
     a, b = make(rng, (40, 50), "normal"), make(rng, (50, 30), "normal")
     a[3, 7], a[9, 0], b[4, 11], b[2, 20] = np.nan, np.inf, -np.inf, np.nan
     b[0, 5] = 0.0  # Inf * 0 = NaN at (9, 5)
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    )
     native = a @ b
     np.testing.assert_array_equal(np.isnan(got), np.isnan(native))
     np.testing.assert_array_equal(np.isposinf(got), np.isposinf(native))
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(native))
     if level != "fp16":
-        expected = dispatch.matmul(a, b, level, backend="cpu")
+        expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
@@ -107,8 +111,10 @@ def test_long_k_uses_exact_blocks(level: str) -> None:
     rng = np.random.default_rng(11)
     a = (rng.random((3, k)) * 0.9 + 0.1).astype(np.float32)  # same-sign: sums do not cancel
     b = (rng.random((k, 5)) * 0.9 + 0.1).astype(np.float32)
-    expected = dispatch.matmul(a, b, level, backend="cpu")
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    )
     np.testing.assert_array_equal(got, expected)
     reference = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(got - reference).max() / np.abs(reference).max() < 1e-6
@@ -118,7 +124,9 @@ def test_fp16_close_to_cpu_and_float32_grade() -> None:
     rng = np.random.default_rng(5)
     a, b = make(rng, (256, 512), "phi"), make(rng, (512, 128), "phi")
     reference = a.astype(np.float64) @ b.astype(np.float64)
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "fp16", backend="cuda"))
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), "fp16", backend="cuda")
+    )
     error = np.linalg.norm(got - reference) / np.linalg.norm(reference)
     assert error < 2e-6
 
@@ -128,26 +136,28 @@ def test_native_levels() -> None:
     a, b = make(rng, (128, 256), "normal"), make(rng, (256, 64), "normal")
     a_dev, b_dev = cp.asarray(a), cp.asarray(b)
     reference = a.astype(np.float64) @ b.astype(np.float64)
-    fp32 = dispatch.matmul(a_dev, b_dev, "fp32", backend="cuda")
+    fp32 = dispatch.np_matmul_at_level(a_dev, b_dev, "fp32", backend="cuda")
     np.testing.assert_array_equal(cp.asnumpy(fp32), cp.asnumpy(a_dev @ b_dev))
-    tf32 = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "tf32", backend="cuda"))
+    tf32 = cp.asnumpy(dispatch.np_matmul_at_level(a_dev, b_dev, "tf32", backend="cuda"))
     tf32_error = np.linalg.norm(tf32 - reference) / np.linalg.norm(reference)
     assert 1e-5 < tf32_error < 2e-3  # TF32 really ran: far worse than float32, still sane
-    fp64 = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "fp64", backend="cuda"))
+    fp64 = cp.asnumpy(dispatch.np_matmul_at_level(a_dev, b_dev, "fp64", backend="cuda"))
     np.testing.assert_array_equal(fp64, reference.astype(np.float32))
 
 
 def test_numpy_inputs_offload_and_return_numpy() -> None:
     rng = np.random.default_rng(13)
     a, b = make(rng, (600, 600), "phi"), make(rng, (600, 600), "phi")
-    got = dispatch.matmul(a, b, "IV", backend="auto")  # 2 * 600^3 > offload threshold
+    got = dispatch.np_matmul_at_level(a, b, "IV", backend="auto")  # 2 * 600^3 > offload threshold
     assert isinstance(got, np.ndarray)
-    np.testing.assert_array_equal(got, dispatch.matmul(a, b, "IV", backend="cpu"))
+    np.testing.assert_array_equal(got, dispatch.np_matmul_at_level(a, b, "IV", backend="cpu"))
 
 
 def test_empty_dimensions_on_gpu() -> None:
     for m, k, n in [(0, 4, 3), (3, 0, 4), (4, 5, 0)]:
-        got = dispatch.matmul(cp.ones((m, k), cp.float32), cp.ones((k, n), cp.float32), "IV")
+        got = dispatch.np_matmul_at_level(
+            cp.ones((m, k), cp.float32), cp.ones((k, n), cp.float32), "IV"
+        )
         assert got.shape == (m, n) and isinstance(got, cp.ndarray)
         assert not cp.asnumpy(got).any()
 
@@ -157,13 +167,13 @@ def test_no_host_synchronisation_inside_a_call() -> None:
     n = 4096
     a = cp.random.standard_normal((n, n), dtype=cp.float32)
     b = cp.random.standard_normal((n, n), dtype=cp.float32)
-    backend.matmul(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
+    backend.product_at_level(a, b, get_level("IV"))  # warm-up: compile kernels, cuBLAS handle
     cp.cuda.Device().synchronize()
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         start = cp.cuda.Event()
         start.record(stream)
-        backend.matmul(a, b, get_level("IV"))
+        backend.product_at_level(a, b, get_level("IV"))
         end = cp.cuda.Event()
         end.record(stream)
         assert not end.done, "the call waited for the GPU (a host synchronisation inside it)"
@@ -189,22 +199,24 @@ def subnormal_inputs(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("level", EXACT_LEVELS)
 def test_subnormal_inputs_and_outputs_bit_identical(level: str) -> None:
     a, b = subnormal_inputs(np.random.default_rng(11))
-    expected = dispatch.matmul(a, b, level, backend="cpu")
+    expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
     assert (np.abs(expected[expected != 0]) < np.finfo(np.float32).tiny).any()  # subnormal out
     c = cp.full((24, 16), np.nan, dtype=cp.float32)  # poison: the result must not reuse it
-    c[...] = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    c[...] = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     np.testing.assert_array_equal(cp.asnumpy(c).view(np.uint32), expected.view(np.uint32))
     # column-major operands take the other pack kernels
     a_f, b_f = cp.asfortranarray(cp.asarray(a)), cp.asfortranarray(cp.asarray(b))
-    got_f = cp.asnumpy(dispatch.matmul(a_f, b_f, level, backend="cuda"))
+    got_f = cp.asnumpy(dispatch.np_matmul_at_level(a_f, b_f, level, backend="cuda"))
     np.testing.assert_array_equal(got_f.view(np.uint32), expected.view(np.uint32))
 
 
 def test_subnormal_operands_of_the_fp16_split_are_kept() -> None:
     a = np.array([[1e-40, 3e-42], [1e-39, -2e-44]], np.float32)
     b = np.eye(2, dtype=np.float32)
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "fp16", backend="cuda"))
-    np.testing.assert_array_equal(got, dispatch.matmul(a, b, "fp16", backend="cpu"))
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), "fp16", backend="cuda")
+    )
+    np.testing.assert_array_equal(got, dispatch.np_matmul_at_level(a, b, "fp16", backend="cpu"))
     assert (got != 0).all()
 
 
@@ -214,8 +226,10 @@ def test_nan_payloads_come_out_canonical_on_both_backends(level: str) -> None:
     a.view(np.uint32)[1, 2] = 0x7FC01234  # a NaN with a payload
     a.view(np.uint32)[2, 0] = 0xFFA00001  # a negative signalling NaN
     b = np.ones((4, 5), np.float32)
-    cpu = dispatch.matmul(a, b, level, backend="cpu")
-    gpu = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    cpu = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    gpu = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    )
     np.testing.assert_array_equal(gpu.view(np.uint32), cpu.view(np.uint32))
     assert (cpu.view(np.uint32)[1:] == 0x7FC00000).all()
 
@@ -223,8 +237,10 @@ def test_nan_payloads_come_out_canonical_on_both_backends(level: str) -> None:
 def test_float64_operands_round_as_numpy_rounds_them() -> None:
     a = np.array([[1e-41, 2.5e-39, 1.0]], np.float64)
     b = np.array([[1.0], [1.0], [0.0]], np.float64)
-    gpu = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda"))
-    np.testing.assert_array_equal(gpu, dispatch.matmul(a, b, "IV", backend="cpu"))
+    gpu = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), "IV", backend="cuda")
+    )
+    np.testing.assert_array_equal(gpu, dispatch.np_matmul_at_level(a, b, "IV", backend="cpu"))
 
 
 @pytest.mark.parametrize("level", [*INT8_LEVELS, "fp16", "fp64"])
@@ -234,8 +250,10 @@ def test_the_top_of_the_range_bit_identical(level: str) -> None:
     b = np.array([[1.0, 2.0], [1.0, -1.0]])
     a, b = a.astype(np.float32), b.astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        expected = dispatch.matmul(a, b, level, backend="cpu")
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+        expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    )
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
     assert np.isfinite(expected[:3, 0]).all() and expected[3, 0] == np.inf
 
@@ -281,9 +299,9 @@ def outlier_row(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
 @pytest.mark.parametrize("b_layout", ["C", "F"])
 def test_wide_range_data_bit_identical(level: str, case: str, b_layout: str) -> None:
     a, b = wide_range_cases(np.random.default_rng(31))[case]
-    expected = dispatch.matmul(a, b, level, backend="cpu")
+    expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
     b_dev = cp.asarray(b) if b_layout == "C" else cp.asfortranarray(cp.asarray(b))
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), b_dev, level, backend="cuda"))
+    got = cp.asnumpy(dispatch.np_matmul_at_level(cp.asarray(a), b_dev, level, backend="cuda"))
     if level == "fp16":  # FP32 accumulation in the tensor cores: close, not the same bits
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
         return
@@ -338,8 +356,8 @@ def test_column_packing_is_the_same_for_any_chunks_of_k(monkeypatch, case: str) 
         for field in ("data", "exponents", "nonfinite"):
             assert cp.array_equal(getattr(rows, field), getattr(part, field)), (z, field)
     if case != "stack":
-        expected = dispatch.matmul(a, b, "IV", backend="cpu")
-        got = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "IV", backend="cuda"))
+        expected = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
+        got = cp.asnumpy(dispatch.np_matmul_at_level(a_dev, b_dev, "IV", backend="cuda"))
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
@@ -480,8 +498,8 @@ def test_stack_packs_take_the_tops_only_for_the_pairs_where_no_k_index_moves() -
     for with_tops, without in pairs:
         for field in ("data", "exponents", "nonfinite", "flagged"):
             assert cp.array_equal(getattr(with_tops, field), getattr(without, field)), field
-    expected = dispatch.matmul(a, b, "IV", backend="cpu")
-    got = cp.asnumpy(dispatch.matmul(a_dev, b_dev, "IV", backend="cuda"))
+    expected = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
+    got = cp.asnumpy(dispatch.np_matmul_at_level(a_dev, b_dev, "IV", backend="cuda"))
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
@@ -517,7 +535,7 @@ def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> 
     a = cp.asarray(rng.standard_normal((side, k), dtype=np.float32))
     b = cp.asarray(rng.standard_normal((k, side), dtype=np.float32))
     got = mixpert.matmul(a, b, level="auto")
-    want = backend.matmul(a, b, get_level("IV"))
+    want = backend.product_at_level(a, b, get_level("IV"))
     assert cp.array_equal(got.view(cp.uint32), want.view(cp.uint32))
     assert not cp.array_equal(got, native_gemm(a, b, CUDA_R_32F))
     narrow = b[:, : side - 1]
@@ -540,13 +558,13 @@ def test_auto_takes_sgemm_where_most_of_c_would_be_recomputed_exactly() -> None:
     for x in (a_dev, a_dev.copy()):
         if x is not a_dev:
             x[: n // 4, 5] = np.float32(np.nan)  # a quarter of the rows: NaN lines only
-        want = cp.asnumpy(backend.matmul(x, b_dev, iv))
-        got = cp.asnumpy(dispatch.matmul(x, b_dev))
+        want = cp.asnumpy(backend.product_at_level(x, b_dev, iv))
+        got = cp.asnumpy(dispatch.np_matmul_at_level(x, b_dev))
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     a_dev[:, 3] *= np.float32(1e6)
     rows, cols = dispatch.unresolved_lines(a_dev, b_dev, "IV")
     assert bypass.exact_share(rows, cols, n, n) > auto.CROSSOVERS.exact_share
-    got = dispatch.matmul(a_dev, b_dev)
+    got = dispatch.np_matmul_at_level(a_dev, b_dev)
     sgemm = native_gemm(a_dev, b_dev, CUDA_R_32F)
     np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(sgemm))
     a64, b64 = cp.asnumpy(a_dev).astype(np.float64), b.astype(np.float64)

@@ -62,14 +62,21 @@ def test_blocked_class_sums_keep_the_oracles_bits(monkeypatch, level, kind, bloc
         monkeypatch.setattr(workspace, "gpu_block", lambda units, *_: min(units, blocks))
     rng = np.random.default_rng(zlib.crc32(f"{level} {kind} {n}".encode()))
     a, b = operands(rng, (70, 130), kind), operands(rng, (130, n), kind)
-    expected = dispatch.matmul(a, b, level, backend="cpu")
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda"))
+    expected = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    )
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
     sa, sb = operands(rng, (5, 9, 130), kind), operands(rng, (5, 130, n - 32), kind)
     expected = np.stack(
-        [dispatch.matmul(x, y, level, backend="cpu") for x, y in zip(sa, sb, strict=True)]
+        [
+            dispatch.np_matmul_at_level(x, y, level, backend="cpu")
+            for x, y in zip(sa, sb, strict=True)
+        ]
     )
-    got = cp.asnumpy(backend.matmul_stack(cp.asarray(sa), cp.asarray(sb), get_level(level)))
+    got = cp.asnumpy(
+        backend.stack_product_at_level(cp.asarray(sa), cp.asarray(sb), get_level(level))
+    )
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
 
 
@@ -79,8 +86,10 @@ def test_blocked_long_k_keeps_the_oracles_bits(monkeypatch) -> None:
     k = 2**17 + 48
     a = (rng.random((6, k)) * 0.9 + 0.1).astype(np.float32)
     b = (rng.random((k, 5)) * 0.9 + 0.1).astype(np.float32)
-    expected = dispatch.matmul(a, b, "IV", backend="cpu")
-    got = cp.asnumpy(dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda"))
+    expected = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
+    got = cp.asnumpy(
+        dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), "IV", backend="cuda")
+    )
     np.testing.assert_array_equal(got, expected)
 
 
@@ -90,10 +99,10 @@ def test_the_result_is_ready_on_the_callers_stream(monkeypatch) -> None:
     monkeypatch.setattr(workspace, "GEMM_ROW_BLOCK_MIN_N", 0)
     rng = np.random.default_rng(4)
     a, b = operands(rng, (2048, 512), "normal"), operands(rng, (512, 1024), "normal")
-    expected = dispatch.matmul(a, b, "IV", backend="cpu")
+    expected = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
-        got = backend.matmul(cp.asarray(a), cp.asarray(b), get_level("IV"))
+        got = backend.product_at_level(cp.asarray(a), cp.asarray(b), get_level("IV"))
         host = cp.asnumpy(got, stream=stream)  # ordered on the caller's stream only
     np.testing.assert_array_equal(host, expected)
 
@@ -114,7 +123,7 @@ def test_gpu_workspace_stays_within_4x_operands_and_output(level, shape) -> None
     *stack, m, k, n = shape
     a = cp.asarray(rng.standard_normal((*stack, m, k)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((*stack, k, n)).astype(np.float32))
-    product = backend.matmul_stack if stack else backend.matmul
+    product = backend.stack_product_at_level if stack else backend.product_at_level
     product(a, b, get_level(level))  # compiles kernels, picks the GEMM algorithms
     cp.cuda.Device().synchronize()
     hook = PeakBytes()
@@ -135,5 +144,7 @@ def test_a_product_that_cannot_fit_is_refused_before_allocating(monkeypatch, sha
     hook = PeakBytes()
     rows = m * (stack[0] if stack else 1)
     with hook, pytest.raises(MemoryError, match=rf"level IV: a \({rows} x {k}\) @ \({k} x {n}\)"):
-        (backend.matmul_stack if stack else backend.matmul)(a, b, get_level("IV"))
+        (backend.stack_product_at_level if stack else backend.product_at_level)(
+            a, b, get_level("IV")
+        )
     assert hook.peak == 0

@@ -41,11 +41,11 @@ def test_fused_bits_equal_the_cpu_oracle_and_the_class_sum_pipeline(level, shape
     rng = np.random.default_rng(abs(hash((level, shape))) % 2**32)
     a, b = operands(rng, *shape)
     assert fused.serves(get_level(level), shape[0], shape[2], K_ALIGN)
-    want = dispatch.matmul(a, b, level, backend="cpu")
-    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     np.testing.assert_array_equal(bits(got), bits(want))
     monkeypatch.setenv(fused.SWITCH, "0")
-    pipeline = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    pipeline = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     np.testing.assert_array_equal(bits(pipeline), bits(want))
 
 
@@ -58,8 +58,8 @@ def test_every_tile_gives_the_same_bits(tile, monkeypatch):
     monkeypatch.setattr(fused, "TILE", tile)
     rng = np.random.default_rng(5)
     a, b = operands(rng, 333, 1040, 97, phi=2.0)
-    want = dispatch.matmul(a, b, "IV", backend="cpu")
-    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), "IV", backend="cuda")
+    want = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
+    got = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), "IV", backend="cuda")
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
@@ -68,8 +68,8 @@ def test_fused_stacks_have_each_pairs_cpu_bits(level):
     rng = np.random.default_rng(11)
     a = gemmul8(np, rng, (70, 33, 130), 1.5)
     b = gemmul8(np, rng, (70, 130, 17), 1.5)
-    want = dispatch.matmul(a, b, level, backend="cpu")
-    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
@@ -80,7 +80,7 @@ def test_a_stack_runs_one_fused_launch_and_no_int8_gemm(monkeypatch):
     monkeypatch.setattr(sliced, "gemm_tn", lambda *a, **k: gemms.append(1))
     a = cp.asarray(np.random.default_rng(1).standard_normal((64, 48, 40), dtype=np.float32))
     b = cp.asarray(np.random.default_rng(2).standard_normal((64, 40, 24), dtype=np.float32))
-    dispatch.matmul(a, b, "IV", backend="cuda")
+    dispatch.np_matmul_at_level(a, b, "IV", backend="cuda")
     assert (len(launches), len(gemms)) == (1, 0)
 
 
@@ -95,8 +95,8 @@ def test_special_values_and_the_ends_of_the_float32_range(level):
     b[:, 6] = 1.0
     a[9] = np.ldexp(a[9], -140).astype(np.float32)  # subnormal products
     a[11, :3] = [1e30, 1e-30, -1e30]  # a row of ~200 binades: unresolved, recomputed
-    want = dispatch.matmul(a, b, level, backend="cpu")
-    got = dispatch.matmul(cp.asarray(a), cp.asarray(b), level, backend="cuda")
+    want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    got = dispatch.np_matmul_at_level(cp.asarray(a), cp.asarray(b), level, backend="cuda")
     np.testing.assert_array_equal(bits(got), bits(want))
 
 

@@ -145,7 +145,9 @@ def test_gpu_stack_runs_one_int8_gemm_per_class_whatever_its_length(count, monke
     calls = []
     gemm = sliced.gemm_tn
     monkeypatch.setattr(sliced, "gemm_tn", lambda *args, **kw: calls.append(1) or gemm(*args, **kw))
-    monkeypatch.setattr(backend, "matmul", lambda *args: pytest.fail("a pair ran on its own"))
+    monkeypatch.setattr(
+        backend, "product_at_level", lambda *args: pytest.fail("a pair ran on its own")
+    )
     a = cp.asarray(f32(count, 48, 40))
     b = cp.asarray(f32(count, 40, 24))
     mixpert.matmul(a, b, level="IV")

@@ -64,7 +64,7 @@ def test_without_the_bypass_iv_misses_it_on_phi_2() -> None:
     """The bypass is what keeps the bound: the same slices without it miss it several times."""
     a, b = cases()["phi=2"]
     plain = dataclasses.replace(LEVELS["IV"], name="IV-plain", bypass_wide=False)
-    c = cpu.matmul(a, b, plain).astype(np.float64)
+    c = cpu.product_at_level(a, b, plain).astype(np.float64)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     bound = 2 * a.shape[1] * U * (np.abs(a64) @ np.abs(b64))
     assert (np.abs(c - a64 @ b64) / bound).max() > 2.0
