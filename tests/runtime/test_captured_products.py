@@ -3,6 +3,7 @@ bits and the CPU oracle's, whatever the operands' layout, address, stream or thr
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 
@@ -128,14 +129,14 @@ def test_a_call_returns_before_the_gpu_is_done() -> None:
 
     a, b = (cupy.asarray(x) for x in _operands(256, 256, 256, 3))
     mixpert.matmul(a, b, level="IV")  # planned (the planning run synchronises, once)
-    flag = cupy.cuda.alloc_pinned_memory(4)
-    gate = np.frombuffer(flag, dtype=np.int32, count=1)
-    gate[0] = 0
+    runtime = cupy.cuda.runtime
+    pointer = runtime.hostAlloc(4, runtime.hostAllocMapped)  # (one address on both sides)
+    gate = ctypes.c_int32.from_address(pointer)
+    gate.value = 0
     spin = cupy.RawKernel(
         r"""extern "C" __global__ void spin(volatile int* gate) { while (*gate == 0) {} }""",
         "spin",
     )
-    pointer = cupy.cuda.runtime.hostGetDevicePointer(flag.ptr, 0)
     spin((1,), (1,), (pointer,))
     done = threading.Event()
 
@@ -146,9 +147,10 @@ def test_a_call_returns_before_the_gpu_is_done() -> None:
     worker = threading.Thread(target=call)
     worker.start()
     returned = done.wait(timeout=20)
-    gate[0] = 1  # let the spinning kernel end, whatever happened
+    gate.value = 1  # let the spinning kernel end, whatever happened
     worker.join()
     cupy.cuda.Device().synchronize()
+    runtime.freeHost(pointer)
     assert returned, "the replayed call waited for the GPU"
 
 
