@@ -215,7 +215,7 @@ def captured_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray |
         return None
     cache = _plans.get(device) or _plans.setdefault(device, PlanCache())
     (m, k), n = a.shape, b.shape[1]
-    key = (cp.cuda.get_current_stream().ptr, m, k, n, level)
+    key = (cp.cuda.get_current_stream().ptr, m, k, n, level.name)  # (a Level hashes slowly)
     plan = cache.get(key, lambda: _captured(m, k, n, level))
     return None if plan is None else plan(a, b)
 
