@@ -182,6 +182,7 @@ def tune(
     ``measure``: also time the plan against all native float32 (default: only on a GPU).
     """
     jitted = func if isinstance(func, MixpertFunction) else jit(func)
+    jitted.compile_for(args)  # a refused product: ProductTypingError, before any Python run
     return tuner.tune(
         jitted, args, tol, candidates=candidates, on_run=on_run, measure=measure,
         margin=margin, validation=validation, target=target,

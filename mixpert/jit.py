@@ -15,6 +15,7 @@ runtime's CUDA backend.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -226,18 +227,37 @@ class MixpertFunction(Generic[P, R]):
                     raise
                 raise concise from None
 
-    def native_reasons(self, args: Sequence[Any]) -> dict[str, str]:
-        """Op id -> why the site runs Numba's own product for arguments like ``args`` (float64
-        operands, a matrix-vector product, ...), from compiling for their types; {} for CuPy
-        and Dask arguments and under forceobj=True (object mode decides per call)."""
+    def compile_for(self, args: Sequence[Any]) -> None:
+        """Compile for arguments like ``args`` as a call would; nothing where calls compile
+        nothing ahead (CuPy or Dask arguments, forceobj=True: object mode decides per call;
+        NUMBA_DISABLE_JIT). A product the types refuse raises ``ProductTypingError`` here, as
+        the call would, so callers that run the plain Python function first (the tuner's
+        float64 reference) do not meet NumPy's error for it instead."""
+        if numba.config.DISABLE_JIT:
+            return
+        with contextlib.suppress(numba.core.errors.ForceLiteralArg):
+            self._compiled_for(args)  # literal arguments: the call's own retry compiles them
+
+    def _compiled_for(self, args: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The nopython signature compiled for ``args`` (None: object mode, nothing compiled)."""
         if self.forceobj or any(is_cupy_array(a) or is_dask_array(a) for a in args):
-            return {}
+            return None
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(tuple(args))
         disp = self.dispatcher_for("nopython")
-        signature = tuple(numba.typeof(a) for a in args)
-        disp.compile(signature)
-        return dict(disp.overloads[signature].metadata[KEY].native_reasons)
+        signature = tuple(disp.typeof_pyval(a) for a in args)  # as a call types them
+        disp.compile(signature)  # a refused product: ProductTypingError
+        return signature
+
+    def native_reasons(self, args: Sequence[Any]) -> dict[str, str]:
+        """Op id -> why the site runs Numba's own product for arguments like ``args`` (float64
+        operands, a matrix-vector product, ...), from compiling for their types; {} where
+        nothing is compiled ahead (object mode: CuPy or Dask arguments, forceobj=True)."""
+        signature = self._compiled_for(args)
+        if signature is None:
+            return {}
+        overload = self.dispatcher_for("nopython").overloads[signature]
+        return dict(overload.metadata[KEY].native_reasons)
 
     # --- what the passes found -------------------------------------------------------------
     def _ops_run(self) -> frozenset[int]:

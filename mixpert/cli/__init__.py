@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from .bench import bench as bench_command
-from .common import CONTEXT, SIZE
+from .common import CONTEXT, SIZE, plain_warnings
 from .inspect import inspect as inspect_command
 from .levels import levels as levels_command
 from .run import run as run_command
@@ -20,11 +20,13 @@ from .tune import tune as tune_command
 
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="mixpert", prog_name="mixpert")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """mixpert: float32 GEMMs of NumPy code on INT8/FP16 tensor cores at float32 accuracy.
 
     Exit status: 0 on success, 1 when a tol is not reached or a check fails, 2 on usage errors.
     """
+    ctx.with_resource(plain_warnings())  # for the whole command, its option checks included
 
 
 @main.command("show-config", context_settings=CONTEXT)

@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -100,6 +101,30 @@ def user_errors(hint: str) -> Iterator[None]:
         raise click.UsageError(f"{hint}: {error}") from None
     except (OSError, RuntimeError) as error:
         raise click.UsageError(f"{hint}: {type(error).__name__}: {error}") from None
+
+
+@contextlib.contextmanager
+def plain_warnings() -> Iterator[None]:
+    """Python warnings as one line each on stderr, ``warning: Category: message``: no file and
+    line (the frame a warning names is click's or the installed package's, not the user's),
+    each distinct one once, and in order with the output (stdout flushed before, stderr after)."""
+    shown: set[tuple[type[Warning], str]] = set()
+    previous = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *where: Any, **more: Any) -> None:
+        text = " ".join(str(message).split()).removeprefix("mixpert: ")
+        if (category, text) in shown:
+            return
+        shown.add((category, text))
+        sys.stdout.flush()
+        sys.stderr.write(f"warning: {category.__name__}: {text}\n")
+        sys.stderr.flush()
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
 
 
 @contextlib.contextmanager

@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from ..plans.plan import Plan, check_plan_covers
 from .common import (
@@ -92,50 +91,12 @@ def inspect(
         print_json(result.to_json())
         return
 
-    console.print(f"[bold]{escape(result.function)}[/bold]  {escape(result.signature or '')}")
-    table = Table()
-    table.add_column("op id", overflow="fold")  # never cut
-    columns = ("line", "source", "kind", "plan level", "packed once", "ran at", "shapes (m,k,n)")
-    for name in (*columns, "pred. cost"):
-        table.add_column(name)
-    for row in result.ops:
-        shapes_text = ", ".join("x".join(map(str, s)) for s in sorted(set(row.shapes)))
-        cost = f"{row.predicted_cost:.3g}" if row.predicted_cost is not None else ""
-        table.add_row(
-            escape(row.op_id), str(row.line), escape(row.source), row.kind, row.level,
-            row.packed_once, escape(row.ran_at), shapes_text, cost,
-        )  # fmt: skip
-    console.print(table)
-
-    console.print("[bold]GEMM dependency graph[/bold] (edge: output reaches input)")
-    for node in sorted(result.graph.nodes):
-        successors = sorted(result.graph.successors(node))
-        console.print(f"  {escape(node)} -> {escape(', '.join(successors) or '(none)')}")
+    result.print_to(console)  # the one rendering: str(mixpert.inspect(...)) is the same text
     if dot_file:
         Path(dot_file).write_text(result.to_dot())
         console.print(f"DOT written to {escape(dot_file)}")
     if png_file:
         _draw(result, png_file)
-
-    console.print("[bold]Numba IR at each site, before -> after rewrite-matmul[/bold]")
-    for note in result.rewrites:
-        console.print(f"  [cyan]{escape(note.op_id)}[/cyan]")
-        console.print(f"    - {escape(note.before)}")
-        for line in note.after.splitlines():
-            console.print(f"    + {escape(line)}")
-    if result.callees:
-        console.print("[bold]jitted callees[/bold]")
-        for name, how in result.callees.items():
-            console.print(f"  {escape(name)}: {escape(how)}")
-    if args:
-        console.print("[bold]LLVM call sites of mixpert_gemm[/bold]")
-        for line in result.llvm_calls:
-            console.print(f"  {escape(line)}")
-    for name in result.unseen_gemm:
-        console.print(f"[yellow]warning: BLAS GEMM the pass could not see, in {escape(name)}")
-    for name, text in result.ir_after.items():
-        console.print(f"[bold]--- IR after {escape(name)} ---[/bold]")
-        console.print(escape(text), highlight=False, soft_wrap=True)  # unwrapped
 
 
 def _draw(result: Any, png_file: str) -> None:

@@ -4,6 +4,7 @@ Without arguments it runs the untyped pipeline only (ops, graph, the Numba IR of
 and after the rewrite). With arguments it compiles a fresh copy for their types (so the LLVM call
 sites of ``mixpert_gemm`` and BLAS calls the pass missed are known) and, unless ``run=False``,
 calls the function once under ``record_calls`` to learn each op's shapes and predicted cost.
+``print(report)`` shows the text ``mixpert inspect`` prints (``Inspection.print_to``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 from numba import typeof
@@ -33,6 +34,11 @@ from ..passes.record import KEY, CompileRecord, RewriteNote
 from ..passes.sites import OpInfo
 from ..plans.plan import as_active_plan
 from . import graph_picture
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+TEXT_WIDTH = 240  # as the CLI prints to a pipe: wide enough that nothing is cut or wrapped
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,58 @@ class Inspection:
 
     def op(self, op_id: str) -> OpRow:
         return next(row for row in self.ops if row.op_id == op_id)
+
+    def print_to(self, console: Console) -> None:
+        """The report as ``mixpert inspect`` prints it: the ops table, the graph, the IR at each
+        site, callees, LLVM call sites, missed GEMMs and the IR dumps asked for."""
+        from rich.markup import escape
+        from rich.table import Table
+
+        console.print(f"[bold]{escape(self.function)}[/bold]  {escape(self.signature or '')}")
+        table = Table()
+        table.add_column("op id", overflow="fold")  # never cut
+        for name in ("line", "source", "kind", "plan level", "packed once", "ran at",
+                     "shapes (m,k,n)", "pred. cost"):  # fmt: skip
+            table.add_column(name)
+        for row in self.ops:
+            shapes_text = ", ".join("x".join(map(str, s)) for s in sorted(set(row.shapes)))
+            cost = f"{row.predicted_cost:.3g}" if row.predicted_cost is not None else ""
+            table.add_row(
+                escape(row.op_id), str(row.line), escape(row.source), row.kind, row.level,
+                row.packed_once, escape(row.ran_at), shapes_text, cost,
+            )  # fmt: skip
+        console.print(table)
+        console.print("[bold]GEMM dependency graph[/bold] (edge: output reaches input)")
+        for node in sorted(self.graph.nodes):
+            successors = sorted(self.graph.successors(node))
+            console.print(f"  {escape(node)} -> {escape(', '.join(successors) or '(none)')}")
+        console.print("[bold]Numba IR at each site, before -> after rewrite-matmul[/bold]")
+        for note in self.rewrites:
+            console.print(f"  [cyan]{escape(note.op_id)}[/cyan]")
+            console.print(f"    - {escape(note.before)}")
+            for line in note.after.splitlines():
+                console.print(f"    + {escape(line)}")
+        if self.callees:
+            console.print("[bold]jitted callees[/bold]")
+            for name, how in self.callees.items():
+                console.print(f"  {escape(name)}: {escape(how)}")
+        if self.signature is not None:  # compiled for arguments: the LLVM is known
+            console.print("[bold]LLVM call sites of mixpert_gemm[/bold]")
+            for line in self.llvm_calls:
+                console.print(f"  {escape(line)}")
+        for name in self.unseen_gemm:
+            console.print(f"[yellow]warning: BLAS GEMM the pass could not see, in {escape(name)}")
+        for name, text in self.ir_after.items():
+            console.print(f"[bold]--- IR after {escape(name)} ---[/bold]")
+            console.print(escape(text), highlight=False, soft_wrap=True)  # unwrapped
+
+    def __str__(self) -> str:
+        """What ``mixpert inspect`` prints to a pipe, without colours (``print(report)``)."""
+        from rich.console import Console
+
+        buffer = io.StringIO()
+        self.print_to(Console(file=buffer, width=TEXT_WIDTH, soft_wrap=True, color_system=None))
+        return buffer.getvalue()
 
     def to_dot(self) -> str:
         """The graph in Graphviz DOT (``graph_picture``): op id, source and level per node,

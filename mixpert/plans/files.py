@@ -6,8 +6,8 @@ are read too). Reading accepts regular files only (a FIFO would hang, ``/dev/zer
 of at most ``MAX_BYTES``, parses strict JSON (no duplicate keys, no NaN, no integer beyond
 int64, nesting at most ``MAX_DEPTH`` deep) and checks every field against ``PLAN_FIELDS``; any
 problem raises a ``PlanFileError`` naming the file, the field and the rule. Writing goes to a
-temporary file in the same folder and replaces the old one atomically. A plan is data: nothing
-in it is executed.
+temporary file in the same folder (with the permissions the umask gives any new file) and
+replaces the old one atomically. A plan is data: nothing in it is executed.
 
 This module deals in checked JSON objects, not ``Plan`` objects: ``plans.plan`` builds plans from
 them (``read_plans``, ``Plan.load``, ``Plan.save``), so the data imports the files and never the
@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -259,11 +259,23 @@ def check_folder(path: str | Path) -> Path:
     return path
 
 
+def _new_temporary(path: Path) -> tuple[int, Path]:
+    """A new file beside ``path``, open for writing, 0666 less the umask as any new file
+    (``tempfile.mkstemp`` makes 0600 files: a plan tuned offline could not be shared)."""
+    while True:
+        temporary = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temporary
+        except FileExistsError:
+            continue
+
+
 def write_plan_file(path: str | Path, plans: list[dict[str, Any]]) -> Path:
-    """Write the plans' JSON objects to ``path`` atomically (a temporary file, then a rename)."""
+    """Write the plans' JSON objects to ``path`` atomically (a temporary file, then a rename),
+    readable as the umask allows (``_new_temporary``)."""
     path = check_folder(path)
     text = json.dumps({"format": FORMAT, "plans": plans}, indent=2) + "\n"
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, temporary = _new_temporary(path)
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
@@ -271,6 +283,6 @@ def write_plan_file(path: str | Path, plans: list[dict[str, Any]]) -> Path:
             os.fsync(out.fileno())
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
     return path

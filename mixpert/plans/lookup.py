@@ -10,7 +10,8 @@ plan, ``on_missing`` decides:
 
 - ``"tune"`` (default): tune now on this call's arguments (they are the representative inputs;
   the tuner profiles copies), keep the plan, and save it into ``plan_file`` when given, beside
-  the plans for other inputs;
+  the plans for other inputs. The function is compiled for them first, so a product the types
+  refuse raises ``ProductTypingError`` as an untuned call does;
 - ``"default"``: run every op at ``default_level`` (``NATIVE_LEVEL``: native float32, always
   safe);
 - ``"raise"``: raise ``MissingPlanError`` (for deployments that must only run tuned plans).
@@ -32,7 +33,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 from ..runtime.levels import NATIVE_LEVEL, get_level
 from ..tuner import (
@@ -59,6 +60,12 @@ def _arguments_kind(args: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(
         (a.dtype, a.ndim) if hasattr(a, "dtype") and hasattr(a, "ndim") else type(a) for a in args
     )
+
+
+class Compilable(Tunable, Protocol):
+    """A jitted function the book can tune: ``mixpert.jit`` gives one."""
+
+    def compile_for(self, args: Sequence[Any]) -> None: ...
 
 
 class DegenerateTuningDataWarning(UserWarning):
@@ -96,18 +103,18 @@ class PlanBook:
         self._lock = threading.RLock()
 
     @staticmethod
-    def _real_data(func: Tunable, plan: Plan, args: Sequence[Any]) -> bool:
+    def _real_data(func: Compilable, plan: Plan, args: Sequence[Any]) -> bool:
         """Whether ``args`` are fit to replace ``plan``'s degenerate tuning data."""
         if degenerate_reason(args):
             return False
         log.info("%s: tuning again on real data (%s)", function_identity(func), plan.provisional)
         return True
 
-    def plan_for(self, func: Tunable, args: Sequence[Any]) -> Plan | dict[str, str]:
+    def plan_for(self, func: Compilable, args: Sequence[Any]) -> Plan | dict[str, str]:
         with self._lock:
             return self._plan_for(func, args)
 
-    def _plan_for(self, func: Tunable, args: Sequence[Any]) -> Plan | dict[str, str]:
+    def _plan_for(self, func: Compilable, args: Sequence[Any]) -> Plan | dict[str, str]:
         if not self._file_read:
             if self.plan_file is not None and self.plan_file.exists():
                 mine = [p for p in read_plans(self.plan_file) if p.is_for(func)]
@@ -138,6 +145,9 @@ class PlanBook:
             )
         if self.on_missing == "default":
             return dict.fromkeys(func.ops, self.default_level)
+        # types first: a product Numba refuses raises ProductTypingError, as an untuned call
+        # would, not NumPy's error from the tuner's float64 run of the Python function
+        func.compile_for(args)
         where = resolve_target(self.target)
         progress = TuningProgress(
             function_identity(func), list(func.ops),
