@@ -16,8 +16,9 @@ from .runtime.dispatch import clear_cache
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level
 from .runtime.matmul_plan import MatmulPlan
 from .runtime.precision import default_level, get_default_level, set_default_level
-from .tuner import NativeOnCpuWarning, TolUnreachableWarning
 from .tuning.copies import UncopyableArgumentError
+from .tuning.search import TolUnreachableWarning
+from .tuning.targets import NativeOnCpuWarning
 
 __all__ = [
     "DEFAULT_LEVEL",

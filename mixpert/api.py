@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from . import tuner
 from .execution.op_ids import op_index
 from .execution.state import CallRecord, record, recording
 from .jit import MixpertFunction, jit
@@ -17,6 +16,7 @@ from .plans.plan import Plan
 from .runtime import device, dispatch, numpy_meaning
 from .runtime.levels import NATIVE_LEVEL, Level, LevelName, get_level
 from .runtime.precision import get_default_level
+from .tuning import tuner
 
 DIRECT_OP = "mixpert.matmul"  # the op id of a direct call's record: no site of compiled code
 
@@ -171,7 +171,7 @@ def tune(
 ) -> Plan:
     """Tune ``func`` (plain or ``mixpert.jit``-ed) on representative ``args``; return a Plan.
 
-    Greedy per-op levels (MixPert 3.4; see ``mixpert.tuner``) so that the output error against
+    Greedy per-op levels (MixPert 3.4; see ``mixpert.tuning``) so that the output error against
     float64 stays within ``tol`` beyond the inputs seen: each op's own error and the error
     model's figure for generic data of its size and magnitudes within its budget (tol; float32
     grade for ops feeding a discrete step), the measured error within the share of tol its

@@ -50,7 +50,7 @@ from .plans.plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .runtime.device import is_cupy_array, is_dask_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
-from .tuner import Target
+from .tuning.targets import Target
 
 
 def weak_float_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -357,7 +357,7 @@ def jit(
     when none matches; see ``mixpert.plans.lookup``. ``target``: the device a tuned plan
     minimises time on ("auto": the GPU when one is usable, else the CPU, where plans run native
     float32 where it meets tol; "cuda" makes the GPU's plan on any machine; see
-    ``mixpert.tuner``). ``cache=True`` caches the compiled code on
+    ``mixpert.tuning.targets``). ``cache=True`` caches the compiled code on
     disk, apart from plain Numba's entries. ``scalar_rules``: "numpy" (default) types Python
     number literals combined with float32 operands as NumPy 2 does (NEP 50: ``x * 0.5`` stays
     float32; ``passes.scalar_rules``), "numba" keeps Numba's promotion to float64. Other

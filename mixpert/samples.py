@@ -35,7 +35,7 @@ from .plans.plan import Plan
 from .runtime import device
 from .source_files import load_module
 from .timing import best_time, synchronizer
-from .tuner import tune
+from .tuning.tuner import tune
 
 MODULE_PREFIX = "mixpert_sample_"  # sample modules import as mixpert_sample_<name>
 # The samples ship inside the package: mixpert/sample_files is the top-level samples/ folder

@@ -305,7 +305,7 @@ def naming_the_product(func: Any) -> Iterator[None]:
         op = failing_op(error, func)
         if op is None:
             raise
-        from ..tuner import relative_path
+        from ..tuning.tuned_plan import relative_path
 
         where = f"{relative_path(op.file)}:{op.line}"
         raise ValueError(f"product {op.op_id} at {where} (`{op.source}`): {error}") from error

@@ -97,8 +97,10 @@ def tune(
     from ..jit import MixpertFunction, jit
     from ..plans import check_folder, read_plans
     from ..runtime.levels import get_level
-    from ..tuner import candidates_for, checked_tol, resolve_target, walk_budget
-    from ..tuner import tune as run_tune
+    from ..tuning.search import walk_budget
+    from ..tuning.targets import candidates_for, resolve_target
+    from ..tuning.tuner import checked_tol
+    from ..tuning.tuner import tune as run_tune
 
     with user_errors("--tol"):
         tol = checked_tol(tol)

@@ -2,7 +2,7 @@
 chooses its plan from (``lookup``).
 
 Layers, lowest first: ``files`` (the format, checked JSON objects) <- ``plan`` (``Plan`` and its
-loading and saving) <- ``lookup`` (``PlanBook``, which tunes through ``mixpert.tuner``). This
+loading and saving) <- ``lookup`` (``PlanBook``, which tunes through ``mixpert.tuning``). This
 package re-exports the first two only: ``lookup`` imports the tuner, which imports ``plan``.
 """
 

@@ -18,11 +18,12 @@ plan, ``on_missing`` decides:
 
 The default for ``on_missing`` comes from the ``MIXPERT_ON_MISSING_PLAN`` environment variable.
 Tuning shows one progress line on a terminal, else logs at INFO on the ``"mixpert"`` logger
-(``tuning_progress``); ``target`` names the device the plan is for (``tuner.resolve_target``). A
-plan tuned on degenerate data (``tuning_inputs``: integers, constants, zeros, a tiny range) is
-provisional: it serves calls whose data are degenerate too, and the first call with real data
-tunes again and replaces it. Lookups hold the book's lock: threads that
-call a function for the first time at once wait for one tuning and then share its plan.
+(``tuning.progress``); ``target`` names the device the plan is for
+(``tuning.targets.resolve_target``). A plan tuned on degenerate data (``tuning.inputs``:
+integers, constants, zeros, a tiny range) is provisional: it serves calls whose data are
+degenerate too, and the first call with real data tunes again and replaces it. Lookups hold the
+book's lock: threads that call a function for the first time at once wait for one tuning and
+then share its plan.
 """
 
 from __future__ import annotations
@@ -36,17 +37,12 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
 from ..runtime.levels import NATIVE_LEVEL, get_level
-from ..tuner import (
-    Target,
-    Tunable,
-    candidates_for,
-    checked_tol,
-    resolve_target,
-    tune,
-    walk_budget,
-)
-from ..tuning_inputs import degenerate_reason
-from ..tuning_progress import TuningProgress
+from ..tuning.inputs import degenerate_reason
+from ..tuning.profiling import Tunable
+from ..tuning.progress import TuningProgress
+from ..tuning.search import walk_budget
+from ..tuning.targets import Target, candidates_for, resolve_target
+from ..tuning.tuner import checked_tol, tune
 from .files import check_folder
 from .plan import Plan, check_plan_covers, function_identity, read_plans, signature_of
 

@@ -13,15 +13,12 @@ import pytest
 from tuner_functions import cholesky3, mlp, mlp_inputs, spd_inputs
 
 import mixpert
-from mixpert import tuner
-from mixpert.tuner import (
-    Profiler,
-    TolUnreachableWarning,
-    exhaustive,
-    output_error,
-    pareto_levels,
-    predicted_time,
-)
+from mixpert.metrics import output_error
+from mixpert.tuning import tuner
+from mixpert.tuning.held_out import RESAMPLED_INPUTS
+from mixpert.tuning.profiling import Profiler
+from mixpert.tuning.search import TolUnreachableWarning, exhaustive
+from mixpert.tuning.targets import pareto_levels, predicted_time
 
 CANDIDATES = ("I", "T6", "IV", "V", "fp32")
 CASES = {"mlp": (mlp, mlp_inputs), "cholesky": (cholesky3, spd_inputs)}
@@ -101,7 +98,7 @@ def test_ops_that_never_reach_the_runtime_cost_no_runs() -> None:
     assert len(plan.levels) == 2
     levels = sorted(plan.levels.values())
     assert levels == sorted(["I", "fp32"])  # the GEMM lowered; the matvec stays native
-    held_out = tuner.RESAMPLED_INPUTS * (tuner.VALIDATION_RETRIES + 1)  # runs on resamples
+    held_out = RESAMPLED_INPUTS * (tuner.VALIDATION_RETRIES + 1)  # runs on resamples
     assert plan.profiling_runs <= len(CANDIDATES) + held_out  # walk runs for one op only
 
 

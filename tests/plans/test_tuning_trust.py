@@ -17,16 +17,17 @@ import numpy as np
 import pytest
 
 import mixpert
-from mixpert import error_model, tuning_inputs
 from mixpert.execution import record_calls
 from mixpert.execution.product_samples import ProductSample
 from mixpert.metrics import output_error, reference_outputs
 from mixpert.runtime import cpu
 from mixpert.runtime.levels import get_level
-from mixpert.tuner import NativeOnCpuWarning
+from mixpert.tuning import error_model
+from mixpert.tuning import inputs as tuning_inputs
+from mixpert.tuning.targets import NativeOnCpuWarning
 
 pytestmark = pytest.mark.filterwarnings(
-    "ignore::numba.NumbaPerformanceWarning", "ignore::mixpert.tuner.NativeOnCpuWarning"
+    "ignore::numba.NumbaPerformanceWarning", "ignore::mixpert.NativeOnCpuWarning"
 )
 FRESH = 20
 

@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from .execution.product_samples import ProductSample, squared_error
-from .metrics import float_leaves, ratio_of_sums
-from .runtime import cpu, device
-from .runtime.levels import NATIVE_LEVEL, Level, get_level
+from ..execution.product_samples import ProductSample, squared_error
+from ..metrics import float_leaves, ratio_of_sums
+from ..runtime import cpu, device
+from ..runtime.levels import NATIVE_LEVEL, Level, get_level
 
 FLOAT32_GRADE = "float32 in k order"  # model_error's name for SGEMM's reference product
 MODEL_ENTRIES = 4096  # output entries the model averages over: more twins for small samples

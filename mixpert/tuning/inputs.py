@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .plans.plan import signature_of
-from .runtime import device
-from .tuning.copies import is_float_array
+from ..plans.plan import signature_of
+from ..runtime import device
+from .copies import is_float_array
 
 SHORT_BITS = 11  # significand bits of TF32, the narrowest level: values this short are exact
 TINY = 2.0**-100  # a range this far below 1 sits near float32's subnormals
