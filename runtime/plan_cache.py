@@ -27,11 +27,10 @@ class Plan(Protocol):
 
 
 def limits() -> tuple[int, int]:
-    """(entries, bytes) from ``$MIXPERT_PLAN_CACHE``; (0, 0) where it is "0" (no cache)."""
+    """(entries, bytes) from ``$MIXPERT_PLAN_CACHE`` (the defaults where it is unset, or "0":
+    that switch is read at each lookup)."""
     text = os.environ.get(SWITCH, "").strip()
-    if text == "0":
-        return 0, 0
-    if not text:
+    if text in ("", "0"):
         return DEFAULT_ENTRIES, DEFAULT_MIB << 20
     try:
         entries, mib = (int(part) for part in text.split(","))
@@ -59,9 +58,8 @@ class PlanCache:
             if key in self._plans:
                 self._plans.move_to_end(key)
                 return self._plans[key]
-        if self.max_entries == 0:
-            return None
-        plan = make()  # (outside the lock: capturing takes milliseconds)
+        # (made outside the lock: capturing takes milliseconds)
+        plan = make() if self.max_entries > 0 else None
         if plan is not None and plan.nbytes > self.max_bytes:
             plan.release()  # larger than the whole cache: run uncached, and remember it
             plan = None
