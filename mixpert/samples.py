@@ -64,8 +64,9 @@ ChecksFn = Callable[[tuple[Any, ...], Any, Any], Sequence[Check]]
 class Sample:
     """One workload. ``make_inputs(xp, rng, size)`` returns the arguments as float32 arrays of
     ``xp`` (numpy or cupy) drawn from ``rng = xp.random.default_rng(seed)``; ``sizes`` names
-    sizes ("ci": seconds on the CPU oracle, "demo": the CPU demo, "gpu": the end-to-end
-    benchmark); ``checks(args, outputs, reference)`` returns domain checks."""
+    sizes ("ci": seconds on the CPU oracle, the demo's without a GPU; "demo": ``mixpert run``'s
+    default and the demo's on a GPU; "gpu": the end-to-end benchmark); ``checks(args, outputs,
+    reference)`` returns domain checks."""
 
     func: MixpertFunction
     make_inputs: MakeInputs

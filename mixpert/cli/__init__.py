@@ -11,7 +11,8 @@ from __future__ import annotations
 import click
 
 from .bench import bench as bench_command
-from .common import CONTEXT, SIZE, plain_warnings
+from .common import CONTEXT, plain_warnings
+from .demo import demo as demo_command
 from .inspect import inspect as inspect_command
 from .levels import levels as levels_command
 from .run import run as run_command
@@ -37,17 +38,7 @@ def show_config_command() -> None:
     show_config()
 
 
-@main.command(context_settings=CONTEXT)
-@click.option("--sample", default="mlp", show_default=True, help="a sample in samples/")
-@click.option("--size", type=SIZE, default=None, help="default: the sample's demo size")
-@click.pass_context
-def demo(ctx: click.Context, sample: str, size: int | None) -> None:
-    """The main job: one sample end to end (`mixpert run mlp`): ops found, graph, tuned levels,
-    error against float64 and time against native float32; the GPU when usable, else the CPU,
-    where the GPU's plan runs on the exact CPU backend (the oracle the GPU agrees with)."""
-    ctx.invoke(run_command, sample_file=sample, size=size, target="cuda")
-
-
+main.add_command(demo_command)
 main.add_command(levels_command)
 main.add_command(bench_command)
 main.add_command(inspect_command)

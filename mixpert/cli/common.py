@@ -14,7 +14,7 @@ import json
 import math
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -311,13 +311,16 @@ def naming_the_product(func: Any) -> Iterator[None]:
         raise ValueError(f"product {op.op_id} at {where} (`{op.source}`): {error}") from error
 
 
-def plan_table(plan: Plan, title: str) -> Table:
-    """op, location, level, share of time, contribution to error, op speedup over fp32."""
+def plan_table(plan: Plan, title: str, why: Mapping[str, str] | None = None) -> Table:
+    """op, location, level, share of time, contribution to error, op speedup over fp32, and
+    ``why`` (op id -> why it got its level) when given."""
     table = Table(title=title, caption=f"tuning error {plan.error:.2e} (tol {plan.tol:g})")
     for name in ("op", "location"):
         table.add_column(name, overflow="fold")  # never cut
     for name in ("level", "share of time", "contribution to error", "op speedup"):
         table.add_column(name)
+    if why is not None:
+        table.add_column("why this level")
     native = get_level(NATIVE_LEVEL).relative_cost
     for op in plan.ops:
         table.add_row(
@@ -327,6 +330,7 @@ def plan_table(plan: Plan, title: str) -> Table:
             f"{op.share:.1%}",
             f"{op.contribution:+.2e}",
             "1.00x" if op.native else f"{native / get_level(op.level).relative_cost:.2f}x",
+            *([escape(why.get(op.op_id, ""))] if why is not None else []),
         )
     return table
 
