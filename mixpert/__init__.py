@@ -9,8 +9,8 @@ from .passes.check_llvm import UnseenGemmWarning
 from .passes.dataflow import DuplicateOpIdError
 from .passes.native_sites import NotEmulatedWarning
 from .passes.numpy_products import ProductTypingError
+from .plan_book import DegenerateTuningDataWarning, MissingPlanError
 from .plans.files import PlanFileError
-from .plans.lookup import DegenerateTuningDataWarning, MissingPlanError
 from .plans.plan import Plan, PlanCoverageWarning, PlanMismatchError, StalePlanError
 from .runtime.dispatch import clear_cache
 from .runtime.levels import DEFAULT_LEVEL, LADDER, LEVELS, NATIVE_LEVEL, Level, get_level

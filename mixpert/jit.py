@@ -3,7 +3,7 @@
 The decorated function is a ``MixpertFunction``: calling it activates its plan (op id -> level
 name; unlisted ops run at the runtime's default level) for the duration of the call and runs the
 compiled code, whose rewritten matmul sites ask the runtime for each product. With ``tol`` and no
-``plan``, the plan comes from a ``PlanBook`` (``mixpert.plans.lookup``): a matching tuned plan from
+``plan``, the plan comes from a ``PlanBook`` (``mixpert.plan_book``): a matching tuned plan from
 memory or ``plan_file``, else tune now, run a safe default, or raise, as ``on_missing`` says.
 
 A plan (a ``Plan`` or a mapping op id -> level name) becomes an ``ActivePlan`` here, once, and
@@ -45,7 +45,7 @@ from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher, 
 from .passes.numpy_products import product_typing_error
 from .passes.record import KEY
 from .passes.sites import OpInfo
-from .plans.lookup import OnMissing, PlanBook
+from .plan_book import OnMissing, PlanBook
 from .plans.plan import Plan, PlanLike, as_active_plan, check_plan_covers
 from .runtime.device import is_cupy_array, is_dask_array
 from .runtime.levels import NATIVE_LEVEL
@@ -354,7 +354,7 @@ def jit(
     whose output error (MixPert Eq. 10 against float64) was within tol on representative inputs;
     it is read from ``plan_file`` (written by ``mixpert tune``) or made on the first call, and
     ``on_missing`` ("tune", "default": every op at ``default_level``, "raise") says what happens
-    when none matches; see ``mixpert.plans.lookup``. ``target``: the device a tuned plan
+    when none matches; see ``mixpert.plan_book``. ``target``: the device a tuned plan
     minimises time on ("auto": the GPU when one is usable, else the CPU, where plans run native
     float32 where it meets tol; "cuda" makes the GPU's plan on any machine; see
     ``mixpert.tuning.targets``). ``cache=True`` caches the compiled code on

@@ -4,7 +4,8 @@ user layer (mixpert/, its subpackages) -> compile time (passes/) -> run time (mi
 -> emulation runtime (runtime/): a module imports only its own layer and the layers below it, and
 mixpert's modules form no import cycle through any import: at load time, inside a function, or
 under ``if TYPE_CHECKING`` (a circle hidden in a function body is still a circle). No cycle is
-excepted.
+excepted. Within the user layer, the plans (``mixpert.plans``) sit below the tuner
+(``mixpert.tuning``), which sits below its callers (jit, the plan book, the API, the CLI).
 """
 
 from __future__ import annotations
@@ -99,11 +100,30 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"{len(cycles)} import cycles:\n" + "\n".join(named[:40])
 
 
-def test_the_tuner_does_not_import_jit() -> None:
-    tuning = [m for m in modules() if m.startswith("mixpert.tuning.")]
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_plans_hold_the_plan_and_its_files_only() -> None:
+    """mixpert.plans sits below the tuner: its modules import nothing of the user layer but
+    each other (the tuner makes plans; the plan book, which tunes, sits above the tuner)."""
+    plans = [m for m in modules() if within(m, "mixpert.plans")]
+    assert {"mixpert.plans.plan", "mixpert.plans.files"} <= set(plans)
+    for module in plans:
+        user = {n for n in imports(module, modules()[module], False) if layer(n) == "mixpert"}
+        above = {n for n in user if not within(n, "mixpert.plans")}
+        assert not above, f"{module} imports {above}, above the plans"
+
+
+def test_the_tuner_sits_below_jit_and_the_plan_book() -> None:
+    """The tuner takes any ``Tunable``: jit, the plan book that tunes on a first call, the
+    public API and the command line are its callers, never its imports."""
+    callers = ("mixpert.jit", "mixpert.plan_book", "mixpert.api", "mixpert.cli", "mixpert.samples")
+    tuning = [m for m in modules() if within(m, "mixpert.tuning")]
     assert "mixpert.tuning.tuner" in tuning
     for module in tuning:
-        assert "mixpert.jit" not in imports(module, modules()[module], False), module
+        found = imports(module, modules()[module], False)
+        assert not [n for n in found if any(within(n, c) for c in callers)], module
 
 
 def test_compile_time_holds_no_run_time_state() -> None:

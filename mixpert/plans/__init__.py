@@ -1,9 +1,9 @@
-"""Tuned plans: the data (``plan``), plan files (``files``) and the plan book a jitted function
-chooses its plan from (``lookup``).
+"""Tuned plans: the data (``plan``) and plan files (``files``), nothing that tunes.
 
 Layers, lowest first: ``files`` (the format, checked JSON objects) <- ``plan`` (``Plan`` and its
-loading and saving) <- ``lookup`` (``PlanBook``, which tunes through ``mixpert.tuning``). This
-package re-exports the first two only: ``lookup`` imports the tuner, which imports ``plan``.
+loading and saving). The tuner (``mixpert.tuning``) makes plans and sits above this package; the
+plan book a jitted function chooses its plan from, tuning when none matches, sits above the
+tuner (``mixpert.plan_book``).
 """
 
 from .files import PlanFileError, check_folder

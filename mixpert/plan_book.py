@@ -36,15 +36,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from ..runtime.levels import NATIVE_LEVEL, get_level
-from ..tuning.inputs import degenerate_reason
-from ..tuning.profiling import Tunable
-from ..tuning.progress import TuningProgress
-from ..tuning.search import walk_budget
-from ..tuning.targets import Target, candidates_for, resolve_target
-from ..tuning.tuner import checked_tol, tune
-from .files import check_folder
-from .plan import Plan, check_plan_covers, function_identity, read_plans, signature_of
+from .plans.files import check_folder
+from .plans.plan import Plan, check_plan_covers, function_identity, read_plans, signature_of
+from .runtime.levels import NATIVE_LEVEL, get_level
+from .tuning.inputs import degenerate_reason
+from .tuning.profiling import Tunable
+from .tuning.progress import TuningProgress
+from .tuning.search import walk_budget
+from .tuning.targets import Target, candidates_for, resolve_target
+from .tuning.tuner import checked_tol, tune
 
 OnMissing = Literal["tune", "default", "raise"]
 ON_MISSING_ENV = "MIXPERT_ON_MISSING_PLAN"
