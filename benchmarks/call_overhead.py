@@ -123,6 +123,41 @@ def case(label: str, shape: tuple[int, ...]) -> list[dict[str, Any]]:
     return rows
 
 
+def host_floor(n: int = 1024) -> list[dict[str, Any]]:
+    """Host us per call of each layer of a replayed level-IV product at ``n``, beside CuPy's
+    own calls: what bounds the host time of a call."""
+    from mixpert.runtime.cuda import backend
+    from mixpert.runtime.levels import get_level
+
+    a, b = operands((n, n), 1), operands((n, n), 2)
+    level = get_level("IV")
+    mode("after")
+    mixpert.matmul(a, b, level="IV")
+    cache = backend._plans[cp.cuda.Device().id]
+    graph = next(plan for plan in cache._plans.values() if plan is not None)
+    stream = cp.cuda.get_current_stream()
+    with mixpert.MatmulPlan(a, b, level="IV") as planned:
+        layers = {
+            "cupy a @ b (SGEMM)": lambda: a @ b,
+            "cupy.empty (the result)": lambda: cp.empty((n, n), dtype=cp.float32),
+            "one memcpyAsync (an operand)": lambda: cp.cuda.runtime.memcpyAsync(
+                graph.a.data.ptr, a.data.ptr, a.nbytes, 3, stream.ptr
+            ),
+            "graph.launch": lambda: graph._graph.launch(stream),
+            "CapturedProduct call (copies + launch)": lambda: graph(a, b),
+            "backend.captured_product (+ cache lookup)": lambda: backend.captured_product(
+                a, b, level
+            ),
+            "MatmulPlan.execute": lambda: planned.execute(a, b),
+            "mixpert.matmul(level='IV')": lambda: mixpert.matmul(a, b, level="IV"),
+        }
+        rows = [{"n": n, "layer": name, "host_us": timed(call, 300)[0]}
+                for name, call in layers.items()]  # fmt: skip
+    for row in rows:
+        print(f"  host floor n={n}: {row['layer']:45s} {row['host_us']:6.1f} us", flush=True)
+    return rows
+
+
 def mlp(x, w1, w2, w3):
     h = np.maximum(x @ w1, np.float32(0))
     h = np.maximum(h @ w2, np.float32(0))
@@ -218,6 +253,7 @@ def main() -> None:
     )
     plot(rows, folder / "call-overhead.png")
     print(table(rows), flush=True)
+    (folder / "call-overhead-floor.json").write_text(json.dumps(host_floor(), indent=1))
     mlp_rows = mlps(args.quick)
     (folder / "call-overhead-mlp.json").write_text(json.dumps(mlp_rows, indent=1))
 

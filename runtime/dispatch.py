@@ -55,6 +55,10 @@ def np_matmul_at_level(
     but ran cuBLAS SGEMM instead (its route's ``Fallback``), so records name what ran."""
     level = get_level(get_default_level() if level is None else level)  # names fail first, once
     check_backend(backend)  # (also where the product runs natively)
+    if out is None and not ufunc_kwargs and backend == "auto":
+        fast = cupy_matrix_product(a, b, level, keep, on_native)  # no more layers than this
+        if fast is not None:
+            return fast
 
     def emulated(x: Any, y: Any) -> Any:
         return product(x, y, level, backend, keep, on_native)
@@ -85,15 +89,33 @@ def product(
                 return routed
         each = _stack_product(level, backend)
         return batched.broadcast_products(a, b, lambda x, y: product(x, y, level, backend), each)
-    if level.kind == "policy" and backend == "auto":
-        shape = _cupy_float32_matrices(a, b)
-        if shape is not None:  # the hot path: at n = 128 a whole SGEMM call takes ~35 us
-            chosen = auto.on_gpu(*shape, 1, "matrix", _gpu())
-            return _on_gpu(a, b, chosen, keep, on_native, plain=True)
-    replayed = _replayed(a, b, level, keep) if backend != "cpu" else None
-    if replayed is not None:
-        return replayed
+    fast = cupy_matrix_product(a, b, level, keep, on_native) if backend == "auto" else None
+    if fast is not None:
+        return fast
     return run(a, b, route(a, b, level, backend), keep, on_native)
+
+
+def cupy_matrix_product(
+    a: Any,
+    b: Any,
+    level: Level,
+    keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
+    on_native: Callable[[], None] | None = None,
+) -> Any | None:
+    """a @ b for two float32 CuPy matrices, by the shortest way there is:
+    CuPy's own product at "fp32", "auto"'s choice for the shape, an INT8 level replayed as one
+    graph (``_replayed``); None for other operands (the general path takes them). At n = 128 a
+    whole SGEMM call takes tens of microseconds: each layer of checks would show."""
+    shape = _cupy_float32_matrices(a, b)
+    if shape is None:
+        return None
+    if level.kind == "fp32":
+        return device.cupy_module().matmul(a, b)
+    if level.kind == "policy":
+        chosen = auto.on_gpu(*shape, 1, "matrix", _gpu())
+        return _on_gpu(a, b, chosen, keep, on_native, plain=True)
+    replayed = _replayed(a, b, level, keep)
+    return replayed if replayed is not None else run(a, b, route(a, b, level), keep, on_native)
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> Route:
@@ -160,9 +182,9 @@ def _on_gpu(
 
 
 def _replayed(a: Any, b: Any, level: Level, keep: pack_reuse.Keep) -> Any | None:
-    """a @ b at an INT8 level for float32 CuPy matrices, replayed as one CUDA graph from the
-    plan cache (``cuda.backend.captured_product``); None where that does not serve, and the
-    product runs uncaptured: the same kernels, the same bits."""
+    """a @ b at an INT8 level for float32 CuPy matrices with m, k, n > 0, replayed as one
+    CUDA graph from the plan cache (``cuda.backend.captured_product``); None where that does
+    not serve, and the product runs uncaptured: the same kernels, the same bits."""
     if level.kind != "int8" or keep != pack_reuse.KEEP_NOTHING:
         return None
     shape = _cupy_float32_matrices(a, b)

@@ -196,6 +196,13 @@ def run_site(
             lambda x, y: _run_stack(op_index, x, y, native)
         )  # fmt: skip
         return batched.broadcast_products(a, b, lambda x, y: run_site(op_index, x, y, native), each)
+    if device.is_cupy_array(a) and not (recording() or log.isEnabledFor(logging.DEBUG)):
+        # nothing to record: CuPy's float32 matrices take the runtime's shortest way (the
+        # plan's level read once, no route of their own)
+        keep = keep_for(op_index, a, b) if emulable(a, b) else KEEP_NOTHING
+        fast = dispatch.cupy_matrix_product(a, b, level_for(op_index), keep)
+        if fast is not None:
+            return fast
     routed = route_to_run(op_index, a, b) if emulable(a, b) else None
     return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 

@@ -192,10 +192,12 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
 
     Matrix.__module__ = "cupy._core.core"
     ran: list[str] = []
-    cp = SimpleNamespace(ndarray=Matrix, matmul=lambda a, b: ran.append("sgemm"))
+    # (each stand-in returns a result, as the real products do)
+    cp = SimpleNamespace(ndarray=Matrix, matmul=lambda a, b: ran.append("sgemm") or "C")
     cuda = SimpleNamespace(
-        ordered_product=lambda a, b: ran.append("fp32-ordered"),
-        product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name),
+        ordered_product=lambda a, b: ran.append("fp32-ordered") or "C",
+        product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name) or "C",
+        captured_product=lambda a, b, level: None,  # (no plan cache on a stand-in GPU)
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
