@@ -102,8 +102,10 @@ PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 REQUIRED = ("levels", "function", "op_hash", "signature", "device", "tol", "error",
             "predicted_speedup")  # fmt: skip
 OP_FIELDS = {"op_id": _STR, "location": _STR, "level": _rule(_level_name, "a known level name"),
-             "share": _NUMBER, "contribution": _NUMBER, "native": _STR}  # fmt: skip
-OP_REQUIRED = ("op_id", "location", "level", "share", "contribution")  # "native": newer files
+             "share": _NUMBER, "contribution": _NUMBER, "native": _STR,
+             "forced_by": _STR}  # fmt: skip
+# "native" and "forced_by" came later: files without them are read as before
+OP_REQUIRED = ("op_id", "location", "level", "share", "contribution")
 
 
 def _checked(data: Any, rules: Mapping[str, tuple[Callable[[Any], bool], str]],

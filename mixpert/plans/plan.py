@@ -99,6 +99,9 @@ class OpReport:
     # Why the op never reaches the runtime with the tuned arguments (float64 operands, a
     # matrix-vector product, ...): it runs Numba's own product whatever its level says.
     native: str = ""
+    # Why the op is not at the next cheaper candidate level: the acceptance rule that refused
+    # it, naming the op it judged and the figures ("" where the op is at the cheapest level).
+    forced_by: str = ""
 
 
 @dataclass
@@ -153,6 +156,8 @@ class Plan:
             report = next((r for r in self.ops if r.op_id == op), None)
             where = f"  {report.location}" if report else ""
             lines.append(f"  {op:<24} {level:<12}{where}")
+            if report and report.forced_by:
+                lines.append(f"    not cheaper: {report.forced_by}")
         return "\n".join(lines)
 
     # --- checks ----------------------------------------------------------------------------

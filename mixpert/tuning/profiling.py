@@ -42,11 +42,13 @@ class Tunable(Protocol):
 @dataclass(frozen=True)
 class Trial:
     """One profiling run under a plan: the function's error, its spread between inputs
-    (``error_model.error_spread``) and each op's own error."""
+    (``error_model.error_spread``), each op's own error and the levels its sampled calls ran
+    at ("auto" resolved: what the own error is the error of)."""
 
     error: float
     spread: float
     own: Mapping[str, float]
+    ran: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,15 +109,22 @@ class Profiler:
         if self.on_run is not None:
             self.on_run()
         own: dict[str, list[ProductSample]] = {}
+        ran: dict[str, set[str]] = {}
         for call in calls:
             if call.sample is not None:
                 own.setdefault(call.op_id, []).append(call.sample)
+                ran.setdefault(call.op_id, set()).add(call.level)
         self.trials[key] = Trial(
             output_error(outputs, self.reference),
             error_spread(outputs, self.reference),
             {op: own_error(samples) for op, samples in own.items()},
+            {op: frozenset(levels) for op, levels in ran.items()},
         )
         return self.trials[key]
+
+    def cached(self, levels: Mapping[str, str]) -> Trial | None:
+        """The trial of ``levels`` when a run made it, else None (no run is made)."""
+        return self.trials.get(tuple(sorted(levels.items())))
 
     def error(self, levels: Mapping[str, str]) -> float:
         """The function's Eq. 10 error under ``levels`` (one profiling run, cached)."""

@@ -54,6 +54,8 @@ class Result:
     contribution: dict[str, float]
     margin: float = 1.0  # the share of tol the final plan's measured error was held to
     exact_ops: dict[str, str] = field(default_factory=dict)  # op -> level it was exact at
+    # op -> why it stays above the cheapest candidate: the rule that refused the next cheaper one
+    forced: dict[str, str] = field(default_factory=dict)
 
 
 def _ordered(candidates: Sequence[str]) -> list[str]:
@@ -147,7 +149,10 @@ def greedy(
                         break
     except BudgetExhausted:
         pass
-    levels, current = _auto_where_faster(prof, rule, levels_of(rung), current)
+    walked = levels_of(rung)
+    forced = _refused_below(rule, walked, rungs, order)
+    levels, current = _auto_where_faster(prof, rule, walked, current)
+    forced = {op: why for op, why in forced.items() if levels[op] == walked[op]}
     idle = dict.fromkeys(set(ops) - set(tunable), BASELINE_LEVEL)  # native, as they ran
     exact = {
         op: level
@@ -156,8 +161,31 @@ def greedy(
     }
     return Result(
         {**levels, **idle}, current.error, True, prof.runs, prof.flops, contribution,
-        rule.share(current), exact,
+        rule.share(current), exact, forced,
     )  # fmt: skip
+
+
+def _refused_below(
+    rule: Rule, levels: Mapping[str, str], rungs: Sequence[str], ops: Sequence[str]
+) -> dict[str, str]:
+    """Why each of ``ops`` stays above the cheapest rung: the rule that refused its next
+    cheaper rung, the other ops as planned. The walk's last sweep tried each such move on this
+    very plan, so its figures are cached; none is run here (a move the budget left untried
+    gets no reason)."""
+    found = {}
+    for op in ops:
+        index = rungs.index(levels[op])
+        if index == 0:
+            continue
+        lower = {**levels, op: rungs[index - 1]}
+        if not rule.model_allows(op, lower[op]):
+            why = rule.op_refusal(None, op, lower[op])
+        else:
+            trial = rule.prof.cached(lower)
+            why = "" if trial is None else rule.refusal(trial, lower)
+        if why:
+            found[op] = f"{lower[op]} refused by {why}"
+    return found
 
 
 def _added(error: float, before: float) -> float:

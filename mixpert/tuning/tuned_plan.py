@@ -53,6 +53,7 @@ def plan_of(
             else 0.0,
             result.contribution.get(op, 0.0),
             native.get(op, ""),
+            result.forced.get(op, ""),
         )
         for op, level in result.levels.items()
     ]
