@@ -43,6 +43,7 @@ class PackSlot:
     def __init__(self) -> None:
         self._tops: tuple[Identity, Any] | None = None
         self._pack: tuple[Identity, Any, Any] | None = None
+        self._copy: tuple[Identity, Any] | None = None  # the operand on another device
         self.packs = 0
         self.reuses = 0
 
@@ -70,6 +71,21 @@ class Kept:
         tops = compute()
         slot._tops = (self.identity, tops)
         return tops
+
+    def copy(self, where: str, compute: Callable[[], T]) -> T:
+        """The operand copied to device ``where``: the slot's copy when it was made from this
+        operand, else ``compute()`` (kept for the next product). A host operand that stays
+        the same while a loop runs goes over once per call, as its pack is made once."""
+        slot = self.slot
+        if slot is None:
+            return compute()
+        key = (*self.identity, where)
+        kept = slot._copy
+        if kept is not None and kept[0] == key:
+            return kept[1]
+        copied = compute()
+        slot._copy = (key, copied)
+        return copied
 
     def pack(self, level: str, exponents: Any, compute: Callable[[], T]) -> T:
         """The operand packed at ``level`` with ``exponents``: the slot's pack when it was made

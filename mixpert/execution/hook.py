@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, NoReturn
 
 import numpy as np
@@ -31,7 +33,7 @@ from llvmlite import binding
 from mixpert.runtime import batched, device, dispatch
 from mixpert.runtime.auto import Route
 from mixpert.runtime.levels import NATIVE_LEVEL, Level, get_level
-from mixpert.runtime.pack_reuse import KEEP_NOTHING
+from mixpert.runtime.pack_reuse import KEEP_NOTHING, Keep
 
 from .kept_packs import reuse_counts, reused
 from .op_ids import op_id_of
@@ -118,12 +120,13 @@ def route_to_run(op_index: int, a: Any, b: Any, level: Level | None = None) -> R
     return routed
 
 
-def run_product(op_index: int, a: Any, b: Any, routed: Route) -> Any:
+def run_product(op_index: int, a: Any, b: Any, routed: Route, keep: Keep | None = None) -> Any:
     """``a @ b`` on the runtime as ``routed`` (``route_to_run``'s) says, recording it when
     asked; any array kind. The operands the compiler proved loop-invariant keep their packs for
-    the rest of the call."""
+    the rest of the call (``keep``: their slots, when the caller has asked for them)."""
     stack = a.ndim == 3  # the pairs of two stacks: routed as a stack, recorded once
-    keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
+    if keep is None:
+        keep = KEEP_NOTHING if stack else keep_for(op_index, a, b)
     if not (recording() or log.isEnabledFor(logging.DEBUG)):
         return dispatch.run(a, b, routed, keep)
     backend, ran = routed.backend, routed.level
@@ -254,13 +257,43 @@ def _gemm(
         routed = route_to_run(op_index, a, b, level)
         if routed is None:
             return Status.NATIVE
-        result = run_product(op_index, a, b, routed)
-        if m and n:
-            _matrix(out_ptr, m, n, 4 * n, 4)[...] = result
+        _product_into(_matrix(out_ptr, m, n, 4 * n, 4) if m and n else None, op_index, a, b,
+                      routed)  # fmt: skip
         return Status.OK
     except BaseException as error:  # ctypes would print and swallow it: hand it to the caller
         _hand_over(error, op_index)
         return Status.ERROR
+
+
+def _product_into(
+    out: np.ndarray | None, op_index: int, a: np.ndarray, b: np.ndarray, routed: Route
+) -> None:
+    """``a @ b`` of compiled code's operands as ``routed`` says, written into ``out`` (its
+    output buffer; None where the product is empty). On the GPU the operands go over through
+    pinned staging buffers (a loop-invariant one once per call, beside its pack) and the result
+    comes back straight into ``out`` (``cuda.transfers``): no NumPy array in between, and the
+    host's staging copies overlap the copy engine's."""
+    if routed.backend != "cuda":
+        result = run_product(op_index, a, b, routed)
+        if out is not None:
+            out[...] = result
+        return
+    transfers = _transfers()
+    keep = KEEP_NOTHING if a.ndim == 3 else keep_for(op_index, a, b)  # the host operands'
+    where = transfers.device_label()
+    a_dev = keep[0].copy(where, lambda: transfers.to_device(a))
+    b_dev = keep[1].copy(where, lambda: transfers.to_device(b))
+    result = run_product(op_index, a_dev, b_dev, routed, keep)
+    if out is not None:
+        transfers.to_host(result, out)
+
+
+@functools.cache
+def _transfers() -> ModuleType:
+    """The pinned staging of host arrays (imported on first use: it needs CuPy)."""
+    from mixpert.runtime.cuda import transfers
+
+    return transfers
 
 
 def _stack(ptr: int, count: int, rows: int, cols: int) -> np.ndarray:
@@ -281,9 +314,7 @@ def _gemm_stack(
         routed = route_to_run(op_index, a, b) if count else None
         if routed is None:
             return Status.NATIVE
-        result = run_product(op_index, a, b, routed)
-        if m and n:
-            _stack(out_ptr, count, m, n)[...] = result
+        _product_into(_stack(out_ptr, count, m, n) if m and n else None, op_index, a, b, routed)
         return Status.OK
     except BaseException as error:  # as in _gemm
         _hand_over(error, op_index)

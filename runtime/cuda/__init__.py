@@ -8,6 +8,8 @@
 - ``iv_blocks``: level IV-blocks (slices in registers, INT8 ``mma.sync``);
 - ``fp32_ordered``: level fp32-ordered's kernels and the choice among them;
 - ``native``: the native products (SGEMM, TF32, fp64) on cuBLAS;
+- ``transfers``: host arrays to the GPU and back through pinned staging buffers (one trip a
+  call of NumPy code, a compiled product's operands and result);
 - ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, the INT8 algorithm choice);
 - shared by them: ``build`` (the two NVRTC modules), ``sources`` (their CUDA C, from the
   ``.cu``/``.cuh`` files of kernels/ behind a prelude of ``#define``s), ``geometry`` (the launch
