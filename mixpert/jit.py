@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, get_args, overload
@@ -28,6 +29,7 @@ import numpy as np
 from numba.core import typeinfer, types
 from numba.core.compiler_lock import global_compiler_lock
 
+from . import one_trip
 from .execution import (
     ActivePlan,
     MixpertRuntimeError,
@@ -43,6 +45,7 @@ from .interpreted import native, python_variant
 from .passes import callees
 from .passes.dispatcher import MixpertDispatcher, ScalarRules, make_dispatcher, numba_options
 from .passes.numpy_products import product_typing_error
+from .passes.placement import Placement
 from .passes.record import KEY
 from .passes.sites import OpInfo
 from .plan_book import OnMissing, PlanBook
@@ -51,6 +54,8 @@ from .runtime.device import is_cupy_array, is_dask_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
 from .tuning.targets import Target
+
+log = logging.getLogger("mixpert")
 
 
 def weak_float_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -105,6 +110,9 @@ class MixpertFunction(Generic[P, R]):
         self._resolved: tuple[Any, ActivePlan] | None = None  # last plan from the book
         self._invariance: dict[int, tuple[bool, bool]] | None = None  # _invariant_operands
         self._op_indices: frozenset[int] | None = None  # _ops_run
+        self._mutates: frozenset[int] | None = None  # mutated_arguments
+        self._names: tuple[str, ...] | None = None  # the parameters', for placement_for
+        self._refused: dict[tuple[Any, ...], str] = {}  # argument kind -> why CuPy refused
         self.plan = plan
 
     # --- plan --------------------------------------------------------------------------------
@@ -175,19 +183,21 @@ class MixpertFunction(Generic[P, R]):
     def _numba_type_(self) -> types.Type:  # lets other jitted code call this function
         return types.Dispatcher(self.dispatcher)
 
-    def _active_for(self, args: tuple[Any, ...]) -> ActivePlan:
+    def _active_for(self, args: tuple[Any, ...]) -> tuple[PlanLike | None, ActivePlan]:
+        """The plan a call with ``args`` runs: as given (or found by the book), and as the run
+        time reads it."""
         if self.plan_book is None:
             if not self._plan_checked:
                 check_plan_covers(self._plan, self)  # type: ignore[arg-type]
                 self._plan_checked = True
-            return self._active
+            return self._plan, self._active
         plan = self.plan_book.plan_for(self, args)
         resolved = self._resolved  # read once: other threads' calls replace it meanwhile
         if resolved is None or resolved[0] is not plan:
             resolved = (plan, as_active_plan(plan))
             self._resolved = resolved
             keep_standing(resolved[1])
-        return resolved[1]
+        return resolved
 
     def _interpreted(self) -> Callable[..., Any]:
         """The Python function with its products at the plan's levels (NUMBA_DISABLE_JIT)."""
@@ -211,9 +221,13 @@ class MixpertFunction(Generic[P, R]):
         # CuPy and Dask run in object mode, as does everything under forceobj=True
         mode = "object" if lazy_or_gpu or self.forceobj else "nopython"
         disp = self._dispatchers.get(mode) or self.dispatcher_for(mode)
-        plan = self._active_for(args)  # plans match the arguments as the caller gave them
+        given, plan = self._active_for(args)  # plans match the arguments as the caller gave them
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(args)  # type: ignore[assignment]
+        if mode == "nopython" and one_trip.wanted(given):  # NumPy arguments, a GPU plan
+            moved, result = self._one_trip(plan, args)
+            if moved:
+                return result
         with activate(plan, PackScope(self._invariant_operands, args), self._ops_run):
             if numba.config.DISABLE_JIT:
                 return self._interpreted()(*args, **kwargs)
@@ -226,6 +240,56 @@ class MixpertFunction(Generic[P, R]):
                 if concise is None:
                     raise
                 raise concise from None
+
+    def _one_trip(self, plan: ActivePlan, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        """(True, result) where the call ran on the GPU in one trip (``mixpert.one_trip``),
+        (False, None) where it stays on the host, as ``placement_for`` says (logged at DEBUG).
+        A TypeError on the way (CuPy refusing what the pass let through) keeps this kind of
+        arguments on the host from now on."""
+        placement = self.placement_for(*args)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s: %s", self.py_func.__qualname__, placement)
+        if not placement.movable:
+            return False, None
+        body = self._interpreted() if numba.config.DISABLE_JIT else self.dispatcher_for("object")
+
+        def run(moved: tuple[Any, ...]) -> Any:
+            with activate(plan, PackScope(self._invariant_operands, moved), self._ops_run):
+                return body(*moved)
+
+        try:
+            return True, one_trip.run(run, args, self.mutated_arguments)
+        except TypeError as refusal:
+            why = f"CuPy refused its body ({type(refusal).__name__}: {refusal})"
+            self._refused[_arguments_kind(args)] = why
+            log.debug("%s: stays on the host: %s", self.py_func.__qualname__, why)
+            return False, None
+
+    def placement_for(self, *args: Any) -> Placement:
+        """Where a call with ``args`` runs its body when its plan is for a GPU: on the GPU in
+        one trip, or on the host and why (the pass's judgement of the body, then the
+        arguments'; ``mixpert.one_trip``). Says nothing of whether a GPU is usable here."""
+        refused = self._refused.get(_arguments_kind(args))
+        if refused is not None:
+            return Placement(refused)
+        if self._names is None:
+            self._names = tuple(inspect.signature(self.py_func).parameters)
+        return one_trip.placement_for(self.placement, args, self._names, self.mutated_arguments)
+
+    @property
+    def placement(self) -> Placement | None:
+        """Where the body runs for NumPy arguments under a plan for a GPU, as the compiler pass
+        judged it from the code alone (``passes.movability``; None: not judged)."""
+        summary = callees.summary_of(self)
+        return None if summary is None else summary.placement
+
+    @property
+    def mutated_arguments(self) -> frozenset[int]:
+        """Positions of the arguments the function may write into (callees' writes included)."""
+        if self._mutates is None:
+            summary = callees.summary_of(self)
+            self._mutates = frozenset(summary.mutates) if summary is not None else frozenset()
+        return self._mutates
 
     def compile_for(self, args: Sequence[Any]) -> None:
         """Compile for arguments like ``args`` as a call would; nothing where calls compile
@@ -300,6 +364,11 @@ class MixpertFunction(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<mixpert.jit {self.py_func.__module__}.{self.py_func.__qualname__}>"
+
+
+def _arguments_kind(args: Sequence[Any]) -> tuple[Any, ...]:
+    """What a refusal by CuPy is remembered for: each argument's dtype and ndim, or its type."""
+    return tuple((a.dtype, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args)
 
 
 @overload

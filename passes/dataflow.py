@@ -23,6 +23,7 @@ from numba.core import ir
 from numba.core.analysis import compute_cfg_from_blocks
 from numba.core.ir_utils import guard
 
+from .placement import Placement
 from .sites import OpInfo, Site
 from .writes import call_writes, callee_object, resolve_call
 
@@ -131,6 +132,9 @@ class FunctionSummary:
     writes: dict[int, set[Token]] = field(default_factory=dict)  # tokens written into arg i
     mutates: set[int] = field(default_factory=set)  # args it may write into (any value)
     decisions: set[Token] = field(default_factory=set)  # tokens reaching a discrete step
+    # where the body runs for NumPy arguments under a GPU plan (pass ``placement``; None:
+    # not judged)
+    placement: Placement | None = None
 
     def decision_ops(self) -> frozenset[str]:
         """Ops whose results reach a discrete step (``DECISION_FUNCS``), directly or through the

@@ -4,12 +4,12 @@ nopython (NumPy operands)::
 
     ... untyped passes ... reconstruct_ssa
     mixpert-numpy-scalar-rules  mixpert-find-matmul-sites  mixpert-gemm-graph
-    mixpert-retarget-callees  mixpert-rewrite-matmul
+    mixpert-placement  mixpert-retarget-callees  mixpert-rewrite-matmul
     ... nopython_type_inference  mixpert-native-sites  ... typed passes, lowering ...
     nopython_backend  mixpert-check-llvm-gemm
 
 object mode (CuPy operands) places find-matmul-sites, retarget-callees and rewrite-matmul after
-IR processing. ``analyse_function`` runs only the untyped part and the two analyses.
+IR processing. ``analyse_function`` runs only the untyped part and the three analyses.
 
 An observer (``observe``) sees the state after every pass, for ``--print-ir-after`` and timing.
 """
@@ -39,6 +39,7 @@ from .callees import RetargetCallees
 from .check_llvm import CheckLLVMGemm
 from .find_matmul import FindMatmulSites
 from .gemm_graph import BuildGemmGraph
+from .movability import JudgePlacement
 from .native_sites import ReportNativeSites
 from .record import CompileRecord, record_of
 from .rewrite_matmul import RewriteMatmul
@@ -51,12 +52,13 @@ NOPYTHON_PASSES = (
     NumpyScalarRules(),
     FindMatmulSites(),
     BuildGemmGraph(),
+    JudgePlacement(),
     RetargetCallees(),
     RewriteMatmul(),
 )
 NUMBA_RULES_PASSES = NOPYTHON_PASSES[1:]  # scalar_rules="numba": Numba's own promotion
 OBJECT_PASSES = (FindMatmulSites(), RetargetCallees("object"), RewriteMatmul("object"))
-ANALYSIS_PASSES = (FindMatmulSites(), BuildGemmGraph())
+ANALYSIS_PASSES = (FindMatmulSites(), BuildGemmGraph(), JudgePlacement())
 PASS_NAMES = tuple(
     f"mixpert-{p.name}" for p in (*NOPYTHON_PASSES, ReportNativeSites(), CheckLLVMGemm())
 )
@@ -139,7 +141,8 @@ class _StopWithRecord(FunctionPass):
 
 
 class AnalysisCompiler(CompilerBase):
-    """The untyped pipeline up to SSA, the two analyses, then stop: ops and graph, no code."""
+    """The untyped pipeline up to SSA, the analyses, then stop: ops, graph and placement, no
+    code."""
 
     passes: tuple = ANALYSIS_PASSES
 

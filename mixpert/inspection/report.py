@@ -28,7 +28,7 @@ from ..execution import (
     reraise_pending,
 )
 from ..jit import weak_float_arguments
-from ..passes import pipeline
+from ..passes import callees, pipeline
 from ..passes.dispatcher import make_dispatcher
 from ..passes.record import KEY, CompileRecord, RewriteNote
 from ..passes.sites import OpInfo
@@ -79,6 +79,9 @@ class Inspection:
     ir_after: dict[str, str] = field(default_factory=dict)  # pass name -> Numba IR dump
     pass_seconds: dict[str, float] = field(default_factory=dict)
     callees: dict[str, str] = field(default_factory=dict)
+    # function (and each jitted function it names) -> where its body runs for NumPy arguments
+    # under a plan for a GPU: "runs on the GPU in one trip" or "stays on the host: <why>"
+    placement: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Ops, graph edges and what ran, for scripts (``mixpert inspect --json``)."""
@@ -92,6 +95,7 @@ class Inspection:
             "edges": sorted(self.graph.edges),
             "callees": self.callees,
             "unseen_gemm": self.unseen_gemm,
+            "placement": self.placement,
         }
 
     def op(self, op_id: str) -> OpRow:
@@ -127,6 +131,10 @@ class Inspection:
             console.print(f"    - {escape(note.before)}")
             for line in note.after.splitlines():
                 console.print(f"    + {escape(line)}")
+        if self.placement:
+            console.print("[bold]NumPy arguments under a plan for a GPU[/bold]")
+            for name, where in self.placement.items():
+                console.print(f"  {escape(name)}: {escape(where)}")
         if self.callees:
             console.print("[bold]jitted callees[/bold]")
             for name, how in self.callees.items():
@@ -268,4 +276,23 @@ def inspect(
         ir_after=ir_after,
         pass_seconds=seconds,
         callees=dict(record.callees),
+        placement=placements(f, py_func, summary.placement, args),
     )
+
+
+def placements(f: Any, py_func: Any, own: Any, args: tuple[Any, ...]) -> dict[str, str]:
+    """Qualified name -> placement (``passes.placement``) of ``py_func`` and of each jitted
+    function it names: with arguments, the function's own says what they change
+    (``MixpertFunction.placement_for``)."""
+    found = {py_func.__qualname__: str(own) if own is not None else "not judged"}
+    if args and hasattr(f, "placement_for"):
+        found[py_func.__qualname__] = str(f.placement_for(*args))
+    for name in py_func.__code__.co_names:
+        callee = py_func.__globals__.get(name)
+        inner = callees.python_function(callee)
+        if inner is None or inner is py_func or inner.__qualname__ in found:
+            continue
+        summary = callees.summary_of(callee)
+        if summary is not None and summary.placement is not None:
+            found[inner.__qualname__] = str(summary.placement)
+    return found

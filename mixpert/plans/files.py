@@ -66,6 +66,9 @@ _STR = _rule(lambda v: isinstance(v, str), "a string")
 _NUMBER = _rule(_number, "a number")
 _COUNT = _rule(lambda v: isinstance(v, int) and _number(v) and v >= 0, "an integer >= 0")
 _POSITIVE = _rule(lambda v: _number(v) and math.isfinite(v) and v > 0, "a positive finite number")
+_SECONDS = _rule(
+    lambda v: v is None or (_number(v) and math.isfinite(v) and v >= 0), "seconds >= 0 or null"
+)
 _LEVELS = _rule(
     lambda v: (
         isinstance(v, dict)
@@ -98,6 +101,12 @@ PLAN_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tuned_on": _STR,
     "provisional": _STR,
     "target": _rule(lambda v: v in ("", "cpu", "cuda"), "'cpu', 'cuda' or ''"),
+    # one trip (issue 47): fields files written before it lack, read as absent
+    "trip_bytes": _rule(lambda v: v is None or _COUNT[0](v), "an integer >= 0 or null"),
+    "trip_seconds": _SECONDS,
+    "gpu_seconds": _SECONDS,
+    "host_seconds": _SECONDS,
+    "on_host": _STR,
 }
 REQUIRED = ("levels", "function", "op_hash", "signature", "device", "tol", "error",
             "predicted_speedup")  # fmt: skip

@@ -128,6 +128,18 @@ class Plan:
     # model, and a ``tol=`` function tunes again on its next call with other data
     provisional: str = ""
     target: str = ""  # the device whose costs it minimises ("cpu" or "cuda")
+    # A plan for the GPU tuned on NumPy arguments: the bytes a call moves to the GPU and back
+    # (one trip, or each product's operands and result) and their predicted seconds
+    # (``tuning.trip``); the call's seconds on the GPU with them (measured where a GPU was
+    # usable, else predicted) and natively on the host (timed, when timing was asked); None
+    # where nothing moves (CuPy arguments, a plan for the CPU).
+    trip_bytes: int | None = None
+    trip_seconds: float | None = None
+    gpu_seconds: float | None = None
+    host_seconds: float | None = None
+    # why the plan runs natively on the host, every op at native float32 ("" where it runs as
+    # its target says): the host's own run beat the GPU's with its copies
+    on_host: str = ""
     # the plan file it was read from ("" for none; not saved): every error about it names it
     source: str = field(default="", compare=False, repr=False)
 
@@ -152,6 +164,10 @@ class Plan:
             lines.append(f"  tuned on {self.tuned_on}")
         if self.provisional:
             lines.append(f"  provisional: {self.provisional}")
+        if self.trip_seconds is not None:
+            lines.append(f"  {self.trip_text()}")
+        if self.on_host:
+            lines.append(f"  runs natively on the host: {self.on_host}")
         for op, level in self.levels.items():
             report = next((r for r in self.ops if r.op_id == op), None)
             where = f"  {report.location}" if report else ""
@@ -159,6 +175,19 @@ class Plan:
             if report and report.forced_by:
                 lines.append(f"    not cheaper: {report.forced_by}")
         return "\n".join(lines)
+
+    def trip_text(self) -> str:
+        """The trip of a call with NumPy arguments, and the call's time with it and on the
+        host, in one line."""
+        moved = f"{(self.trip_bytes or 0) / 2**20:.3g} MiB"
+        line = f"trip: {moved} to the GPU and back a call, predicted {_ms(self.trip_seconds)}"
+        timed = self.host_seconds is not None and self.device != "cpu"  # (on a GPU)
+        how = "measured" if timed else "predicted"
+        if self.gpu_seconds is not None:
+            line += f"; the call with it {_ms(self.gpu_seconds)} ({how})"
+        if self.host_seconds is not None:
+            line += f", natively on the host {_ms(self.host_seconds)}"
+        return line
 
     # --- checks ----------------------------------------------------------------------------
     @property
@@ -232,6 +261,10 @@ class Plan:
         """The plan in file ``path`` for ``func`` (and ``args``); ``check``-ed when ``func`` is
         given (stale plans raise here). A file with plans for several inputs needs ``args``."""
         return select_plan(read_plans(path), func, args, f"plan file {path}")
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1e3:.3g} ms"
 
 
 def select_plan(plans: Sequence[Plan], func: Any, args: Sequence[Any] | None, where: str) -> Plan:
