@@ -6,6 +6,8 @@
 - ``inputs``: the tuning input in words, whether it is degenerate, and resamples of it;
 - ``progress``: the one line a first call that tunes shows;
 - ``targets``: the device a plan is for, the levels weighed there and the cost model;
+- ``trip``: what a GPU plan's calls with NumPy arguments move, and the host's own run they must
+  beat;
 - ``profiling``: runs of the function under candidate plans (``Profiler``, ``Trial``);
 - ``acceptance``: the rule a plan must pass (what ``tol`` promises);
 - ``search``: MixPert 3.4's greedy walk over the ops' levels;

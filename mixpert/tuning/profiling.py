@@ -20,6 +20,7 @@ import networkx as nx
 from ..execution import record_calls
 from ..execution.product_samples import ProductSample
 from ..metrics import output_error
+from ..one_trip import nbytes
 from ..runtime import device
 from .copies import copies, float64_copies, float_array_leaves, parameter_names
 from .error_model import error_spread, model_error, own_error
@@ -65,6 +66,10 @@ class Profiler:
     flops: dict[str, float] = field(default_factory=dict)  # op id -> sum of 2*m*k*n
     samples: dict[str, list[ProductSample]] = field(default_factory=dict)  # from the first run
     models: dict[tuple[str, str], float] = field(default_factory=dict)
+    # what the first run's products read and wrote (float32 A, B and C) and its result held:
+    # the bytes a call with NumPy arguments moves to a GPU and back (``trip``)
+    product_bytes: int = 0
+    result_bytes: int = 0
 
     # the float arrays the function writes into (``float_array_leaves`` of the arguments,
     # nested ones included): their final contents are outputs too
@@ -100,6 +105,8 @@ class Profiler:
         outputs = (result, *(leaves[i] for i in self.written))
         self.runs += 1
         if not self.flops:  # shapes do not depend on levels: learn them from the first run
+            self.product_bytes = sum(4 * (c.m * c.k + c.k * c.n + c.m * c.n) for c in calls)
+            self.result_bytes = nbytes(result)
             for call in calls:
                 self.flops[call.op_id] = (
                     self.flops.get(call.op_id, 0.0) + 2.0 * call.m * call.k * call.n

@@ -125,7 +125,7 @@ def tune(
     if used and not tuned_on:
         tuned_on = f"{inputs.describe(args)}, held within tol on {used} resamples"
     result.runs = runs
-    return plan_of(jitted, args, tol, result, held_out, measure, where, tuned_on)
+    return plan_of(jitted, args, tol, result, held_out, measure, where, tuned_on, prof)
 
 
 def checked_tol(tol: Any) -> float:
