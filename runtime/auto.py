@@ -33,9 +33,9 @@ from .validation import Backend
 RESULTS = "benchmarks/results/NVIDIA-H100-80GB-HBM3/"  # the card the crossovers were set on
 
 
-def _measured(value: float, figures: str | None) -> Any:
-    """A threshold and the file under ``RESULTS`` whose figures set it (None: not measured)."""
-    return field(default=value, metadata={"figures": figures and RESULTS + figures})
+def _measured(value: float, figures: str | None, results: str = RESULTS) -> Any:
+    """A threshold and the file under ``results`` whose figures set it (None: not measured)."""
+    return field(default=value, metadata={"figures": figures and results + figures})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,9 @@ class Crossovers:
     min_dim: int = _measured(3072, "gemm.md")
     large_min_dim: int = _measured(2048, "auto-crossovers.txt")
     large_min_work: int = _measured(64 * 1024**3, "auto-crossovers.txt")
+    # ... and from replayed_min_dim a side where the product replays one CUDA graph, its
+    # fallback decided on the GPU (``Gpu.replays``): no host time left to repay.
+    replayed_min_dim: int = _measured(2048, "call-overhead.md", "benchmarks/results/NVIDIA-H200/")
     # Stacks: fp32-ordered's small-stack kernel for pairs of at most ordered_max_dim a side,
     # its pairs kernel up to pairs_max_dim where it copies 16 bytes at a time (k, n % 4 == 0).
     ordered_max_dim: int = _measured(16, "batched.md")
@@ -170,6 +173,8 @@ class Gpu(Protocol):
 
     def free_bytes(self) -> int: ...
 
+    def replays(self, m: int, k: int, n: int) -> bool: ...
+
 
 def route(a: Any, b: Any, level: Level, backend: Backend, gpu: Callable[[], Gpu | None]) -> Route:
     """The route of a @ b (two matrices, or all pairs of two stacks) at ``level`` on
@@ -214,7 +219,8 @@ def on_gpu(m: int, k: int, n: int, count: int, form: Form, gpu: Gpu | None) -> R
     if form == "stack" and small_pairs_kernel_wins(m, k, n):
         return ORDERED_ON_GPU
     stack_wins = form == "stack" and stack_emulation_wins(m, k, n, count)
-    if (stack_wins or emulation_wins(m, k, n)) and _emulation_fits(gpu, m, k, n, count):
+    wins = stack_wins or emulation_wins(m, k, n) or _replayed_emulation_wins(gpu, m, k, n, form)
+    if wins and _emulation_fits(gpu, m, k, n, count):
         return EMULATED_ON_GPU if form == "matrix" else EMULATED_STACK_ON_GPU
     if form != "matrix":
         return NATIVE_ON_GPU
@@ -248,6 +254,12 @@ def emulation_wins(m: int, k: int, n: int) -> bool:
     least = min(m, k, n)
     large = least >= c.large_min_dim and m * k * n >= c.large_min_work
     return least >= c.min_dim or large
+
+
+def _replayed_emulation_wins(gpu: Gpu | None, m: int, k: int, n: int, form: Form) -> bool:
+    """Level IV beats cuBLAS SGEMM on two matrices whose product replays one graph."""
+    big = form == "matrix" and min(m, k, n) >= CROSSOVERS.replayed_min_dim
+    return big and gpu is not None and gpu.replays(m, k, n)
 
 
 def stack_emulation_wins(m: int, k: int, n: int, count: int) -> bool:

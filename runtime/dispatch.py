@@ -175,13 +175,17 @@ def _on_gpu(
         return device.cupy_module().matmul(a, b)
     if plain and kind == "ordered":  # (auto takes it only where m, k, n > 0)
         return _cuda().ordered_product(a, b)
-    replayed = _replayed(a, b, routed.level, keep) if routed.fallback is None else None
+    # a route with "auto"'s fallback replays only where no one asks to be told it ran
+    told = routed.fallback is not None and on_native is not None
+    replayed = None if told else _replayed(a, b, routed.level, keep, routed.fallback)
     if replayed is not None:
         return replayed
     return _cuda().product_at_level(a, b, routed.level, keep, routed.fallback, on_native)
 
 
-def _replayed(a: Any, b: Any, level: Level, keep: pack_reuse.Keep) -> Any | None:
+def _replayed(
+    a: Any, b: Any, level: Level, keep: pack_reuse.Keep, fallback: auto.Fallback | None = None
+) -> Any | None:
     """a @ b at an INT8 level for float32 CuPy matrices with m, k, n > 0, replayed as one
     CUDA graph from the plan cache (``cuda.backend.captured_product``); None where that does
     not serve, and the product runs uncaptured: the same kernels, the same bits."""
@@ -190,7 +194,7 @@ def _replayed(a: Any, b: Any, level: Level, keep: pack_reuse.Keep) -> Any | None
     shape = _cupy_float32_matrices(a, b)
     if shape is None or 0 in shape:
         return None
-    return _cuda().captured_product(a, b, level)
+    return _cuda().captured_product(a, b, level, fallback)
 
 
 def _stack_product(level: Level, backend: Backend) -> batched.Matmul2D:

@@ -45,12 +45,13 @@ class MatmulPlan:
         self.level = self.route.level  # "auto" resolved
         self.shapes = (tuple(a.shape), tuple(b.shape))
         self._captured: Any = None
-        if self.route.backend == "cuda" and self.route.fallback is None and _float32_cupy(a, b):
+        if self.route.backend == "cuda" and _float32_cupy(a, b):
             from .cuda.captured import CapturedProduct, capturable
 
             (m, k), n = a.shape, b.shape[1]
-            if capturable(self.level) and 0 not in (m, k, n):
-                self._captured = CapturedProduct(m, k, n, self.level)
+            fallback = self.route.fallback  # "auto"'s, decided on the GPU in the graph
+            if capturable(self.level, fallback) and 0 not in (m, k, n):
+                self._captured = CapturedProduct(m, k, n, self.level, fallback)
 
     @property
     def captured(self) -> bool:

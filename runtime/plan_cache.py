@@ -41,6 +41,11 @@ def limits() -> tuple[int, int]:
     return max(entries, 0), max(mib, 0) << 20
 
 
+def enabled() -> bool:
+    """Whether plans are kept (``$MIXPERT_PLAN_CACHE`` is not "0"; read at each lookup)."""
+    return os.environ.get(SWITCH) != "0"
+
+
 class PlanCache:
     def __init__(self, max_entries: int | None = None, max_bytes: int | None = None) -> None:
         entries, nbytes = limits()
@@ -52,7 +57,7 @@ class PlanCache:
 
     def get(self, key: Hashable, make: Callable[[], Plan | None]) -> Any:
         """The plan for ``key``, made by ``make`` on first use (None: run uncached)."""
-        if os.environ.get(SWITCH) == "0":  # (read each call: benchmarks compare both ways)
+        if not enabled():  # (read each call: benchmarks compare both ways)
             return None
         with self._lock:
             if key in self._plans:

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import cupy as cp
 import numpy as np
 
-from .. import pack_reuse, workspace
+from .. import pack_reuse, plan_cache, workspace
 from ..combine import int32_k_block
 from ..levels import Kind, Level
 from ..plan_cache import PlanCache
 from . import iv_blocks
-from .captured import CapturedProduct, capturable
+from .captured import CapturedProduct, capturable, conditional_nodes
 from .convert import as_float32
 from .fp32_ordered import ordered_product, thin_fits
 from .launch import free_bytes
@@ -44,6 +44,7 @@ __all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: 
     "blocks_supported",
     "captured_product",
     "clear_plans",
+    "replays",
     "contiguous_sgemm_stack",
     "free_bytes",
     "ordered_product",
@@ -202,28 +203,46 @@ def blocks_supported() -> bool:
 
 
 _log = logging.getLogger("mixpert")
+# Products replay a graph up to this many multiply-adds: past it the GPU's work hides the
+# direct call's host time, and copying the operands into a plan's buffers would cost more.
+REPLAY_MAX_WORK = 4096**3
 _plans: dict[int, PlanCache] = {}  # device -> its plans
 
 
-def captured_product(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray | None:
+def captured_product(
+    a: cp.ndarray, b: cp.ndarray, level: Level, fallback: Fallback | None = None
+) -> cp.ndarray | None:
     """a @ b for float32 CuPy matrices with m, k, n > 0, replayed from the graph of the plan
-    cache's ``CapturedProduct`` for this signature (device, stream, shape, level); None where
-    none serves (another level kind, operands on another device, the cache off or full, a
-    product that cannot be captured here): the caller runs it uncaptured, with the same bits."""
+    cache's ``CapturedProduct`` for this signature (device, stream, shape, level, "auto"'s
+    fallback); None where none serves (another level kind, operands on another device, the
+    cache off or full, a product that cannot be captured here): the caller runs it uncaptured,
+    with the same bits."""
     device = cp.cuda.runtime.getDevice()
-    if not capturable(level) or a.data.device_id != device or b.data.device_id != device:
+    if not capturable(level, fallback) or device != a.data.device_id or device != b.data.device_id:
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if m * k * n > REPLAY_MAX_WORK:
         return None
     cache = _plans.get(device) or _plans.setdefault(device, PlanCache())
-    (m, k), n = a.shape, b.shape[1]
-    key = (cp.cuda.get_current_stream().ptr, m, k, n, level.name)  # (a Level hashes slowly)
-    plan = cache.get(key, lambda: _captured(m, k, n, level))
+    # (names and numbers: a Level's dataclass hash costs microseconds a call)
+    rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
+    key = (cp.cuda.get_current_stream().ptr, m, k, n, level.name, rule)
+    plan = cache.get(key, lambda: _captured(m, k, n, level, fallback))
     return None if plan is None else plan(a, b)
 
 
-def _captured(m: int, k: int, n: int, level: Level) -> CapturedProduct | None:
+def replays(m: int, k: int, n: int) -> bool:
+    """Whether "auto"'s level IV on two matrices of this shape replays one graph here (its
+    fallback decided on the GPU): ``auto``'s rules ask it."""
+    return m * k * n <= REPLAY_MAX_WORK and conditional_nodes() and plan_cache.enabled()
+
+
+def _captured(
+    m: int, k: int, n: int, level: Level, fallback: Fallback | None
+) -> CapturedProduct | None:
     try:
         _check_workspace(level, m, k, n)
-        return CapturedProduct(m, k, n, level)
+        return CapturedProduct(m, k, n, level, fallback)
     except Exception as error:  # (the product then runs uncaptured: slower, same bits)
         _log.debug("level %s, %d x %d x %d: not captured (%s)", level.name, m, k, n, error)
         return None

@@ -15,7 +15,9 @@ The pool is the plan's alone: the addresses the graph baked in stay the plan's u
 
 from __future__ import annotations
 
+import functools
 import threading
+from typing import TYPE_CHECKING
 
 import cupy as cp
 import numpy as np
@@ -23,20 +25,39 @@ import numpy as np
 from ..levels import Level
 from . import sliced
 
+if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
+    from ..auto import Fallback
+
 _FLOAT32 = np.dtype(np.float32)
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
 
 
-def capturable(level: Level) -> bool:
-    """Levels whose product runs as one graph: the INT8 ones (their GEMMs are exact, so the
-    algorithm chosen under capture changes no bit; an FP16 GEMM's sums depend on it)."""
-    return level.kind == "int8"
+def capturable(level: Level, fallback: Fallback | None = None) -> bool:
+    """Whether the product runs as one graph: INT8 levels (their GEMMs are exact, so the
+    algorithm chosen under capture changes no bit; an FP16 GEMM's sums depend on it), under
+    "auto"'s fallback only where graphs have conditional nodes (``conditional_nodes``)."""
+    return level.kind == "int8" and (fallback is None or conditional_nodes())
+
+
+@functools.cache
+def conditional_nodes() -> bool:
+    """CUDA 12.4 or later (runtime and driver) and a CuPy that appends conditional nodes."""
+    try:
+        from cupy.cuda.graph import (  # noqa: F401  (what sliced.int8_product_deciding_on_gpu uses)
+            _append_conditional_node_to_stream,
+            _create_conditional_handle_from_stream,
+        )
+    except ImportError:
+        return False
+    runtime = cp.cuda.runtime
+    return min(runtime.runtimeGetVersion(), runtime.driverGetVersion()) >= 12040
 
 
 class CapturedProduct:
-    """(m x k) @ (k x n) at ``level`` on the current device and stream, as one graph."""
+    """(m x k) @ (k x n) at ``level`` on the current device and stream, as one graph; with
+    "auto"'s ``fallback``, decided on the GPU (``sliced.int8_product_deciding_on_gpu``)."""
 
-    def __init__(self, m: int, k: int, n: int, level: Level) -> None:
+    def __init__(self, m: int, k: int, n: int, level: Level, fallback: Fallback | None = None):
         self.shape, self.level = (m, k, n), level
         self.device = cp.cuda.Device().id
         self.stream = cp.cuda.get_current_stream()  # where calls replay it
@@ -47,10 +68,16 @@ class CapturedProduct:
         with cp.cuda.using_allocator(self._pool.malloc), capture:
             self.a = cp.ones((m, k), dtype=cp.float32)  # finite: no line takes the bypass
             self.b = cp.ones((k, n), dtype=cp.float32)
-            sliced.int8_product(self.a, self.b, level)  # first-use costs, outside the capture
+            # first-use costs (builds, the GEMMs' algorithms, the pool's blocks) uncaptured
+            sliced.int8_product(self.a, self.b, level, fallback=fallback)
+            if fallback is not None:
+                sliced.warm_deciding(self.a, self.b)
             capture.begin_capture()
             try:
-                self.c = sliced.int8_product(self.a, self.b, level)
+                if fallback is None:
+                    self.c = sliced.int8_product(self.a, self.b, level)
+                else:
+                    self.c = sliced.int8_product_deciding_on_gpu(self.a, self.b, level, fallback)
             finally:
                 self._graph = capture.end_capture()
             capture.synchronize()

@@ -25,10 +25,12 @@ on the caller's current stream.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import cupy as cp
@@ -42,7 +44,6 @@ from . import build, fused, tn_gemm
 from .convert import ACCUMULATE, conversion
 from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
 from .launch import flag_counts
-from .native import native_gemm
 from .packs import (
     A_SIDE,
     B_SIDE,
@@ -62,7 +63,6 @@ from .packs import (
     tops_and_exponents,
     unit_inner,
 )
-from .tn_gemm import CUDA_R_32F
 
 if TYPE_CHECKING:  # (the rule comes with the route: this module never asks auto)
     from ..auto import Fallback
@@ -316,14 +316,7 @@ def int8_product(
     a_pack = kept_a.pack(level.name, kexp, lambda: pack_a(a_rows(), kexp, level, a_top))
     b_pack = kept_b.pack(level.name, kexp, lambda: pack_b(b_lines(), kexp, level, b_top))
     read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
-    (m, k), n = a.shape, b.shape[1]
-    c = cp.empty((m, n), dtype=cp.float32)
-    rows = sum_blocking(level, m, k, n)[0]
-    blocks = [
-        _Block(a_pack.part(first, last - first), b_pack, a[first:last], b, c[first:last])
-        for first in range(0, m, rows)
-        for last in [min(m, first + rows)]
-    ]
+    c = cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32)
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
         if read_counts is None or fallback is None:
@@ -331,19 +324,112 @@ def int8_product(
         return not _mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
-        if fused.serves(level, m, n, a_pack.k_pad):
-            fused.product(a_pack, b_pack, level, c[None])
-            if proceed():
-                _bypass_lines(a_pack, b_pack, a[None], b[None], c[None])
-                return c
-        elif _sums_and_combine(blocks, level, proceed):
+        if _emulate_into(c, a_pack, b_pack, a, b, level, proceed):
             return c
     finally:
         if read_counts is not None:  # (its copy lands before the pinned buffer can be reused)
             read_counts()
     if on_native is not None:
         on_native()
-    return native_gemm(a, b, CUDA_R_32F)
+    return fallback_sgemm(a, b, c)
+
+
+def _emulate_into(
+    c: cp.ndarray,
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    a: cp.ndarray,
+    b: cp.ndarray,
+    level: Level,
+    proceed: Callable[[], bool] | None = None,
+) -> bool:
+    """C = a @ b at ``level`` from the packs (the fused kernel where it serves, else blocks of
+    A's rows: class sums and combine), then the bypass; False where ``proceed`` stopped it."""
+    (m, k), n = a.shape, b.shape[1]
+    if fused.serves(level, m, n, a_pack.k_pad):
+        fused.product(a_pack, b_pack, level, c[None])
+        if proceed is not None and not proceed():
+            return False
+        _bypass_lines(a_pack, b_pack, a[None], b[None], c[None])
+        return True
+    rows = sum_blocking(level, m, k, n)[0]
+    blocks = [
+        _Block(a_pack.part(first, last - first), b_pack, a[first:last], b, c[first:last])
+        for first in range(0, m, rows)
+        for last in [min(m, first + rows)]
+    ]
+    return _sums_and_combine(blocks, level, proceed)
+
+
+def fallback_sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> cp.ndarray:
+    """ "auto"'s float32 GEMM in place of an INT8 level, into ``c``: cuBLASLt's, which a graph
+    captures too, so a replayed call gives the direct call's bits (``tn_gemm.sgemm``)."""
+    a, b = (x if _sgemm_ready(x) else x.copy(order="C") for x in (a, b))
+    tn_gemm.sgemm(a, b, c)
+    return c
+
+
+def _sgemm_ready(x: cp.ndarray) -> bool:
+    return x.flags.c_contiguous and x.data.ptr % tn_gemm.SGEMM_ALIGNMENT == 0
+
+
+def int8_product_deciding_on_gpu(
+    a: cp.ndarray, b: cp.ndarray, level: Level, fallback: Fallback
+) -> cp.ndarray:
+    """``int8_product`` under "auto"'s ``fallback``, on a stream capturing a graph, with the
+    fallback decided on the GPU: the packs, the unresolved lines among those they flag, then a
+    kernel (``decide.cu``) that sets two conditional nodes, one running the level's products,
+    combine and bypass, the other the float32 GEMM. The bits are ``int8_product``'s with the
+    same fallback; no host synchronisation, and the GEMMs of the branch not taken never run."""
+    from cupy.cuda.graph import _create_conditional_handle_from_stream
+
+    stream = cp.cuda.get_current_stream()
+    a_rows, b_lines = unit_inner(a), packable_b(b)
+    a_top, b_top, kexp = tops_and_exponents(a_rows, b_lines)
+    a_pack, b_pack = pack_a(a_rows, kexp, level, a_top), pack_b(b_lines, kexp, level, b_top)
+    m, n = a.shape[0], b.shape[1]
+    rows, cols = _unresolved(a, b, a_pack, b_pack)
+    emulate, sgemm = (_create_conditional_handle_from_stream(stream) for _ in range(2))
+    build.decide_module().get_function("decide_fallback")(
+        (1,), (1,),
+        (np.uint64(emulate), np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols,
+         np.float64(m), np.float64(n), np.float64(fallback.exact_share),
+         np.float64(fallback.row_entries)),
+    )  # fmt: skip
+    c = cp.empty((m, n), dtype=cp.float32)
+    with _if(stream, emulate):
+        _emulate_into(c, a_pack, b_pack, a, b, level)
+    with _if(stream, sgemm):
+        fallback_sgemm(a, b, c)
+    return c
+
+
+def warm_deciding(a: cp.ndarray, b: cp.ndarray) -> None:
+    """Builds, uncaptured, what ``int8_product_deciding_on_gpu`` runs beyond ``int8_product``:
+    the counts' reductions, the decide module and the float32 GEMM's algorithm."""
+    a_flags, b_flags = (
+        types.SimpleNamespace(nonfinite=cp.zeros(lines, dtype=cp.int32))
+        for lines in (a.shape[0], b.shape[1])
+    )
+    _unresolved(a, b, a_flags, b_flags)  # type: ignore[arg-type]
+    build.decide_module().get_function("decide_fallback")
+    fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
+
+
+@contextlib.contextmanager
+def _if(stream: cp.cuda.Stream, handle: int) -> Iterator[None]:
+    """Work enqueued in the block is captured into a conditional node of ``stream``'s graph
+    that runs where ``handle`` is set (CuPy's cupyx.graph does the same)."""
+    from cupy.cuda.graph import _append_conditional_node_to_stream
+
+    body = _append_conditional_node_to_stream(stream, "if", handle)
+    inner = cp.cuda.Stream(non_blocking=True)
+    with inner:
+        inner.begin_capture(to_graph=body)
+        try:
+            yield
+        finally:
+            inner.end_capture()
 
 
 def _mostly_exact(
@@ -367,9 +453,17 @@ def unresolved_counts(
     a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
 ) -> tuple[int, int]:
     """(rows, columns) the packs flag that hold no NaN/Inf: the unresolved ones."""
+    rows, cols = _unresolved(a, b, a_pack, b_pack)
+    return int(rows), int(cols)
+
+
+def _unresolved(
+    a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
+) -> tuple[cp.ndarray, cp.ndarray]:
+    """``unresolved_counts`` left on the device (two int64 scalars)."""
     rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
     cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
-    return int(rows.sum()), int(cols.sum())
+    return rows.sum(), cols.sum()
 
 
 def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:

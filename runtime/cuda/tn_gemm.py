@@ -235,18 +235,33 @@ def _candidates(
 ) -> tuple[ctypes.c_void_p, tuple[ctypes.c_void_p, ...], list[_LtPlan]]:
     """cuBLASLt's heuristic candidates for ``shape``, sharing one descriptor and its layouts
     (returned too: the caller destroys them if it keeps no plan)."""
-    lib, handle = _lt(), _handle()
-    desc = ctypes.c_void_p()
-    _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), INT8.compute, CUDA_R_32I))
-    for attribute, op in ((DESC_TRANSA, cublas.CUBLAS_OP_T), (DESC_TRANSB, cublas.CUBLAS_OP_N)):
-        value = ctypes.c_int32(op)
-        _check(lib.cublasLtMatmulDescSetAttribute(desc, attribute, ctypes.byref(value), 4))
     s = shape
+    desc = _descriptor(INT8.compute, CUDA_R_32I, cublas.CUBLAS_OP_T)
     layouts = (
         _layout(CUDA_R_8I, s.depth, s.n, s.lda, s.batch, s.stride_a),
         _layout(CUDA_R_8I, s.depth, s.m, s.ldb, s.batch, s.stride_b),
         _layout(CUDA_R_32I, s.n, s.m, s.n, s.batch, s.stride_c),
     )
+    return desc, layouts, _heuristic(desc, layouts, alignments)
+
+
+def _descriptor(compute: int, scale: int, op_a: int) -> ctypes.c_void_p:
+    """A matmul descriptor: ``op_a`` on A (cuBLAS's A), B as it is."""
+    lib = _lt()
+    desc = ctypes.c_void_p()
+    _check(lib.cublasLtMatmulDescCreate(ctypes.byref(desc), compute, scale))
+    for attribute, op in ((DESC_TRANSA, op_a), (DESC_TRANSB, cublas.CUBLAS_OP_N)):
+        value = ctypes.c_int32(op)
+        _check(lib.cublasLtMatmulDescSetAttribute(desc, attribute, ctypes.byref(value), 4))
+    return desc
+
+
+def _heuristic(
+    desc: ctypes.c_void_p, layouts: tuple[ctypes.c_void_p, ...], alignments: tuple[int, int, int]
+) -> list[_LtPlan]:
+    """Up to CANDIDATES algorithms cuBLASLt's heuristic offers for ``desc`` on ``layouts``, at
+    these pointer alignments (C's for D too), fastest first by its estimate."""
+    lib = _lt()
     preference = ctypes.c_void_p()
     _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)))
     limit = ctypes.c_uint64(WORKSPACE_BYTES)
@@ -260,15 +275,46 @@ def _candidates(
     count = ctypes.c_int(0)
     a, b, c = layouts
     status = lib.cublasLtMatmulAlgoGetHeuristic(
-        handle, desc, a, b, c, c, preference, CANDIDATES, results, ctypes.byref(count)
+        _handle(), desc, a, b, c, c, preference, CANDIDATES, results, ctypes.byref(count)
     )
     lib.cublasLtMatmulPreferenceDestroy(preference)
-    plans = [
+    return [
         _LtPlan(desc, layouts, results[i].algo, results[i].workspace_size)
         for i in range(count.value if status == 0 else 0)
         if results[i].state == 0
     ]
-    return desc, layouts, plans
+
+
+# (device, m, k, n) -> the float32 GEMM's plan (cuBLASLt's first candidate at SGEMM_ALIGNMENT)
+_sgemm_plans: dict[tuple[int, int, int, int], _LtPlan] = {}
+SGEMM_ALIGNMENT = 16  # bytes the float32 GEMM asks of its pointers: one algorithm a shape
+FP32 = Types(CUDA_R_32F, CUDA_R_32F, cublas.CUBLAS_COMPUTE_32F, np.array(1, np.float32),
+             np.array(0, np.float32))  # fmt: skip
+
+
+def sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> None:
+    """c = a @ b for C-contiguous float32 matrices with pointers SGEMM_ALIGNMENT-aligned, on
+    the current stream: cuBLASLt's first algorithm for the shape, called directly, so the same
+    bits on every call and under stream capture (CuPy's cuBLAS refuses capture)."""
+    (m, k), n = a.shape, b.shape[1]
+    device = cp.cuda.runtime.getDevice()
+    key = (device, m, k, n)
+    plan = _sgemm_plans.get(key)
+    if plan is None:
+        if _lt() is None:
+            raise RuntimeError("cuBLASLt not found: no float32 GEMM that a graph can capture")
+        # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's A is b (n x k, ld n)
+        desc = _descriptor(FP32.compute, CUDA_R_32F, cublas.CUBLAS_OP_N)
+        layouts = (
+            _layout(CUDA_R_32F, n, k, n, 1, 0),
+            _layout(CUDA_R_32F, k, m, k, 1, 0),
+            _layout(CUDA_R_32F, n, m, n, 1, 0),
+        )
+        plans = _heuristic(desc, layouts, (SGEMM_ALIGNMENT,) * 3)
+        if not plans:
+            raise RuntimeError(f"cuBLASLt offers no float32 GEMM for {m} x {k} x {n}")
+        plan = _sgemm_plans[key] = plans[0]
+    _lt_matmul(plan, b.data.ptr, a.data.ptr, c.data.ptr, False, device, FP32)
 
 
 def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> ctypes.c_void_p:
@@ -285,13 +331,19 @@ def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) 
 
 
 def _lt_matmul(
-    plan: _LtPlan, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool, device: int
+    plan: _LtPlan,
+    a_ptr: int,
+    b_ptr: int,
+    c_ptr: int,
+    accumulate: bool,
+    device: int,
+    types: Types = INT8,
 ) -> None:
     workspace = cp.empty(max(plan.workspace, 1), dtype=cp.uint8)  # from CuPy's pool
     a, b, c = plan.layouts
     _check(_lt().cublasLtMatmul(
-        _handle_for(device), plan.desc, INT8.one_ptr, a_ptr, a, b_ptr, b,
-        INT8.beta(accumulate), c_ptr, c, c_ptr, c,
+        _handle_for(device), plan.desc, types.one_ptr, a_ptr, a, b_ptr, b,
+        types.beta(accumulate), c_ptr, c, c_ptr, c,
         ctypes.byref(plan.algo), workspace.data.ptr, plan.workspace,
         cp.cuda.get_current_stream().ptr,
     ))  # fmt: skip

@@ -20,13 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 C = auto.CROSSOVERS
 
 
-def gpu(blocks: bool = True, thin: bool = True, free: int = 1 << 62) -> Any:
+def gpu(
+    blocks: bool = True, thin: bool = True, free: int = 1 << 62, replays: bool = False
+) -> Any:
     """A stand-in for the CUDA backend's answers (``auto.Gpu``)."""
     return SimpleNamespace(
         blocks_supported=lambda: blocks,
         thin_fits=lambda k, n: thin,
         workspace_bytes=lambda level, m, k, n, count=1: 1000 * count,
         free_bytes=lambda: free,
+        replays=lambda m, k, n: replays,
     )
 
 
@@ -74,6 +77,21 @@ IV, SGEMM, ORDERED, BLOCKS = (
 def test_the_route_on_each_side_of_a_crossover(m, k, n, expected) -> None:
     route = auto.on_gpu(m, k, n, 1, "matrix", gpu())
     assert route is expected  # "auto"'s routes are built once: no allocation a call
+
+
+def test_level_iv_from_a_lower_side_where_its_product_replays_one_graph() -> None:
+    """Where the GPU replays the product as one graph (``Gpu.replays``: no host time to
+    repay), "auto" takes level IV from replayed_min_dim a side, with its fallback; elsewhere,
+    or one side shorter, native float32 as before."""
+    side = C.replayed_min_dim
+    assert side < C.min_dim
+    replayed = auto.on_gpu(side, side, side, 1, "matrix", gpu(replays=True))
+    assert replayed is auto.EMULATED_ON_GPU and replayed.fallback is not None
+    assert auto.on_gpu(side, side, side, 1, "matrix", gpu()) is auto.NATIVE_ON_GPU
+    short = auto.on_gpu(side, side - 1, side, 1, "matrix", gpu(replays=True))
+    assert short is auto.NATIVE_ON_GPU
+    stack = auto.on_gpu(side, side, side, 2, "stack", gpu(replays=True))
+    assert stack is auto.NATIVE_ON_GPU  # stacks keep their own rule (no graphs for them)
 
 
 def test_the_fallback_after_packing_travels_with_the_route() -> None:
@@ -197,7 +215,7 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     cuda = SimpleNamespace(
         ordered_product=lambda a, b: ran.append("fp32-ordered") or "C",
         product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name) or "C",
-        captured_product=lambda a, b, level: None,  # (no plan cache on a stand-in GPU)
+        captured_product=lambda a, b, level, fallback=None: None,  # (no plan cache on a stand-in GPU)
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)

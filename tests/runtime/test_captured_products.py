@@ -122,13 +122,18 @@ def test_a_cache_evicted_mid_loop_keeps_the_bits(monkeypatch) -> None:
     assert len(cache) <= 2
 
 
-def test_a_call_returns_before_the_gpu_is_done() -> None:
-    """No host synchronisation in a replayed call: enqueued behind a kernel that spins until
-    the host lets it go, the call returns while that kernel still runs."""
+@pytest.mark.parametrize("level, n", [("IV", 256), ("auto", 3072)])  # auto: IV, its fallback
+def test_a_call_returns_before_the_gpu_is_done(level, n) -> None:
+    """No host synchronisation in a replayed call, "auto"'s fallback included: enqueued behind
+    a kernel that spins until the host lets it go, the call returns while that kernel runs."""
     import cupy
 
-    a, b = (cupy.asarray(x) for x in _operands(256, 256, 256, 3))
-    mixpert.matmul(a, b, level="IV")  # planned (the planning run synchronises, once)
+    from mixpert.runtime.cuda import captured
+
+    if level == "auto" and not (_auto_emulates(n) and captured.conditional_nodes()):
+        pytest.skip("no conditional nodes here, or auto does not take IV at this size")
+    a, b = (cupy.asarray(x) for x in _operands(n, n, n, 3))
+    mixpert.matmul(a, b, level=level)  # planned (the planning run synchronises, once)
     runtime = cupy.cuda.runtime
     pointer = runtime.hostAlloc(4, runtime.hostAllocMapped)  # (one address on both sides)
     gate = ctypes.c_int32.from_address(pointer)
@@ -141,7 +146,7 @@ def test_a_call_returns_before_the_gpu_is_done() -> None:
     done = threading.Event()
 
     def call() -> None:
-        mixpert.matmul(a, b, level="IV")
+        mixpert.matmul(a, b, level=level)
         done.set()
 
     worker = threading.Thread(target=call)
@@ -184,3 +189,37 @@ def test_host_time_of_a_replayed_call_is_small() -> None:
     host = (time.perf_counter() - start) / 50
     cupy.cuda.Device().synchronize()
     assert host < 200e-6, f"{host * 1e6:.0f} us of host time a call"
+
+
+def _auto_emulates(n: int) -> bool:
+    from mixpert.runtime import auto
+
+    return auto.on_gpu(n, n, n, 1, "matrix", None).fallback is not None
+
+
+@pytest.mark.parametrize("phi", [0.5, 4.0])  # narrow data: level IV; most lines unresolved: SGEMM
+def test_auto_replayed_decides_its_fallback_on_the_gpu(phi, monkeypatch) -> None:
+    """ "auto" where it takes level IV with its fallback: the graph's conditional nodes give
+    the uncached call's bits (IV's on narrow data, the float32 GEMM's where the unresolved
+    lines would cover most of C), with NaN rows flagged but not counted as unresolved."""
+    import cupy
+
+    from mixpert.runtime.cuda import captured
+    from mixpert.testdata import gemmul8
+
+    if not captured.conditional_nodes():
+        pytest.skip("CUDA graphs here have no conditional nodes (CUDA 12.4+)")
+    n = 3072
+    assert _auto_emulates(n)
+    rng = np.random.default_rng(int(phi * 10))
+    a = cupy.asarray(gemmul8(np, rng, (n, n), phi))
+    b = cupy.asarray(gemmul8(np, rng, (n, n), phi))
+    replayed = mixpert.matmul(a, b, level="auto")
+    uncached = _uncached(a, b, "auto", monkeypatch)
+    assert _same_bits(replayed, uncached)
+    iv = _uncached(a, b, "IV", monkeypatch)
+    assert _same_bits(replayed, iv) == (phi < 1)
+    if phi < 1:  # NaN rows are flagged, but never make "auto" leave level IV
+        a[: n // 2, 7] = np.nan
+        assert _same_bits(mixpert.matmul(a, b, level="auto"), _uncached(a, b, "auto", monkeypatch))
+        assert _same_bits(mixpert.matmul(a, b, level="auto"), _uncached(a, b, "IV", monkeypatch))

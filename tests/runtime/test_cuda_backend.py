@@ -28,7 +28,7 @@ from mixpert.runtime.cuda.packs import (  # noqa: E402
     pack_int8,
     pack_int8_columns,
 )
-from mixpert.runtime.cuda.sliced import int8_product  # noqa: E402
+from mixpert.runtime.cuda.sliced import fallback_sgemm, int8_product  # noqa: E402
 from mixpert.runtime.cuda.tn_gemm import CUDA_R_32F  # noqa: E402
 
 INT8_LEVELS = [level.name for level in LADDER if level.kind == "int8"]
@@ -508,7 +508,8 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
     """``int8_product``'s "auto" check waits for the packs' flag counts with the first weight
     classes' GEMMs queued (on the long-k path, their first k block): where the flagged lines
     cover little of C the result is level IV's bits, where they cover most it is SGEMM's (and
-    ``on_native`` is told), on both class-sum paths."""
+    ``on_native`` is told: cuBLASLt's float32 GEMM, which graphs capture too), on both class-sum
+    paths."""
     rng = np.random.default_rng(k)
     a = cp.asarray(rng.standard_normal((48, k)).astype(np.float32))
     b = cp.asarray(rng.standard_normal((k, 40)).astype(np.float32))
@@ -520,7 +521,8 @@ def test_the_auto_fallback_decides_with_the_first_gemms_queued(k: int) -> None:
     rows, cols = dispatch.unresolved_lines(a, b, "IV")
     assert rows * 40 + cols * 48 - rows * cols > 0.5 * 48 * 40
     got = int8_product(a, b, iv, fallback=auto.EMULATED_FALLBACK, on_native=lambda: told.append(1))
-    assert told == [1] and cp.array_equal(got, native_gemm(a, b, CUDA_R_32F))
+    sgemm = fallback_sgemm(a, b, cp.empty((48, 40), dtype=cp.float32))  # cuBLASLt's SGEMM
+    assert told == [1] and cp.array_equal(got, sgemm)
 
 
 def test_auto_runs_level_iv_on_a_large_product_with_a_dimension_under_3072() -> None:
