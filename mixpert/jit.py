@@ -224,33 +224,39 @@ class MixpertFunction(Generic[P, R]):
         given, plan = self._active_for(args)  # plans match the arguments as the caller gave them
         if self.scalar_rules == "numpy":
             args = weak_float_arguments(args)  # type: ignore[assignment]
+        refused = ""  # why CuPy refused a body the pass let through
         if mode == "nopython" and one_trip.wanted(given):  # NumPy arguments, a GPU plan
-            moved, result = self._one_trip(plan, args)
+            moved, result, refused = self._one_trip(plan, args)
             if moved:
                 return result
         with activate(plan, PackScope(self._invariant_operands, args), self._ops_run):
             if numba.config.DISABLE_JIT:
-                return self._interpreted()(*args, **kwargs)
-            try:
-                return disp(*args, **kwargs)
-            except MixpertRuntimeError as relay:
-                reraise_pending(relay)
-            except numba.core.errors.TypingError as error:
-                concise = product_typing_error(error)
-                if concise is None:
-                    raise
-                raise concise from None
+                result = self._interpreted()(*args, **kwargs)
+            else:
+                try:
+                    result = disp(*args, **kwargs)
+                except MixpertRuntimeError as relay:
+                    reraise_pending(relay)
+                except numba.core.errors.TypingError as error:
+                    concise = product_typing_error(error)
+                    if concise is None:
+                        raise
+                    raise concise from None
+        if refused:  # the host ran what the GPU refused: CuPy's, not the code's, error
+            self._refused[_arguments_kind(args)] = refused
+            log.debug("%s: stays on the host from now on: %s", self.py_func.__qualname__, refused)
+        return result
 
-    def _one_trip(self, plan: ActivePlan, args: tuple[Any, ...]) -> tuple[bool, Any]:
-        """(True, result) where the call ran on the GPU in one trip (``mixpert.one_trip``),
-        (False, None) where it stays on the host, as ``placement_for`` says (logged at DEBUG).
-        A TypeError on the way (CuPy refusing what the pass let through) keeps this kind of
-        arguments on the host from now on."""
+    def _one_trip(self, plan: ActivePlan, args: tuple[Any, ...]) -> tuple[bool, Any, str]:
+        """(True, result, "") where the call ran on the GPU in one trip (``mixpert.one_trip``);
+        (False, None, "") where it stays on the host, as ``placement_for`` says (logged at
+        DEBUG); (False, None, why) where CuPy refused the body (``one_trip.REFUSALS``: the
+        caller runs it on the host, and keeps such arguments there if the host succeeds)."""
         placement = self.placement_for(*args)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: %s", self.py_func.__qualname__, placement)
         if not placement.movable:
-            return False, None
+            return False, None, ""
         body = self._interpreted() if numba.config.DISABLE_JIT else self.dispatcher_for("object")
 
         def run(moved: tuple[Any, ...]) -> Any:
@@ -258,12 +264,9 @@ class MixpertFunction(Generic[P, R]):
                 return body(*moved)
 
         try:
-            return True, one_trip.run(run, args, self.mutated_arguments)
-        except TypeError as refusal:
-            why = f"CuPy refused its body ({type(refusal).__name__}: {refusal})"
-            self._refused[_arguments_kind(args)] = why
-            log.debug("%s: stays on the host: %s", self.py_func.__qualname__, why)
-            return False, None
+            return True, one_trip.run(run, args, self.mutated_arguments), ""
+        except one_trip.REFUSALS as refusal:
+            return False, None, f"CuPy refused its body ({type(refusal).__name__}: {refusal})"
 
     def placement_for(self, *args: Any) -> Placement:
         """Where a call with ``args`` runs its body when its plan is for a GPU: on the GPU in

@@ -18,8 +18,10 @@ memory with another), the call instead
    as the caller's array or the same view of it.
 
 If the body raises, the arguments it wrote are written back as far as it got, as on the host,
-and the error propagates; a TypeError (CuPy refusing something the pass let through) instead
-runs the call on the host, and later calls with arguments of that kind stay there.
+and the error propagates; a TypeError, AttributeError or NotImplementedError (``REFUSALS``: CuPy
+refusing something the pass let through, or the code's own error) instead runs the call on the
+host from the untouched arguments: an error of the code's own is raised there as the host raises
+it, and where the host succeeds, later calls with arguments of that kind stay on the host.
 ``MIXPERT_ONE_TRIP=0`` turns one trip off (products move one by one, as before).
 """
 
@@ -40,6 +42,9 @@ from .runtime import device
 ENV = "MIXPERT_ONE_TRIP"
 NUMBERS = frozenset("biufc")  # dtype kinds CuPy arrays hold: bool, integers, floats, complex
 SCALARS = (bool, int, float, complex, str, bytes, type(None), np.generic)
+# what CuPy raises for what it lacks: a NumPy function (__array_function__ declines), an array
+# method, an option
+REFUSALS = (TypeError, AttributeError, NotImplementedError)
 
 
 def enabled() -> bool:
@@ -109,8 +114,8 @@ def run(
     written = [(args[i], moved[i]) for i in sorted(mutated) if isinstance(args[i], np.ndarray)]
     try:
         result = body(moved)
-    except TypeError:
-        raise  # CuPy refused: the caller runs the call on the host, on untouched arguments
+    except REFUSALS:
+        raise  # the caller runs the call on the host, from the untouched arguments
     except BaseException:
         _write_back(written)  # as far as the body got, as on the host
         raise

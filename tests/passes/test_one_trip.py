@@ -233,6 +233,22 @@ def test_cupy_refusing_the_body_runs_it_on_the_host_from_then_on(
     )
 
 
+def refuses(x, w):
+    if x.shape[0] > 2:
+        raise TypeError("the code's own")
+    return x @ w
+
+
+def test_the_codes_own_refusal_is_raised_as_the_host_raises_it(gpu: StandIn) -> None:
+    f = on_gpu(refuses)
+    x, w = f32(4, 4), f32(4, 4)
+    for _ in range(2):
+        with pytest.raises(TypeError, match="the code's own"):
+            f(x, w)
+    assert gpu.over == 4  # tried on the GPU each time: the host failed too
+    assert f.placement_for(x, w).movable
+
+
 def test_code_that_cannot_move_runs_on_the_host_and_says_why(
     gpu: StandIn, caplog: pytest.LogCaptureFixture
 ) -> None:
