@@ -14,8 +14,9 @@ memory with another), the call instead
 3. copies the results back once, as NumPy arrays of their dtypes and shapes (inside tuples,
    lists and dicts too; 0-d results as NumPy scalars), and writes the arguments the function
    may write into (``FunctionSummary.mutates``) back into the caller's arrays, so they end as
-   the host run would leave them. A result that is an argument, or a view of one, comes back
-   as the caller's array or the same view of it.
+   the host run would leave them. A result that is an argument comes back as the caller's
+   array, a view of a C- or F-contiguous argument as the same view of the caller's array (of
+   another argument: as a copy).
 
 If the body raises, the arguments it wrote are written back as far as it got, as on the host,
 and the error propagates; a TypeError, AttributeError or NotImplementedError (``REFUSALS``: CuPy
