@@ -51,8 +51,8 @@ SECONDS = 2.0  # per measured mode: as many calls as fit, 3 to 20
 
 
 def mlp(x, w1, w2, w3):
-    h = np.maximum(x @ w1, 0.0)
-    h = np.maximum(h @ w2, 0.0)
+    h = np.maximum(x @ w1, np.float32(0))  # (a Python 0.0 makes h float64 in Numba)
+    h = np.maximum(h @ w2, np.float32(0))
     return h @ w3
 
 
