@@ -219,15 +219,22 @@ def main() -> None:
     path = folder / "numpy-on-gpu.json"
     print(f"{device.device_name()}, {os.cpu_count()} host cores, numba {numba.__version__}")
     print(HEADER, flush=True)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, w, func, jitted, args in cases(options.quick, options.case):
         rows += one_case(label, w, func, jitted, args)
-    if options.case and path.exists():  # a part of the run: the other cases' rows stay
+        write(folder, rows, partial=bool(options.case))  # a run cut short keeps what it did
+    print(f"wrote {path}, numpy-on-gpu.md and numpy-on-gpu.png")
+
+
+def write(folder: Path, rows: list[dict[str, Any]], partial: bool) -> None:
+    """numpy-on-gpu.json, .md and .png in ``folder``; ``partial`` (a part of the run): the
+    other cases' rows already in the file stay."""
+    path = folder / "numpy-on-gpu.json"
+    if partial and path.exists():
         ran = {(r["case"], r["w"]) for r in rows}
-        kept = [r for r in json.loads(path.read_text()) if (r["case"], r["w"]) not in ran]
-        rows = kept + rows
+        rows = [r for r in json.loads(path.read_text()) if (r["case"], r["w"]) not in ran] + rows
     order = {name: i for i, name in enumerate(["mlp", *SAMPLES])}
-    rows.sort(key=lambda r: (order.get(r["case"], 99), r["w"], r["mode"] != "before"))
+    rows = sorted(rows, key=lambda r: (order.get(r["case"], 99), r["w"], r["mode"] != "before"))
     path.write_text(json.dumps(rows, indent=1) + "\n")
     pairs = list(zip(rows[::2], rows[1::2], strict=True))
     (folder / "numpy-on-gpu.md").write_text(
@@ -240,7 +247,6 @@ def main() -> None:
         + "\n"
     )
     plot(rows, folder / "numpy-on-gpu.png")
-    print(f"wrote {path}, numpy-on-gpu.md and numpy-on-gpu.png")
 
 
 if __name__ == "__main__":
