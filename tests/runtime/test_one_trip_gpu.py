@@ -258,12 +258,12 @@ def test_a_body_that_raises_writes_back_as_far_as_it_got() -> None:
 
 
 # --- bodies that stay on the host: each product through the staging buffers --------------------
-def element_loop(x, w, steps):
+def element_loop(x, w, steps):  # (float32 constants: a Python float makes h float64 in Numba)
     h = x
-    s = 0.0
+    s = np.float32(0)
     for i in range(steps):
-        h = (h @ w) * 0.5
-        s += h[i, 0]
+        h = (h @ w) * np.float32(0.5)
+        s = s + h[i, 0]
     return h, s
 
 
