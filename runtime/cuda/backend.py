@@ -223,7 +223,9 @@ def captured_product(
     (m, k), n = a.shape, b.shape[1]
     if m * k * n > REPLAY_MAX_WORK:
         return None
-    cache = _plans.get(device) or _plans.setdefault(device, PlanCache())
+    cache = _plans.get(device)
+    if cache is None:  # (an empty cache is falsy: it has a length)
+        cache = _plans.setdefault(device, PlanCache())
     # (names and numbers: a Level's dataclass hash costs microseconds a call)
     rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
     key = (cp.cuda.get_current_stream().ptr, m, k, n, level.name, rule)

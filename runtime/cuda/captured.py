@@ -59,7 +59,6 @@ class CapturedProduct:
 
     def __init__(self, m: int, k: int, n: int, level: Level, fallback: Fallback | None = None):
         self.shape, self.level = (m, k, n), level
-        self.device = cp.cuda.Device().id
         self.stream = cp.cuda.get_current_stream()  # where calls replay it
         self._pool = cp.cuda.MemoryPool()
         self._lock = threading.Lock()  # one caller at a time fills the buffers and replays
