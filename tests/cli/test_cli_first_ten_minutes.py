@@ -74,12 +74,22 @@ def test_runs_exactly_the_named_file_once(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["inspect", "fn.py:f", "--shapes", "8xq"], "--shapes"),
-        (["inspect", "fn.py:f", "--shapes", "8x4,5x3"], "a.shape[1] = 4 must equal"),
+        pytest.param(  # test_first_hour.py names more of it
+            ["inspect", "fn.py:f", "--shapes", "8xq"], "--shapes", marks=pytest.mark.slow
+        ),
+        pytest.param(  # test_first_hour.py: test_a_shape_mismatch_names_the_product_and_its_line
+            ["inspect", "fn.py:f", "--shapes", "8x4,5x3"],
+            "a.shape[1] = 4 must equal",
+            marks=pytest.mark.slow,
+        ),
         (["inspect", "fn.py:f", "--plan", "garbage.json"], "not JSON"),
         (["inspect", "fn.py:g"], "has no 'g'"),
         (["tune", "fn.py:f", "--tol", "1e-4", "--inputs", "in.npz", "--levels", "IV,VII"], "VII"),
-        (["tune", "fn.py:f", "--tol", "-1", "--inputs", "in.npz"], "positive"),
+        pytest.param(  # test_first_hour.py: --tol 0
+            ["tune", "fn.py:f", "--tol", "-1", "--inputs", "in.npz"],
+            "positive",
+            marks=pytest.mark.slow,
+        ),
         (["tune", "fn.py:f", "--tol", "1e-4", "--inputs", "garbage.json"], "--inputs"),
         (
             ["tune", "fn.py:f", "--tol", "1e-4", "--inputs", "in.npz", "--out", "no/p.json"],

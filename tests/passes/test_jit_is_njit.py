@@ -276,7 +276,7 @@ UNTOUCHED = [
     case("outer", Operand((2, K), "int64"), Operand((K,), "int64")),
 ]
 
-CASES = [
+GRID = [
     *(c for form in ("matmul", "dot", "in_place", "dot_out") for c in by_ndim(form, "float64")),
     *(
         c
@@ -297,6 +297,40 @@ CASES = [
     *SHAPE_ERRORS,
     *EMPTY,
     *UNTOUCHED,
+]
+
+# The default run's cases: one or two of each kind of outcome (an emulated product, Numba's own,
+# NumPy's meaning, each form, mixed dtypes, a layout Numba warns about), every refusal and some
+# empty products. The rest of the grid, exhaustive over ndims, dtypes and layouts, is marked
+# slow (``python -m pytest -m slow``): each case compiles both ways, about a second.
+DEFAULT = {
+    "matmul(float32[2, 3], float32[3, 4])",
+    "matmul(float32[3], float32[3])",
+    "matmul(float32[3], float32[3, 4])",
+    "matmul(float32[2, 3], float32[3])",
+    "matmul(float32[2, 2, 3], float32[2, 3, 4])",
+    "dot_out(float32[2, 3], float32[3, 4], float32[2, 4])",
+    "in_place(float32[3, 3], float32[3])",
+    "in_place(float64[3, 3], float64[3, 3])",
+    "dot_out(float64[2, 2, 3], float64[3, 4], float64[2, 2, 4])",
+    "np_matmul(float64[3], float64[3, 4])",
+    "method_dot(float64[3], float64[3, 4])",
+    "dot_out_keyword(float64[3], float64[3, 4], float64[4])",
+    "matmul(int64[2, 3], int64[3, 4])",
+    "matmul(complex128[2, 3], complex128[3, 4])",
+    "matmul(float32[2, 3], float64[3, 4])",
+    "matmul(float32[2, 3], float32[3, 4]A)",
+    "matmul(float64[2, 3]A, float64[3, 4]F)",
+    "dot(float32[2, 3], float32[3, 4]A)",
+    *map(str, SHAPE_ERRORS),
+    "matmul(float32[2, 2, 0], float32[2, 0, 4])",
+    "matmul(float32[2, 0], float32[0, 4])",
+    "matmul(float64[2, 2, 0], float64[0, 4])",
+    *(str(c) for c in UNTOUCHED if c.form == "vdot"),
+}
+assert not DEFAULT - set(map(str, GRID)), DEFAULT - set(map(str, GRID))  # no typo
+CASES = [
+    c if str(c) in DEFAULT else pytest.param(c, marks=pytest.mark.slow, id=str(c)) for c in GRID
 ]
 
 
@@ -385,7 +419,13 @@ RNG = np.random.default_rng(38)
 
 
 @pytest.mark.filterwarnings("ignore::mixpert.NotEmulatedWarning")
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex128"])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "float32",
+        *(pytest.param(d, marks=pytest.mark.slow) for d in ("float64", "int64", "complex128")),
+    ],
+)
 @pytest.mark.parametrize(("a_shape", "b_shape"), [((2,), (3, 2, 2)), ((3, 2, 2), (2,))])
 def test_a_vector_beside_a_stack_has_numpys_meaning(dtype, a_shape, b_shape) -> None:
     """Numba has no vector @ stack; NumPy's np.matmul broadcasts the vector over the stack."""
@@ -573,7 +613,7 @@ def test_np_dot_of_float32_stacks_is_one_emulated_product_with_numpys_axes() -> 
 
 
 @pytest.mark.filterwarnings("ignore::mixpert.NotEmulatedWarning")
-@pytest.mark.parametrize("form", [dot, method_dot])
+@pytest.mark.parametrize("form", [dot, pytest.param(method_dot, marks=pytest.mark.slow)])
 def test_np_dot_with_a_number_multiplies_as_numpy_does(form) -> None:
     """Numba's np.dot takes no number; NumPy's multiplies, in both operands' dtype as arrays."""
     a = RNG.standard_normal((2, 3)).astype(np.float32)

@@ -152,7 +152,11 @@ def stacked_numpy(a, b):
     return np.matmul(a, b)
 
 
-@pytest.mark.parametrize("func", [stacked_operator, stacked_numpy])
+# np.matmul: the slow run (the same runtime calls as @; the site itself:
+# test_each_spelling_is_one_emulated_op)
+@pytest.mark.parametrize(
+    "func", [stacked_operator, pytest.param(stacked_numpy, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize(
     ("a", "b", "calls"),
     [
@@ -160,10 +164,10 @@ def stacked_numpy(a, b):
         (STACK, STACK_B, 1),
         (MATRIX, STACK_B, 1),
         (DEEP, WEIGHTS, 1),
-        (MATRIX, DEEP_B, 1),
+        pytest.param(MATRIX, DEEP_B, 1, marks=pytest.mark.slow),  # as MATRIX, STACK_B
         (DEEP, DEEP_B, 1),
         (DEEP, HEADS_B, 1),
-        (DEEP, ONE_B, 1),
+        pytest.param(DEEP, ONE_B, 1, marks=pytest.mark.slow),  # broadcast as DEEP, HEADS_B
         (RNG.standard_normal((3, 4, 5)).astype(np.float32), DEEP, 1),  # 3-D @ 4-D
     ],
 )
@@ -212,7 +216,9 @@ def test_in_place_matmul_writes_the_emulated_product_into_a() -> None:
         (STACK, RNG.standard_normal((6, 6)).astype(np.float32)),  # a stack times a matrix
         (MATRIX.astype(np.float64), RNG.standard_normal((6, 6)).astype(np.float32)),  # promoted
         (np.arange(12, dtype=np.int64).reshape(2, 6), np.arange(36, dtype=np.int64).reshape(6, 6)),
-        (DEEP.astype(np.float64), RNG.standard_normal((2, 3, 6, 6))),  # float64 stacks
+        pytest.param(  # float64 stacks (as test_float64_stacks_run_natively_with_numpys_result)
+            DEEP.astype(np.float64), RNG.standard_normal((2, 3, 6, 6)), marks=pytest.mark.slow
+        ),
     ],
 )
 def test_in_place_matmul_of_stacks_and_other_dtypes(a, b) -> None:
@@ -251,7 +257,8 @@ def dot_of(a, b):
     return np.dot(a, b)
 
 
-@pytest.mark.parametrize("func", [matmul_of, dot_of])
+# np.dot: the slow run (integers beside float32: test_mixed_dtypes_promote_as_numpy_does)
+@pytest.mark.parametrize("func", [matmul_of, pytest.param(dot_of, marks=pytest.mark.slow)])
 @pytest.mark.parametrize(
     ("a", "b"),
     [

@@ -162,6 +162,12 @@ def test_an_oversized_file_is_refused(tmp_path, monkeypatch) -> None:
         read_plans(tmp_path / "big.json")
 
 
+@pytest.fixture(scope="module")
+def tuned_mlp():
+    """One plan for the cases below, each of which spoils a field of its own copy."""
+    return mixpert.tune(mixpert.jit(mlp), ARGS, tol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -174,9 +180,8 @@ def test_an_oversized_file_is_refused(tmp_path, monkeypatch) -> None:
         ({"ops": [{"op_id": 1}]}, r"ops\[0\]: field 'location' is missing"),
     ],
 )
-def test_every_field_is_checked_and_named(tmp_path, change, message) -> None:
-    plan = mixpert.tune(mixpert.jit(mlp), ARGS, tol=1e-5)
-    data = {"format": plan_file.FORMAT, "plans": [plan.to_json() | change]}
+def test_every_field_is_checked_and_named(tmp_path, tuned_mlp, change, message) -> None:
+    data = {"format": plan_file.FORMAT, "plans": [tuned_mlp.to_json() | change]}
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(data))
     with pytest.raises(PlanFileError, match=rf"bad.json, plans\[0\].*{message}"):

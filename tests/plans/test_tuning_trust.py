@@ -212,6 +212,7 @@ def test_the_margin_follows_the_spread() -> None:
     )  # a scalar: unseen, the smallest margin
 
 
+@pytest.mark.slow  # k = 4096, 256 x 256 outputs: tuned, then 20 fresh inputs at two levels
 def test_gemm_at_a_float32_grade_tol_takes_iv_where_iv_holds() -> None:
     """The fixed 0.25 tol margin made this V; IV's error is robustly within tol."""
 

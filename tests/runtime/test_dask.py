@@ -114,6 +114,7 @@ def test_a_jitted_function_runs_its_numpy_plan_on_dask_arrays(client) -> None:
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= 1e-6
 
 
+@pytest.mark.slow  # 512 x 4096 x 512 for the kill to land mid-product, then a new worker starts
 def test_a_worker_killed_mid_product_is_replaced_and_the_bits_hold(client) -> None:
     state = da.random.RandomState(3)  # made on the workers, the same numbers every time
     a = state.standard_normal((512, 4096), chunks=(64, 1024)).astype(np.float32)

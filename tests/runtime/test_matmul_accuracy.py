@@ -59,15 +59,13 @@ def rebalanced(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from A's column to B's row when their largest entries lie more than 4 binades apart
     (floor half the gap); a k-index whose column or row is all zero is dropped."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    for j in range(a64.shape[1]):
-        col, row = np.abs(a64[:, j]).max(initial=0.0), np.abs(b64[j]).max(initial=0.0)
-        if col == 0 or row == 0:
-            a64[:, j], b64[j] = 0.0, 0.0
-            continue
-        gap = math.frexp(col)[1] - math.frexp(row)[1]
-        if abs(gap) > 4:
-            a64[:, j] = np.ldexp(a64[:, j], -(gap // 2))
-            b64[j] = np.ldexp(b64[j], gap // 2)
+    col = np.abs(a64).max(axis=0, initial=0.0)  # per k-index j, all of them at once
+    row = np.abs(b64).max(axis=1, initial=0.0)
+    gap = np.frexp(col)[1].astype(np.int64) - np.frexp(row)[1]
+    half = np.where(np.abs(gap) > 4, gap // 2, 0)
+    a64, b64 = np.ldexp(a64, -half), np.ldexp(b64, half[:, None])
+    dropped = (col == 0) | (row == 0)
+    a64[:, dropped], b64[dropped] = 0.0, 0.0
     return a64, b64
 
 
