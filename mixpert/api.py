@@ -78,12 +78,12 @@ def matmul(
     emulation); zeros, subnormals, wide exponent ranges and empty dimensions are handled. IV
     and V keep SGEMM's componentwise bound 2 k u |A||B| by recomputing exactly the lines their
     slices cannot resolve (``mixpert.runtime.bypass``; README "What each level promises"),
-    except IV (and IV-blocks) at k < 8: 2 max(k, 8) u |A||B| there (docs/numerics.md, "Level
-    IV at short k"; "auto" never routes IV at such k); the cheaper levels keep a bound scaled
-    by each row's and column's largest entry. The
-    INT8 levels are deterministic: the same inputs give the same bits on every run and on both
-    backends. The native levels (fp32, tf32, fp64, and "auto" where it means fp32) sum in the
-    BLAS's order, and the FP16 level sums in FP32 on GPUs: their bits may differ by backend.
+    except IV (and IV-blocks) at k < 8, which keep a larger proven bound there
+    (docs/numerics.md, "Level IV at short k"; "auto" never routes IV at such k); the cheaper
+    levels keep a bound scaled by each row's and column's largest entry. The INT8 levels are
+    deterministic: the same inputs give the same bits on every run and on both backends. The
+    native levels (fp32, tf32, fp64, and "auto" where it means fp32) sum in the BLAS's order,
+    and the FP16 level sums in FP32 on GPUs: their bits may differ by backend.
 
     Raises ValueError for unknown level or backend names (before anything else).
 

@@ -7,9 +7,9 @@ product carries both operands' rounding, about 4 u |a||b| plus the final u, 2.5 
 
 - proven for k <= 31, where any entry deeper than ``bypass.deep_binades`` makes its line bypass:
   |C - C64| <= (1 + 2^(c + 4) + 2^(2c - 2)) u |A||B| (+ O(u^2)), c = ceil(log2 k);
-- measured (this file's adversarial search, k = 1..64): |C - C64| <= 2 max(k, 8) u |A||B|,
-  i.e. SGEMM's bound from k = 8 on; worst ratios to 2 k u |A||B| 2.4 / 3.5 / 2.1 / 1.24 at
-  k = 1..4 (issue 38), below 1 from k = 5.
+- measured (this file's adversarial search, k = 1..64): SGEMM's bound 2 k u |A||B| from k = 8
+  on; below k = 8 only the proven bound is promised (the search found 2.78 x 2 k u |A||B| at
+  k = 3, above the 2 max(k, 8) u |A||B| once reported for short k).
 """
 
 from __future__ import annotations
@@ -78,8 +78,20 @@ def test_iv_keeps_its_stated_bound_at_every_short_k(level: str, k: int, seed: in
     a = adversarial(rng, (3, k), kinds[0])
     b = adversarial(rng, (k, 3), kinds[1])
     c = mixpert.matmul(a, b, level=level)
-    assert ratio(c, a, b, measured_bound(a, b)) <= 1
+    if k >= 8:  # SGEMM's own bound
+        assert ratio(c, a, b, measured_bound(a, b)) <= 1
     if k < bypass.DEEP_FRACTION:  # one deep entry makes its line bypass
+        assert ratio(c, a, b, proven_bound(a, b)) <= 1
+
+
+def test_the_short_k_counterexample_keeps_the_proven_bound() -> None:
+    """The case that broke the 2 max(k, 8) u |A||B| once stated for k < 8 (the proven bound
+    holds there, and is what the docs promise)."""
+    rng = np.random.default_rng(1070)
+    a, b = adversarial(rng, (3, 3), 3), adversarial(rng, (3, 3), 3)
+    for level in ("IV", "IV-blocks"):
+        c = mixpert.matmul(a, b, level=level)
+        assert ratio(c, a, b, measured_bound(a, b)) > 1
         assert ratio(c, a, b, proven_bound(a, b)) <= 1
 
 
