@@ -111,6 +111,7 @@ def test_user_errors_are_one_line_with_exit_2(tmp_path, args, needle) -> None:
     assert needle in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # (fresh processes: seconds each; CI runs it with -m slow)
 def test_exit_codes_version_help_json_and_named_inputs(tmp_path) -> None:
     (tmp_path / "fn.py").write_text(TARGET)
     rng = np.random.default_rng(1)

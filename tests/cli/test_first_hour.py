@@ -116,6 +116,7 @@ def test_print_ir_after_takes_pass_names_and_all(folder) -> None:
 
 
 # --- --shapes takes scalars and integers --------------------------------------------------------
+@pytest.mark.slow  # (fresh processes: seconds each; CI runs it with -m slow)
 def test_shapes_take_scalars_integers_and_dtypes(folder) -> None:
     for spec in ("16x8,8x8,f32:0.5,i:2", "16x8,8x8,f:0.5,i:2"):
         done = cli("inspect", "scaled.py:scaled", "--shapes", spec, "--json", cwd=folder)
@@ -149,6 +150,7 @@ def test_a_python_file_as_inputs_says_what_to_give(folder) -> None:
     refused(done, "fn.py:NAME")  # every file is checked before tuning starts
 
 
+@pytest.mark.slow  # (fresh processes: seconds each; CI runs it with -m slow)
 def test_a_shape_mismatch_names_the_product_and_its_line(folder) -> None:
     done = cli("tune", "fn.py:f", "--tol", "1e-4", "--inputs", "mismatch.npz", cwd=folder)
     line = refused(done, "mismatch.npz", "product f:0 at fn.py:4", "`return a @ b`")
@@ -157,6 +159,7 @@ def test_a_shape_mismatch_names_the_product_and_its_line(folder) -> None:
     refused(done, "product f:0 at fn.py:4", "a.shape[1] = 4 must equal b.shape[0] = 5")
 
 
+@pytest.mark.slow  # (fresh processes: seconds each; CI runs it with -m slow)
 def test_float64_inputs_are_refused_for_what_they_are(folder) -> None:
     done = cli("tune", "fn.py:f", "--tol", "1e-4", "--inputs", "f64.npz", cwd=folder)
     line = refused(done, "--inputs f64.npz", "not float32", "`a` float64", "`b` float64",

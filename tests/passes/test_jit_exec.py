@@ -255,6 +255,7 @@ def prange_blocks(a, b, out):
     return out
 
 
+@pytest.mark.slow  # (a parallel compile: seconds; CI runs it with -m slow)
 def test_products_inside_prange_run_the_plan_on_every_thread() -> None:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((8, 16, 16)).astype(np.float32)
