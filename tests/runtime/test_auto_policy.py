@@ -20,9 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository
 C = auto.CROSSOVERS
 
 
-def gpu(
-    blocks: bool = True, thin: bool = True, free: int = 1 << 62, replays: bool = False
-) -> Any:
+def gpu(blocks: bool = True, thin: bool = True, free: int = 1 << 62, replays: bool = False) -> Any:
     """A stand-in for the CUDA backend's answers (``auto.Gpu``)."""
     return SimpleNamespace(
         blocks_supported=lambda: blocks,
@@ -215,7 +213,7 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     cuda = SimpleNamespace(
         ordered_product=lambda a, b: ran.append("fp32-ordered") or "C",
         product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name) or "C",
-        captured_product=lambda a, b, level, fallback=None: None,  # (no plan cache on a stand-in GPU)
+        captured_product=lambda a, b, level, fallback=None: None,  # (a stand-in: no graphs)
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
