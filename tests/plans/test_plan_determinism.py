@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from tuner_functions import kmeans_step
 
 import mixpert
 from mixpert.plans.plan import Plan
@@ -24,22 +25,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::numba.NumbaPerformanceWarning", "ignore::mixpert.NativeOnCpuWarning"
 )
 SEEDS = range(6)
-
-
-def assign(x, c):
-    """A k-means step: squared distances through x @ c.T, each point to the nearest centre
-    (argmin), then each centre to the mean of its points."""
-    d = (x * x).sum(axis=1).reshape(-1, 1) - 2.0 * (x @ c.T) + (c * c).sum(axis=1)
-    labels = d.argmin(axis=1)
-    new = np.zeros_like(c)
-    counts = np.zeros(c.shape[0], dtype=x.dtype)
-    for i in range(x.shape[0]):
-        new[labels[i]] += x[i]
-        counts[labels[i]] += 1
-    for j in range(c.shape[0]):
-        if counts[j] > 0:
-            new[j] /= counts[j]
-    return new
 
 
 def assign_inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +45,10 @@ def top_label_inputs(seed: int) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-CASES = {"kmeans assignment": (assign, assign_inputs), "top label": (top_label, top_label_inputs)}
+CASES = {
+    "kmeans assignment": (kmeans_step, assign_inputs),
+    "top label": (top_label, top_label_inputs),
+}
 
 
 @pytest.mark.parametrize(("func", "make"), list(CASES.values()), ids=list(CASES))
@@ -74,7 +62,7 @@ def test_a_cpu_plan_depends_on_the_kind_of_data_not_the_seed(func, make) -> None
 def test_float32_arithmetic_is_float32_grade_by_definition() -> None:
     """An own error a hair above the in-order figure refuses an emulated level's run, not a
     float32 one ("auto" resolved to fp32 included); tol still holds both."""
-    jitted = mixpert.jit(assign)
+    jitted = mixpert.jit(kmeans_step)
     (op,) = jitted.ops
     prof = Profiler(jitted, assign_inputs(0))
     prof.trial({op: "fp32"})  # the op's samples

@@ -15,6 +15,7 @@ import warnings
 import numba
 import numpy as np
 import pytest
+from tuner_functions import kmeans_step
 
 import mixpert
 from mixpert.execution import record_calls
@@ -30,20 +31,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::numba.NumbaPerformanceWarning", "ignore::mixpert.NativeOnCpuWarning"
 )
 FRESH = 20
-
-
-def kmeans_step(x, c):
-    d = (x * x).sum(axis=1).reshape(-1, 1) - 2.0 * (x @ c.T) + (c * c).sum(axis=1)
-    labels = d.argmin(axis=1)
-    new = np.zeros_like(c)
-    counts = np.zeros(c.shape[0], dtype=x.dtype)
-    for i in range(x.shape[0]):
-        new[labels[i]] += x[i]
-        counts[labels[i]] += 1
-    for j in range(c.shape[0]):
-        if counts[j] > 0:
-            new[j] /= counts[j]
-    return new
 
 
 def kmeans_inputs(rng):

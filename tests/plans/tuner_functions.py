@@ -1,4 +1,4 @@
-"""Functions of 3-4 GEMMs the tuner tests share: a ReLU MLP and a blocked Cholesky."""
+"""Functions the tuner tests share: a ReLU MLP, a blocked Cholesky and a k-means step."""
 
 from __future__ import annotations
 
@@ -66,3 +66,19 @@ def rbf_inputs(rng: np.random.Generator, n: int = 256, d: int = 32, centres: int
     c = rng.standard_normal((centres, d)).astype(np.float32)
     w = rng.standard_normal((centres, 4)).astype(np.float32)
     return x, c, w, 1.0 / d
+
+
+def kmeans_step(x, c):  # 1 op feeding a decision (argmin), then element loops
+    """A k-means step: squared distances through x @ c.T, each point to the nearest centre
+    (argmin), then each centre to the mean of its points."""
+    d = (x * x).sum(axis=1).reshape(-1, 1) - 2.0 * (x @ c.T) + (c * c).sum(axis=1)
+    labels = d.argmin(axis=1)
+    new = np.zeros_like(c)
+    counts = np.zeros(c.shape[0], dtype=x.dtype)
+    for i in range(x.shape[0]):
+        new[labels[i]] += x[i]
+        counts[labels[i]] += 1
+    for j in range(c.shape[0]):
+        if counts[j] > 0:
+            new[j] /= counts[j]
+    return new
