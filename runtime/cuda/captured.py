@@ -16,6 +16,7 @@ The pool is the plan's alone: the addresses the graph baked in stay the plan's u
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -23,13 +24,14 @@ import cupy as cp
 import numpy as np
 
 from ..levels import Level
-from . import sliced
+from . import build, conditional, sliced
 
 if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
     from ..auto import Fallback
 
 _FLOAT32 = np.dtype(np.float32)
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+_log = logging.getLogger("mixpert")
 
 
 def capturable(level: Level, fallback: Fallback | None = None) -> bool:
@@ -41,16 +43,16 @@ def capturable(level: Level, fallback: Fallback | None = None) -> bool:
 
 @functools.cache
 def conditional_nodes() -> bool:
-    """CUDA 12.4 or later (runtime and driver) and a CuPy that appends conditional nodes."""
-    try:
-        from cupy.cuda.graph import (  # noqa: F401  (what sliced.int8_product_deciding_on_gpu uses)
-            _append_conditional_node_to_stream,
-            _create_conditional_handle_from_stream,
-        )
-    except ImportError:
+    """Whether graphs here take "auto"'s conditional nodes: ``conditional.available`` and the
+    decide module (``decide.cu``) builds and loads."""
+    if not conditional.available():
         return False
-    runtime = cp.cuda.runtime
-    return min(runtime.runtimeGetVersion(), runtime.driverGetVersion()) >= 12040
+    try:
+        build.decide_module().get_function("decide_fallback")
+    except Exception as error:  # (auto then decides on the host, as without conditional nodes)
+        _log.debug("no conditional nodes: decide.cu does not build or load (%s)", error)
+        return False
+    return True
 
 
 class CapturedProduct:
@@ -71,12 +73,15 @@ class CapturedProduct:
             sliced.int8_product(self.a, self.b, level, fallback=fallback)
             if fallback is not None:
                 sliced.warm_deciding(self.a, self.b)
+            side = cp.cuda.Stream(non_blocking=True)  # B's packs beside A's (a fork in the graph)
             capture.begin_capture()
             try:
                 if fallback is None:
-                    self.c = sliced.int8_product(self.a, self.b, level)
+                    self.c = sliced.int8_product(self.a, self.b, level, side=side)
                 else:
-                    self.c = sliced.int8_product_deciding_on_gpu(self.a, self.b, level, fallback)
+                    self.c = sliced.int8_product_deciding_on_gpu(
+                        self.a, self.b, level, fallback, side
+                    )
             finally:
                 self._graph = capture.end_capture()
             capture.synchronize()

@@ -25,12 +25,11 @@ on the caller's current stream.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import cupy as cp
@@ -40,7 +39,7 @@ from .. import fp16split, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
 from ..levels import LEVELS, Level
 from ..packer import pair_exponent
-from . import build, fused, tn_gemm
+from . import build, conditional, fused, tn_gemm
 from .convert import ACCUMULATE, conversion
 from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
 from .launch import flag_counts
@@ -298,23 +297,21 @@ def int8_product(
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
     fallback: Fallback | None = None,
     on_native: Callable[[], None] | None = None,
+    side: cp.cuda.Stream | None = None,
 ) -> cp.ndarray:
     """One INT8 product; the operands ``keep`` names reuse their tops and packs (``pack_reuse``):
     a kept operand is not read at all while its pack holds, nor copied when not row-major.
+    ``side``: a second stream B's tops and pack run on beside A's (``packs_on_two_streams``).
     Class sums and combine run in blocks of A's rows (``sum_blocking``). With a ``fallback``
     (level "auto"'s route), cuBLAS SGEMM where it says so of the lines to recompute exactly
     (``on_native`` is called when it runs). The host learns the packs' flag counts through an
     asynchronous copy and waits for that copy alone, with the first CLASSES_BEFORE_ASKING
     classes' GEMMs already queued: waiting for the whole stream left the GPU idle while the
     host launched the rest (0.3-0.47 ms a call on an H100 at n = 3072-8192)."""
-    kept_a, kept_b = (kept.on("cuda") for kept in keep)
-    a_rows = functools.cache(functools.partial(unit_inner, a))  # copied once, if at all
-    b_lines = functools.cache(functools.partial(packable_b, b))  # ... and B likewise
-    a_top = kept_a.tops(lambda: a_tops(a_rows()))
-    b_top = kept_b.tops(lambda: b_tops(b_lines()))
-    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
-    a_pack = kept_a.pack(level.name, kexp, lambda: pack_a(a_rows(), kexp, level, a_top))
-    b_pack = kept_b.pack(level.name, kexp, lambda: pack_b(b_lines(), kexp, level, b_top))
+    if side is not None and keep == pack_reuse.KEEP_NOTHING:
+        a_pack, b_pack = packs_on_two_streams(a, b, level, side)
+    else:
+        a_pack, b_pack = _packs(a, b, level, keep)
     read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
     c = cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32)
 
@@ -332,6 +329,45 @@ def int8_product(
     if on_native is not None:
         on_native()
     return fallback_sgemm(a, b, c)
+
+
+def _packs(
+    a: cp.ndarray, b: cp.ndarray, level: Level, keep: pack_reuse.Keep
+) -> tuple[PackedOperand, PackedOperand]:
+    """Both operands' packs at ``level``, the kept ones reused (``int8_product``)."""
+    kept_a, kept_b = (kept.on("cuda") for kept in keep)
+    a_rows = functools.cache(functools.partial(unit_inner, a))  # copied once, if at all
+    b_lines = functools.cache(functools.partial(packable_b, b))  # ... and B likewise
+    a_top = kept_a.tops(lambda: a_tops(a_rows()))
+    b_top = kept_b.tops(lambda: b_tops(b_lines()))
+    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    a_pack = kept_a.pack(level.name, kexp, lambda: pack_a(a_rows(), kexp, level, a_top))
+    b_pack = kept_b.pack(level.name, kexp, lambda: pack_b(b_lines(), kexp, level, b_top))
+    return a_pack, b_pack
+
+
+def packs_on_two_streams(
+    a: cp.ndarray, b: cp.ndarray, level: Level, side: cp.cuda.Stream
+) -> tuple[PackedOperand, PackedOperand]:
+    """Both packs, B's tops and pack on ``side`` beside A's on the current stream, joined for
+    the k-exponents (which need both tops) and again after the packs. The same kernels on the
+    same data as ``_packs``: the same bits. Small operands' tops and packs leave most SMs idle,
+    so in a captured graph the two sides overlap."""
+    main = cp.cuda.get_current_stream()
+    side.wait_event(main.record())
+    with side:
+        b_lines = packable_b(b)
+        b_top = b_tops(b_lines)
+    a_rows = unit_inner(a)
+    a_top = a_tops(a_rows)
+    main.wait_event(side.record())
+    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    side.wait_event(main.record())
+    with side:
+        b_pack = pack_b(b_lines, kexp, level, b_top)
+    a_pack = pack_a(a_rows, kexp, level, a_top)
+    main.wait_event(side.record())
+    return a_pack, b_pack
 
 
 def _emulate_into(
@@ -374,22 +410,25 @@ def _sgemm_ready(x: cp.ndarray) -> bool:
 
 
 def int8_product_deciding_on_gpu(
-    a: cp.ndarray, b: cp.ndarray, level: Level, fallback: Fallback
+    a: cp.ndarray,
+    b: cp.ndarray,
+    level: Level,
+    fallback: Fallback,
+    side: cp.cuda.Stream | None = None,
 ) -> cp.ndarray:
     """``int8_product`` under "auto"'s ``fallback``, on a stream capturing a graph, with the
     fallback decided on the GPU: the packs, the unresolved lines among those they flag, then a
     kernel (``decide.cu``) that sets two conditional nodes, one running the level's products,
     combine and bypass, the other the float32 GEMM. The bits are ``int8_product``'s with the
     same fallback; no host synchronisation, and the GEMMs of the branch not taken never run."""
-    from cupy.cuda.graph import _create_conditional_handle_from_stream
-
     stream = cp.cuda.get_current_stream()
-    a_rows, b_lines = unit_inner(a), packable_b(b)
-    a_top, b_top, kexp = tops_and_exponents(a_rows, b_lines)
-    a_pack, b_pack = pack_a(a_rows, kexp, level, a_top), pack_b(b_lines, kexp, level, b_top)
+    if side is None:
+        a_pack, b_pack = _packs(a, b, level, pack_reuse.KEEP_NOTHING)
+    else:
+        a_pack, b_pack = packs_on_two_streams(a, b, level, side)
     m, n = a.shape[0], b.shape[1]
     rows, cols = _unresolved(a, b, a_pack, b_pack)
-    emulate, sgemm = (_create_conditional_handle_from_stream(stream) for _ in range(2))
+    emulate, sgemm = conditional.handle(stream), conditional.handle(stream)
     build.decide_module().get_function("decide_fallback")(
         (1,), (1,),
         (np.uint64(emulate), np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols,
@@ -397,9 +436,9 @@ def int8_product_deciding_on_gpu(
          np.float64(fallback.row_entries)),
     )  # fmt: skip
     c = cp.empty((m, n), dtype=cp.float32)
-    with _if(stream, emulate):
+    with conditional.only_if(stream, emulate):
         _emulate_into(c, a_pack, b_pack, a, b, level)
-    with _if(stream, sgemm):
+    with conditional.only_if(stream, sgemm):
         fallback_sgemm(a, b, c)
     return c
 
@@ -414,22 +453,6 @@ def warm_deciding(a: cp.ndarray, b: cp.ndarray) -> None:
     _unresolved(a, b, a_flags, b_flags)  # type: ignore[arg-type]
     build.decide_module().get_function("decide_fallback")
     fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
-
-
-@contextlib.contextmanager
-def _if(stream: cp.cuda.Stream, handle: int) -> Iterator[None]:
-    """Work enqueued in the block is captured into a conditional node of ``stream``'s graph
-    that runs where ``handle`` is set (CuPy's cupyx.graph does the same)."""
-    from cupy.cuda.graph import _append_conditional_node_to_stream
-
-    body = _append_conditional_node_to_stream(stream, "if", handle)
-    inner = cp.cuda.Stream(non_blocking=True)
-    with inner:
-        inner.begin_capture(to_graph=body)
-        try:
-            yield
-        finally:
-            inner.end_capture()
 
 
 def _mostly_exact(

@@ -2,7 +2,13 @@
 // int8_product_deciding_on_gpu): one thread reads the lines the packs flagged and the
 // unresolved ones among them, applies auto.Fallback.takes_sgemm, and sets the two conditional
 // nodes of a captured product: the level's products and combine, or the float32 GEMM.
-#include <cuda_device_runtime_api.h>
+//
+// cudaGraphSetConditional is declared here rather than through cuda_device_runtime_api.h, which
+// NVRTC cannot open without the toolkit's crt/ headers; the driver resolves the call when it
+// loads the module (no device runtime library is linked).
+typedef unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ void cudaGraphSetConditional(cudaGraphConditionalHandle handle,
+                                                   unsigned int value);
 
 // auto.Fallback.takes_sgemm with bypass.exact_share, in doubles: every product of two counts
 // is below 2^53, so each is exact and the share rounds once, as Python's int / int does.

@@ -1,0 +1,120 @@
+"""Conditional nodes in a CUDA graph being captured: work that runs only where a kernel of the
+same graph set its handle (CUDA 12.4+), through the driver API of ``cuda.bindings``.
+
+CuPy 14 captures graphs but cannot add conditional nodes, so this module adds them to the graph
+CuPy's stream is capturing, the way ``cuda.core``'s graph builder does: a handle created on the
+captured graph, an IF node appended after the stream's current dependencies, and the node's
+body captured from a second stream (``cuStreamBeginCaptureToGraph``). A kernel sets the handle
+with ``cudaGraphSetConditional`` (``decide.cu``); its value is the data's alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import cupy as cp
+
+# Conditional nodes need 12.3 (IF) and device-side handles under capture 12.4; the graph's
+# context is read from its stream from 12.5.
+MIN_CUDA = 12050
+
+
+@functools.cache
+def available() -> bool:
+    """cuda.bindings with conditional nodes, and a CUDA runtime and driver that run them."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return False
+    if not hasattr(driver, "cuGraphConditionalHandleCreate"):
+        return False
+    runtime = cp.cuda.runtime
+    return min(runtime.runtimeGetVersion(), runtime.driverGetVersion()) >= MIN_CUDA
+
+
+def _driver() -> Any:
+    from cuda.bindings import driver
+
+    return driver
+
+
+def _with_edges(name: str, versioned: str) -> Any:
+    """The driver call ``name`` in its form with edge data: ``versioned`` in cuda.bindings 12
+    (where ``name`` has none), ``name`` itself in 13 (where the versioned names are gone)."""
+    driver = _driver()
+    return getattr(driver, versioned, None) or getattr(driver, name)
+
+
+def _checked(result: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The values of a driver call after its status, or a RuntimeError naming the status."""
+    driver = _driver()
+    status, *values = result
+    if status != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver call failed: {status!r}")
+    return tuple(values)
+
+
+def _capturing(stream: cp.cuda.Stream) -> tuple[Any, Any, Any, int]:
+    """(graph, dependencies, their edge data, how many) of the capture ``stream`` is in."""
+    driver = _driver()
+    status, _, graph, dependencies, edges, count = _checked(
+        _with_edges("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3")(
+            driver.CUstream(stream.ptr)
+        )
+    )
+    if status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        raise RuntimeError("conditional nodes are added to a stream that is capturing a graph")
+    return graph, dependencies, edges, count
+
+
+def _context(stream: cp.cuda.Stream) -> Any:
+    driver = _driver()
+    return _checked(driver.cuStreamGetCtx(driver.CUstream(stream.ptr)))[0]
+
+
+def handle(stream: cp.cuda.Stream) -> int:
+    """A new conditional handle of the graph ``stream`` is capturing, 0 at each launch until a
+    kernel sets it."""
+    graph = _capturing(stream)[0]
+    created = _checked(_driver().cuGraphConditionalHandleCreate(graph, _context(stream), 0, 0))
+    return int(created[0])
+
+
+@contextlib.contextmanager
+def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
+    """Work enqueued in the block (on the current stream, a second one capturing) goes into an
+    IF node of ``stream``'s graph, after what ``stream`` enqueued so far and before what it
+    enqueues next; it runs where the handle ``condition`` is set."""
+    driver = _driver()
+    graph, dependencies, edges, count = _capturing(stream)
+    params = driver.CUgraphNodeParams()
+    params.type = driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = condition
+    params.conditional.type = driver.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_IF
+    params.conditional.size = 1
+    params.conditional.ctx = _context(stream)
+    add_node = _with_edges("cuGraphAddNode", "cuGraphAddNode_v2")
+    (node,) = _checked(add_node(graph, dependencies, edges, count, params))
+    _checked(
+        _with_edges("cuStreamUpdateCaptureDependencies", "cuStreamUpdateCaptureDependencies_v2")(
+            driver.CUstream(stream.ptr),
+            [node],
+            None,
+            1,
+            driver.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES,
+        )
+    )
+    body = params.conditional.phGraph_out[0]
+    inner = cp.cuda.Stream(non_blocking=True)
+    mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED  # (as CuPy captures)
+    _checked(
+        driver.cuStreamBeginCaptureToGraph(driver.CUstream(inner.ptr), body, None, None, 0, mode)
+    )
+    try:
+        with inner:
+            yield
+    finally:
+        _checked(driver.cuStreamEndCapture(driver.CUstream(inner.ptr)))
