@@ -272,7 +272,8 @@ def _contiguous_stack(a: Any, b: Any, level: Level) -> Any:
         return cuda.contiguous_sgemm_stack(a, b)
     if level.kind == "ordered":  # (no workspace beyond the result)
         return cuda.ordered_product(a, b)
-    return cuda.stack_product_at_level(a, b, level)
+    replayed = cuda.captured_product(a, b, level) if level.kind == "int8" else None
+    return replayed if replayed is not None else cuda.stack_product_at_level(a, b, level)
 
 
 @functools.cache

@@ -44,6 +44,7 @@ __all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: 
     "blocks_supported",
     "captured_product",
     "clear_plans",
+    "crossovers",
     "replays",
     "contiguous_sgemm_stack",
     "free_bytes",
@@ -212,24 +213,29 @@ _plans: dict[int, PlanCache] = {}  # device -> its plans
 def captured_product(
     a: cp.ndarray, b: cp.ndarray, level: Level, fallback: Fallback | None = None
 ) -> cp.ndarray | None:
-    """a @ b for float32 CuPy matrices with m, k, n > 0, replayed from the graph of the plan
-    cache's ``CapturedProduct`` for this signature (device, stream, shape, level, "auto"'s
-    fallback); None where none serves (another level kind, operands on another device, the
-    cache off or full, a product that cannot be captured here): the caller runs it uncaptured,
-    with the same bits."""
+    """a @ b for float32 CuPy matrices with m, k, n > 0, or all pairs of two C-contiguous
+    float32 stacks (s, m, k) and (s, k, n), replayed from the graph of the plan cache's
+    ``CapturedProduct`` for this signature (device, stream, shape, level, "auto"'s fallback);
+    None where none serves (another level kind, operands on another device, the cache off or
+    full, a product that cannot be captured here): the caller runs it uncaptured, with the
+    same bits."""
     device = cp.cuda.runtime.getDevice()
     if not capturable(level, fallback) or device != a.data.device_id or device != b.data.device_id:
         return None
-    (m, k), n = a.shape, b.shape[1]
-    if m * k * n > REPLAY_MAX_WORK:
+    count = a.shape[0] if a.ndim == 3 else 1
+    if a.ndim == 3 and count == 1:  # one pair: the matrix product's plan
+        c = captured_product(a[0], b[0], level, fallback)
+        return None if c is None else c[None]
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    if count * m * k * n > REPLAY_MAX_WORK:
         return None
     cache = _plans.get(device)
     if cache is None:  # (an empty cache is falsy: it has a length)
         cache = _plans.setdefault(device, PlanCache())
     # (names and numbers: a Level's dataclass hash costs microseconds a call)
     rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
-    key = (cp.cuda.get_current_stream().ptr, m, k, n, level.name, rule)
-    plan = cache.get(key, lambda: _captured(m, k, n, level, fallback))
+    key = (cp.cuda.get_current_stream().ptr, count, m, k, n, level.name, rule)
+    plan = cache.get(key, lambda: _captured(m, k, n, level, fallback, count))
     return None if plan is None else plan(a, b)
 
 
@@ -240,13 +246,14 @@ def replays(m: int, k: int, n: int) -> bool:
 
 
 def _captured(
-    m: int, k: int, n: int, level: Level, fallback: Fallback | None
+    m: int, k: int, n: int, level: Level, fallback: Fallback | None, count: int = 1
 ) -> CapturedProduct | None:
     try:
-        _check_workspace(level, m, k, n)
-        return CapturedProduct(m, k, n, level, fallback)
+        _check_workspace(level, m, k, n, count)
+        return CapturedProduct(m, k, n, level, fallback, count)
     except Exception as error:  # (the product then runs uncaptured: slower, same bits)
-        _log.debug("level %s, %d x %d x %d: not captured (%s)", level.name, m, k, n, error)
+        shape = f"{count} x " * (count > 1) + f"{m} x {k} x {n}"
+        _log.debug("level %s, %s: not captured (%s)", level.name, shape, error)
         return None
 
 

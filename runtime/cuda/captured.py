@@ -57,26 +57,45 @@ def conditional_nodes() -> bool:
 
 class CapturedProduct:
     """(m x k) @ (k x n) at ``level`` on the current device and stream, as one graph; with
-    "auto"'s ``fallback``, decided on the GPU (``sliced.int8_product_deciding_on_gpu``)."""
+    "auto"'s ``fallback``, decided on the GPU (``sliced.int8_product_deciding_on_gpu``); with
+    ``count`` > 1, the pairs of two stacks (count, m, k) @ (count, k, n)
+    (``sliced.int8_product_stack``: one strided-batched GEMM a weight class)."""
 
-    def __init__(self, m: int, k: int, n: int, level: Level, fallback: Fallback | None = None):
-        self.shape, self.level = (m, k, n), level
+    def __init__(
+        self,
+        m: int,
+        k: int,
+        n: int,
+        level: Level,
+        fallback: Fallback | None = None,
+        count: int = 1,
+    ):
+        if count > 1 and fallback is not None:
+            raise ValueError("stacks have no after-packing fallback to decide")
+        self.shape, self.level, self.count = (m, k, n), level, count
         self.stream = cp.cuda.get_current_stream()  # where calls replay it
         self._pool = cp.cuda.MemoryPool()
         self._lock = threading.Lock()  # one caller at a time fills the buffers and replays
         capture = cp.cuda.Stream(non_blocking=True)  # (the legacy default stream cannot capture)
         self.stream.synchronize()
+        stack = (count,) if count > 1 else ()
+        self.out_shape = (*stack, m, n)
         with cp.cuda.using_allocator(self._pool.malloc), capture:
-            self.a = cp.ones((m, k), dtype=cp.float32)  # finite: no line takes the bypass
-            self.b = cp.ones((k, n), dtype=cp.float32)
+            self.a = cp.ones((*stack, m, k), dtype=cp.float32)  # finite: no line takes the bypass
+            self.b = cp.ones((*stack, k, n), dtype=cp.float32)
             # first-use costs (builds, the GEMMs' algorithms, the pool's blocks) uncaptured
-            sliced.int8_product(self.a, self.b, level, fallback=fallback)
+            if count > 1:
+                sliced.int8_product_stack(self.a, self.b, level)
+            else:
+                sliced.int8_product(self.a, self.b, level, fallback=fallback)
             if fallback is not None:
                 sliced.warm_deciding(self.a, self.b)
             side = cp.cuda.Stream(non_blocking=True)  # B's packs beside A's (a fork in the graph)
             capture.begin_capture()
             try:
-                if fallback is None:
+                if count > 1:
+                    self.c = sliced.int8_product_stack(self.a, self.b, level)
+                elif fallback is None:
                     self.c = sliced.int8_product(self.a, self.b, level, side=side)
                 else:
                     self.c = sliced.int8_product_deciding_on_gpu(
@@ -88,9 +107,9 @@ class CapturedProduct:
         self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
 
     def __call__(self, a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
-        """a @ b (CuPy matrices of the plan's shape) as a new array; None once released (the
-        caller runs the product uncaptured: the same bits)."""
-        c = cp.empty((self.shape[0], self.shape[2]), dtype=cp.float32)  # the caller's pool
+        """a @ b (CuPy matrices, or stacks, of the plan's shape) as a new array; None once
+        released (the caller runs the product uncaptured: the same bits)."""
+        c = cp.empty(self.out_shape, dtype=cp.float32)  # the caller's pool
         with self._lock:
             if self._graph is None:
                 return None

@@ -3,12 +3,12 @@ bits and the CPU oracle's, whatever the operands' layout, address, stream or thr
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 
 import numpy as np
 import pytest
+from gpu_gate import returns_while_gpu_is_held
 
 import mixpert
 from mixpert.runtime import plan_cache
@@ -55,6 +55,29 @@ def test_replayed_bits_equal_the_oracle_and_the_uncached_path(level, shape, monk
         replayed = mixpert.matmul(a_gpu, b_gpu, level=level)
         assert _same_bits(replayed, _uncached(a_gpu, b_gpu, level, monkeypatch))
         assert _same_bits(replayed, mixpert.matmul(a, b, level=level, backend="cpu"))
+
+
+@pytest.mark.parametrize("level", ["I", "IV", "V"])
+@pytest.mark.parametrize("shape", [(64, 256, 256, 256), (5, 33, 70, 17), (1, 40, 50, 30)])
+def test_replayed_stacks_equal_the_oracle_and_the_uncached_path(level, shape, monkeypatch) -> None:
+    """Stacks (s, m, k) @ (s, k, n) replay one graph per signature (one pair: the matrix's),
+    with each pair's bits the CPU oracle's; NaN and Inf in one pair stay in that pair."""
+    import cupy
+
+    count, m, k, n = shape
+    rng = np.random.default_rng(count + m)
+    for seed in range(3):
+        a = rng.standard_normal((count, m, k)) * np.exp(rng.standard_normal((count, m, 1)))
+        b = rng.standard_normal((count, k, n))
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        if seed == 2:
+            a[-1, 0, 1], b[0, 2, -1] = np.nan, np.inf
+        a_gpu, b_gpu = cupy.asarray(a), cupy.asarray(b)
+        replayed = mixpert.matmul(a_gpu, b_gpu, level=level)
+        assert _same_bits(replayed, _uncached(a_gpu, b_gpu, level, monkeypatch))
+        assert _same_bits(replayed, mixpert.matmul(a, b, level=level, backend="cpu"))
+    cache = mixpert.runtime.cuda.backend._plans[cupy.cuda.Device().id]
+    assert len(cache) == 1  # planned once for the three calls
 
 
 def test_views_offsets_and_special_values(monkeypatch) -> None:
@@ -134,29 +157,9 @@ def test_a_call_returns_before_the_gpu_is_done(level, n) -> None:
         pytest.skip("no conditional nodes here, or auto does not take IV at this size")
     a, b = (cupy.asarray(x) for x in _operands(n, n, n, 3))
     mixpert.matmul(a, b, level=level)  # planned (the planning run synchronises, once)
-    runtime = cupy.cuda.runtime
-    pointer = runtime.hostAlloc(4, runtime.hostAllocMapped)  # (one address on both sides)
-    gate = ctypes.c_int32.from_address(pointer)
-    gate.value = 0
-    spin = cupy.RawKernel(
-        r"""extern "C" __global__ void spin(volatile int* gate) { while (*gate == 0) {} }""",
-        "spin",
+    assert returns_while_gpu_is_held(lambda: mixpert.matmul(a, b, level=level)), (
+        "the replayed call waited for the GPU"
     )
-    spin((1,), (1,), (pointer,))
-    done = threading.Event()
-
-    def call() -> None:
-        mixpert.matmul(a, b, level=level)
-        done.set()
-
-    worker = threading.Thread(target=call)
-    worker.start()
-    returned = done.wait(timeout=20)
-    gate.value = 1  # let the spinning kernel end, whatever happened
-    worker.join()
-    cupy.cuda.Device().synchronize()
-    runtime.freeHost(pointer)
-    assert returned, "the replayed call waited for the GPU"
 
 
 def test_matmul_plan_is_a_planned_product_and_refuses_other_shapes() -> None:
