@@ -28,6 +28,7 @@ import numba
 import numpy as np
 from numba.core import typeinfer, types
 from numba.core.compiler_lock import global_compiler_lock
+from numba.core.typing.typeof import Purpose, typeof
 
 from . import one_trip
 from .execution import (
@@ -50,6 +51,7 @@ from .passes.record import KEY
 from .passes.sites import OpInfo
 from .plan_book import OnMissing, PlanBook
 from .plans.plan import Plan, PlanLike, as_active_plan, check_plan_covers
+from .replay import Replays
 from .runtime.device import is_cupy_array, is_dask_array
 from .runtime.levels import NATIVE_LEVEL
 from .runtime.validation import refuse_masked
@@ -92,6 +94,7 @@ class MixpertFunction(Generic[P, R]):
         options: dict[str, Any] | None = None,
         plan_book: PlanBook | None = None,
         scalar_rules: ScalarRules = "numpy",
+        replay: bool = False,
         _dispatchers: dict[str, MixpertDispatcher] | None = None,
     ):
         functools.update_wrapper(self, py_func)
@@ -113,6 +116,11 @@ class MixpertFunction(Generic[P, R]):
         self._mutates: frozenset[int] | None = None  # mutated_arguments
         self._names: tuple[str, ...] | None = None  # the parameters', for placement_for
         self._refused: dict[tuple[Any, ...], str] = {}  # argument kind -> why CuPy refused
+        self._entries: dict[tuple[type, ...], Callable[..., Any]] = {}  # _learn_entry
+        if not isinstance(replay, bool):
+            raise TypeError(f"replay={replay!r}: give True (replay calls on CuPy arrays) or False")
+        self.replay = replay
+        self._replays = Replays(repr(self), lambda: self.mutated_arguments) if replay else None
         self.plan = plan
 
     # --- plan --------------------------------------------------------------------------------
@@ -157,6 +165,7 @@ class MixpertFunction(Generic[P, R]):
             cache=self.cache,
             options=self.options,
             scalar_rules=self.scalar_rules,
+            replay=self.replay,
             _dispatchers=self._dispatchers,
         )
 
@@ -229,23 +238,52 @@ class MixpertFunction(Generic[P, R]):
             moved, result, refused = self._one_trip(plan, args)
             if moved:
                 return result
-        with activate(plan, PackScope(self._invariant_operands, args), self._ops_run):
-            if numba.config.DISABLE_JIT:
-                result = self._interpreted()(*args, **kwargs)
-            else:
-                try:
-                    result = disp(*args, **kwargs)
-                except MixpertRuntimeError as relay:
-                    reraise_pending(relay)
-                except numba.core.errors.TypingError as error:
-                    concise = product_typing_error(error)
-                    if concise is None:
-                        raise
-                    raise concise from None
+        if mode == "object" and self._replays is not None:  # (CuPy: one graph a signature)
+            return self._replays.call(args, plan, lambda xs: self._body(disp, mode, plan, xs))
+        result = self._body(disp, mode, plan, args)
         if refused:  # the host ran what the GPU refused: CuPy's, not the code's, error
             self._refused[_arguments_kind(args)] = refused
             log.debug("%s: stays on the host from now on: %s", self.py_func.__qualname__, refused)
         return result
+
+    def _body(
+        self, disp: MixpertDispatcher, mode: str, plan: ActivePlan, args: tuple[Any, ...]
+    ) -> Any:
+        """The compiled body on ``args`` under ``plan`` (the interpreted one under
+        NUMBA_DISABLE_JIT), with the runtime's errors as the caller should see them."""
+        with activate(plan, PackScope(self._invariant_operands, args), self._ops_run):
+            if numba.config.DISABLE_JIT:
+                return self._interpreted()(*args)
+            try:
+                if mode != "object":
+                    return disp(*args)
+                key = _entry_key(args)
+                entry = None if key is None else self._entries.get(key)
+                if entry is not None:  # object mode: straight to the compiled code
+                    return entry(*args)
+                result = disp(*args)
+                self._learn_entry(disp, args)
+                return result
+            except MixpertRuntimeError as relay:
+                reraise_pending(relay)
+            except numba.core.errors.TypingError as error:
+                concise = product_typing_error(error)
+                if concise is None:
+                    raise
+                raise concise from None
+
+    def _learn_entry(self, disp: MixpertDispatcher, args: tuple[Any, ...]) -> None:
+        """Keep the object-mode code compiled for arguments like ``args`` (``_entry_key``), so
+        later calls skip the dispatcher: it types each CuPy argument afresh every call, through
+        Numba's failed typing of an unknown object (tens of microseconds an argument)."""
+        key = _entry_key(args)
+        code = self.py_func.__code__
+        takes_all = code.co_argcount == len(args) and not code.co_kwonlyargcount
+        if key is None or not takes_all or code.co_flags & _STAR_ARGUMENTS:
+            return  # (defaults and star-arguments: the dispatcher folds them)
+        compiled = disp.overloads.get(tuple(_numba_type(a) for a in args))
+        if compiled is not None and compiled.objectmode:
+            self._entries[key] = compiled.entry_point
 
     def _one_trip(self, plan: ActivePlan, args: tuple[Any, ...]) -> tuple[bool, Any, str]:
         """(True, result, "") where the call ran on the GPU in one trip (``mixpert.one_trip``);
@@ -369,6 +407,37 @@ class MixpertFunction(Generic[P, R]):
         return f"<mixpert.jit {self.py_func.__module__}.{self.py_func.__qualname__}>"
 
 
+_STAR_ARGUMENTS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+_INT64 = 1 << 63
+# Argument types whose Numba type the type alone decides (object mode types a CuPy array as a
+# Python object); an int's depends on its value (int64, or uint64 past it)
+_TYPE_DECIDES: dict[type, bool] = {t: True for t in (float, bool, complex, str, type(None))}
+
+
+def _entry_key(args: Sequence[Any]) -> tuple[type, ...] | None:
+    """The argument types an object-mode call's compiled code is kept for, or None where
+    Numba's types of these arguments depend on more than their types (NumPy arrays: dtype,
+    layout; ints past int64)."""
+    for a in args:
+        kind = type(a)
+        decides = _TYPE_DECIDES.get(kind)
+        if decides is None:
+            decides = _TYPE_DECIDES[kind] = is_cupy_array(a) or issubclass(kind, np.generic)
+        if not decides and not (kind is int and -_INT64 <= a < _INT64):
+            return None
+    return tuple(map(type, args))
+
+
+def _numba_type(value: Any) -> types.Type:
+    """The type Numba's dispatcher gives an argument (``typeof_pyval``, without its
+    bookkeeping): an object it cannot type is a Python object."""
+    try:
+        found = typeof(value, Purpose.argument)
+    except (numba.core.errors.NumbaValueError, ValueError):
+        return types.pyobject
+    return types.pyobject if found is None else found
+
+
 def _arguments_kind(args: Sequence[Any]) -> tuple[Any, ...]:
     """What a refusal by CuPy is remembered for: each argument's dtype and ndim, or its type."""
     return tuple((a.dtype, a.ndim) if isinstance(a, np.ndarray) else type(a) for a in args)
@@ -386,6 +455,7 @@ def jit(
     target: Target | None = None,
     cache: bool = False,
     scalar_rules: ScalarRules = "numpy",
+    replay: bool = False,
     **options: Any,
 ) -> MixpertFunction[P, R]: ...
 
@@ -402,6 +472,7 @@ def jit(
     target: Target | None = None,
     cache: bool = False,
     scalar_rules: ScalarRules = "numpy",
+    replay: bool = False,
     **options: Any,
 ) -> Callable[[Callable[P, R]], MixpertFunction[P, R]]: ...
 
@@ -417,6 +488,7 @@ def jit(
     target: Target | None = None,
     cache: bool = False,
     scalar_rules: ScalarRules = "numpy",
+    replay: bool = False,
     **options: Any,
 ) -> MixpertFunction[P, R] | Callable[[Callable[P, R]], MixpertFunction[P, R]]:
     """Compile ``func`` with Numba (nopython) so its matmuls run on the mixpert runtime.
@@ -432,7 +504,12 @@ def jit(
     ``mixpert.tuning.targets``). ``cache=True`` caches the compiled code on
     disk, apart from plain Numba's entries. ``scalar_rules``: "numpy" (default) types Python
     number literals combined with float32 operands as NumPy 2 does (NEP 50: ``x * 0.5`` stays
-    float32; ``passes.scalar_rules``), "numba" keeps Numba's promotion to float64. Other
+    float32; ``passes.scalar_rules``), "numba" keeps Numba's promotion to float64.
+    ``replay=True``: a call on CuPy arrays whose GPU work reads nothing back to the host is
+    captured once per argument signature (shapes, dtypes, strides, scalars' values, device,
+    stream) as one CUDA graph and replayed, with the same bits; a signature whose capture fails
+    (a host read, a synchronisation, ...) runs directly, logged at DEBUG (``mixpert.replay``;
+    ``mixpert.clear_cache()`` releases the graphs). Other
     keywords go to Numba (``fastmath``, ``boundscheck``, ``parallel``, ``locals``, ...) and are
     checked now: ``forceobj=True`` runs every call in object mode (the products still go to the
     runtime); options mixpert cannot honour (``pipeline_class``, ``_nrt=False``,
@@ -452,7 +529,7 @@ def jit(
         book = None if tol is None else PlanBook(tol, plan_file, on_missing, default_level, target)
         return MixpertFunction(
             f, tol=tol, plan=plan, cache=cache, options=options, plan_book=book,
-            scalar_rules=scalar_rules,
+            scalar_rules=scalar_rules, replay=replay,
         )  # fmt: skip
 
     if func is None:

@@ -290,8 +290,20 @@ def _gpu() -> auto.Gpu | None:
     return _cuda() if device.gpu_available() else None  # type: ignore[return-value]
 
 
+_clear_hooks: list[Callable[[], None]] = []  # what else keeps plans: on_clear_cache
+
+
+def on_clear_cache(hook: Callable[[], None]) -> None:
+    """Have ``clear_cache`` call ``hook`` too (the layers above keep plans of their own: a jit
+    op's table of plans, a function's replayed calls)."""
+    _clear_hooks.append(hook)
+
+
 def clear_cache() -> None:
-    """Releases the execution plans kept for repeated products (their device memory)."""
+    """Releases the execution plans kept for repeated products (their device memory), and the
+    whole calls of jitted functions kept as graphs (``mixpert.jit(replay=True)``)."""
+    for hook in _clear_hooks:
+        hook()
     if device.gpu_available():
         _cuda().clear_plans()
 

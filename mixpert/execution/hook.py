@@ -35,6 +35,7 @@ from mixpert.runtime.auto import Route
 from mixpert.runtime.levels import NATIVE_LEVEL, Level, get_level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING, Keep
 
+from . import cupy_sites
 from .kept_packs import reuse_counts, reused
 from .op_ids import op_id_of
 from .product_samples import ProductSample
@@ -193,19 +194,18 @@ def run_site(
     mixpert does not emulate, else the runtime or ``native``, as ``route_to_run`` says. A
     ``matmul`` site (``@``, ``np.matmul``) also takes float32 stacks: two stacks go to the
     runtime as one call (``_run_stack``), a stack beside a shared matrix folds into one 2-D
-    product."""
+    product. Two CuPy arrays try ``cupy_sites.product`` first: a native site is then a type
+    check and ``cupy.matmul``, an INT8 one its op's plan."""
+    cp = device.cupy_module()
+    if cp is not None and type(a) is cp.ndarray and type(b) is cp.ndarray:
+        fast = cupy_sites.product(op_index, a, b)
+        if fast is not None:
+            return fast
     if matmul and stacked(a, b):
         each = None if device.is_dask_array(a) or device.is_dask_array(b) else (
             lambda x, y: _run_stack(op_index, x, y, native)
         )  # fmt: skip
         return batched.broadcast_products(a, b, lambda x, y: run_site(op_index, x, y, native), each)
-    if device.is_cupy_array(a) and not (recording() or log.isEnabledFor(logging.DEBUG)):
-        # nothing to record: CuPy's float32 matrices take the runtime's shortest way (the
-        # plan's level read once, no route of their own)
-        keep = keep_for(op_index, a, b) if emulable(a, b) else KEEP_NOTHING
-        fast = dispatch.cupy_matrix_product(a, b, level_for(op_index), keep)
-        if fast is not None:
-            return fast
     routed = route_to_run(op_index, a, b) if emulable(a, b) else None
     return native(a, b) if routed is None else run_product(op_index, a, b, routed)
 

@@ -52,8 +52,10 @@ class PackScope:
 
     def keep_for(self, op_index: int, a: Any, b: Any) -> Keep:
         """Slots for the invariant operands of op ``op_index`` (``a``, ``b`` are its operands)."""
-        if self._invariant is None:
-            self._invariant = {} if arguments_overlap(self._args) else self._invariant_of()
+        if self._invariant is None:  # (the ops first: most functions have no invariant operand,
+            # and the overlap test costs a CuPy call per pair of arguments)
+            invariant = self._invariant_of()
+            self._invariant = {} if invariant and arguments_overlap(self._args) else invariant
         flags = self._invariant.get(op_index)
         if not flags:
             return KEEP_NOTHING

@@ -191,19 +191,42 @@ def _opened(scope: _Scope) -> Iterator[_Scope]:
         _state.scope = outer
 
 
-@contextmanager
+class _Activation:
+    """``activate``'s context: ``_opened`` as a class (every jitted call opens one: a
+    generator-based context manager costs microseconds more)."""
+
+    __slots__ = ("outer", "scope")
+
+    def __init__(self, scope: _Scope) -> None:
+        self.scope = scope
+        self.outer: _Scope | None = None
+
+    def __enter__(self) -> ActivePlan:
+        self.outer = _state.scope
+        _state.scope = scope = self.scope
+        with _open_lock:
+            _open[id(scope)] = scope
+        return scope.plan  # type: ignore[return-value]  (activate's scopes have one)
+
+    def __exit__(self, *exc: object) -> None:
+        with _open_lock:
+            del _open[id(self.scope)]
+        _state.scope = self.outer
+
+
 def activate(
     plan: ActivePlan, packs: PackScope | None = None, ops: OpIndices | None = None
-) -> Iterator[ActivePlan]:
-    """Run the body with ``plan`` active in this thread, its products keeping the packs of
-    loop-invariant operands in ``packs`` (None: none kept). ``ops`` gives the op indices the
-    called function runs: other threads' products of those ops (``prange`` workers) run this
-    plan too (None: any op's, for callers that do not know them). The previous scope comes back
-    after; records go on to the enclosing ``record_calls``."""
-    outer = _state.scope or _Scope()
-    scope = _Scope(plan, packs, ops, outer.records, outer.sampling, outer.sampled)
-    with _opened(scope):
-        yield plan
+) -> _Activation:
+    """Run the body (``with activate(...) as plan:``) with ``plan`` active in this thread, its
+    products keeping the packs of loop-invariant operands in ``packs`` (None: none kept).
+    ``ops`` gives the op indices the called function runs: other threads' products of those
+    ops (``prange`` workers) run this plan too (None: any op's, for callers that do not know
+    them). The previous scope comes back after; records go on to the enclosing
+    ``record_calls``."""
+    outer = _state.scope
+    if outer is None:
+        return _Activation(_Scope(plan, packs, ops))
+    return _Activation(_Scope(plan, packs, ops, outer.records, outer.sampling, outer.sampled))
 
 
 def keep_for(op_index: int, a: Any, b: Any) -> Keep:

@@ -1,0 +1,168 @@
+"""The shortest way through a rewritten site whose operands are two float32 CuPy matrices (object
+mode: ``@mixpert.jit`` on CuPy arrays), and what a site runs while a whole call is captured as
+one CUDA graph (``mixpert.replay``).
+
+``product`` serves the site, or returns None and ``hook.run_site`` takes the general path:
+
+- a site the plan runs natively (level fp32) is a type check and ``cupy.matmul``: no route, no
+  kept-pack scope, no dispatch (every layer of checks shows at tens of microseconds a call);
+- an INT8 site goes to its op's own execution plan for the signature (m, k, n, level, device,
+  stream): the plan cache's ``CapturedProduct`` (``cuda.backend.captured_plan``), looked up
+  once per op and signature and kept in the op's table (``_tables``), so a call skips
+  dispatch's checks and the cache's lookup;
+- other levels, "auto", kept packs, records and DEBUG logging take the general path.
+
+While this thread captures a whole call (``capturing``), a site runs what a graph can hold,
+with the bits of the direct call: level fp32 as CuPy's own cuBLAS call made directly
+(``cuda.graph_gemm``: CuPy's wrapper refuses capture), an INT8 level as its kernels run
+uncaptured (the kernels a ``CapturedProduct`` replays), "auto" as its route says.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from mixpert.runtime import device, dispatch, plan_cache
+from mixpert.runtime.levels import Level
+from mixpert.runtime.pack_reuse import KEEP_NOTHING
+
+from .state import keep_for, level_for, recording
+
+log = logging.getLogger("mixpert")
+_FLOAT32 = np.dtype(np.float32)  # (a dtype object compares fastest)
+TABLE_ENTRIES = 16  # signatures an op's table keeps (a table past it starts again)
+_MISSING = object()
+
+# op index -> (m, k, n, level name, device, stream) -> the CapturedProduct serving it, or None
+# where none does (the product runs on the general path)
+_tables: dict[int, dict[tuple[Any, ...], Any]] = {}
+
+
+class _Mode(threading.local):
+    capturing: bool = False  # this thread is capturing a whole call (mixpert.replay)
+
+
+_mode = _Mode()
+
+
+@contextmanager
+def capturing() -> Iterator[None]:
+    """Sites in the body run what a stream capture can hold (module docstring)."""
+    outer = _mode.capturing
+    _mode.capturing = True
+    try:
+        yield
+    finally:
+        _mode.capturing = outer
+
+
+def capturing_now() -> bool:
+    """Whether this thread is capturing a whole call."""
+    return _mode.capturing
+
+
+def product(op_index: int, a: Any, b: Any) -> Any | None:
+    """``a @ b`` for two CuPy arrays (the caller checked their type), or None where the general
+    path takes them (module docstring)."""
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != _FLOAT32 or b.dtype != _FLOAT32:
+        return None
+    (m, k), (k_b, n) = a.shape, b.shape
+    if k != k_b:
+        return None  # (the general path raises the error)
+    if _mode.capturing:
+        return _captured(op_index, a, b)
+    if recording() or log.isEnabledFor(logging.DEBUG):
+        return None  # records and logs name each call: the general path does
+    level = level_for(op_index)
+    kind = level.kind
+    if kind == "fp32":
+        return device.cupy_module().matmul(a, b)
+    if kind == "int8":
+        keep = keep_for(op_index, a, b)
+        if keep is KEEP_NOTHING and m and k and n:
+            c = _planned(op_index, a, b, level, (m, k, n))
+            if c is not None:
+                return c
+        return dispatch.cupy_matrix_product(a, b, level, keep)
+    keep = keep_for(op_index, a, b) if kind == "policy" else KEEP_NOTHING  # ("auto" may pack)
+    return dispatch.cupy_matrix_product(a, b, level, keep)
+
+
+def _planned(op_index: int, a: Any, b: Any, level: Level, shape: tuple[int, int, int]) -> Any:
+    """a @ b replayed by the op's plan for this signature; None where none serves."""
+    if not plan_cache.enabled():  # (read each call, as the cache reads it)
+        return None
+    cp = device.cupy_module()
+    here = cp.cuda.runtime.getDevice()
+    if a.data.device_id != here or b.data.device_id != here:
+        return None
+    key = (*shape, level.name, here, cp.cuda.get_current_stream().ptr)
+    table = _tables.get(op_index)
+    if table is None:
+        table = _tables.setdefault(op_index, {})
+    plan = table.get(key, _MISSING)
+    if plan is _MISSING:
+        plan = _find_plan(*shape, level)
+        if len(table) >= TABLE_ENTRIES:
+            table.clear()
+        table[key] = plan
+    if plan is None:
+        return None
+    c = plan(a, b)
+    if c is None:  # released (evicted, clear_cache): the next call finds the cache's plan again
+        table.pop(key, None)
+    return c
+
+
+def _find_plan(m: int, k: int, n: int, level: Level) -> Any:
+    """The plan cache's ``CapturedProduct`` for m x k x n at ``level`` on the current device
+    and stream (made now if new; ``cuda.backend.captured_plan``), or None where none serves or
+    the backend offers no lookup (the general path then finds the same plan each call)."""
+    lookup = getattr(_backend(), "captured_plan", None)
+    return None if lookup is None else lookup(m, k, n, level)
+
+
+def _captured(op_index: int, a: Any, b: Any) -> Any:
+    """a @ b on a stream capturing a whole call: what the direct call runs, in a form the
+    capture takes (module docstring)."""
+    level = level_for(op_index)
+    fallback = None
+    if level.kind == "policy":
+        routed = dispatch.route(a, b, level)
+        level, fallback = routed.level, routed.fallback
+    if level.kind == "fp32":
+        return _graph_gemm().matmul(a, b)
+    if level.kind == "ordered":
+        return _backend().ordered_product(a, b)
+    keep = keep_for(op_index, a, b) if level.kind == "int8" else KEEP_NOTHING
+    return _backend().product_at_level(a, b, level, keep, fallback)
+
+
+def clear() -> None:
+    """Forgets every op's plans (``mixpert.clear_cache``: the cache releases them)."""
+    _tables.clear()
+
+
+dispatch.on_clear_cache(clear)
+
+
+@functools.cache
+def _backend() -> ModuleType:
+    from mixpert.runtime.cuda import backend
+
+    return backend
+
+
+@functools.cache
+def _graph_gemm() -> ModuleType:
+    from mixpert.runtime.cuda import graph_gemm
+
+    return graph_gemm

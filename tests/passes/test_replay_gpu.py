@@ -1,0 +1,170 @@
+"""``@mixpert.jit`` on CuPy arrays, on a GPU: whole-call replay (``replay=True``) gives the bits of
+the direct call, with fresh inputs at new addresses each call, two signatures side by side,
+arguments the body writes into and results that are arguments; a body that reads the GPU back
+on the host runs directly, with the same results; and the short way of a site keeps its bits.
+The decisions themselves, without a GPU: tests/passes/test_jit_on_cupy_logic.py."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mixpert
+from mixpert import replay
+from mixpert.runtime import device
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    mixpert.clear_cache()
+    yield
+    mixpert.clear_cache()
+
+
+def gpu(*shape: int, seed: int, scale: float = 1.0) -> Any:
+    cp = device.cupy_module()
+    rng = np.random.default_rng(seed)
+    rows = np.exp(0.5 * rng.standard_normal((*shape[:-1], 1)))  # phi = 0.5
+    return cp.asarray((rng.standard_normal(shape) * rows * scale).astype(np.float32))
+
+
+def same_bits(x: Any, y: Any) -> bool:
+    cp = device.cupy_module()
+    if isinstance(x, tuple):
+        return type(y) is tuple and len(x) == len(y) and all(map(same_bits, x, y))
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    unsigned = {2: cp.uint16, 4: cp.uint32, 8: cp.uint64}[x.dtype.itemsize]
+    return bool(cp.array_equal(x.view(unsigned), y.view(unsigned)))
+
+
+def graphs(f: Any) -> list[Any]:
+    """The calls ``f`` keeps as graphs (None: a signature left to the direct call)."""
+    return [e for k, e in replay._calls._plans.items() if k[0] is f._replays]
+
+
+def pair(func: Any, levels: list[str]) -> tuple[Any, Any]:
+    """``func`` jitted with and without replay, under one plan (op i at levels[i])."""
+    direct = mixpert.jit(func)
+    plan = dict(zip(direct.ops, levels, strict=True))
+    return direct.with_plan(plan), mixpert.jit(func, replay=True).with_plan(plan)
+
+
+def mlp(x, w1, b1, w2, b2, w3, b3):
+    h = np.maximum(x @ w1 + b1, np.float32(0))
+    h = np.maximum(h @ w2 + b2, np.float32(0))
+    return h @ w3 + b3
+
+
+def mlp_args(w: int, seed: int) -> tuple[Any, ...]:
+    weights = []
+    for i in range(3):
+        weights += [gpu(w, w, seed=seed + 2 * i, scale=w**-0.5), gpu(w, seed=seed + 2 * i + 1)]
+    return (gpu(4 * w, w, seed=seed + 9), *weights)
+
+
+@pytest.mark.parametrize("levels", [["fp32"] * 3, ["IV", "fp32", "T6"], ["V"] * 3])
+def test_an_mlp_replays_the_direct_calls_bits(levels) -> None:
+    direct, replayed = pair(mlp, levels)
+    for seed in range(4):  # fresh inputs at new addresses each call: the graph copies them in
+        args = mlp_args(256, seed)
+        assert same_bits(replayed(*args), direct(*args))
+    (graph,) = graphs(replayed)
+    assert graph is not None and graph.nbytes > 0
+
+
+def attention(q, k, v):
+    s = (q @ k.T) * np.float32(0.125)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("levels", [["fp32", "fp32"], ["IV", "T6"]])
+def test_attention_replays_the_direct_calls_bits(levels) -> None:
+    direct, replayed = pair(attention, levels)
+    for seed in range(3):
+        q, k, v = (gpu(128, 64, seed=10 * seed + i) for i in range(3))
+        assert same_bits(replayed(q, k, v), direct(q, k, v))
+    assert [g is not None for g in graphs(replayed)] == [True]
+
+
+def reads_back(x, w):
+    y = x @ w
+    if float(y.max()) > 0:  # a host read: no graph can hold it
+        return y * np.float32(2)
+    return y
+
+
+def test_a_host_read_runs_directly_with_the_same_results(caplog) -> None:
+    direct, replayed = pair(reads_back, ["fp32"])
+    with caplog.at_level(logging.DEBUG, logger="mixpert"):
+        for seed in range(3):
+            x, w = gpu(64, 32, seed=seed), gpu(32, 16, seed=seed + 5)
+            assert same_bits(replayed(x, w), direct(x, w))
+    assert graphs(replayed) == [None]
+    assert any("run without replay" in r.getMessage() for r in caplog.records)
+
+
+def test_two_signatures_side_by_side() -> None:
+    direct, replayed = pair(mlp, ["IV", "fp32", "fp32"])
+    for seed in range(3):
+        for w in (128, 192):
+            args = mlp_args(w, 100 * seed + w)
+            assert same_bits(replayed(*args), direct(*args))
+    assert len(graphs(replayed)) == 2 and all(g is not None for g in graphs(replayed))
+
+
+def views_and_scalars(x, w, s):
+    return (x @ w) * s
+
+
+def test_views_offsets_and_scalar_values() -> None:
+    direct, replayed = pair(views_and_scalars, ["IV"])
+    big = gpu(70, 90, seed=3)
+    for s in (0.5, 0.5, -2.0):  # a scalar's value is part of the signature
+        for x in (big[3:67, 5:69], big[:64, :64].T, big[1:65, 1:65]):  # offsets, a transpose
+            w = gpu(64, 32, seed=4)
+            assert same_bits(replayed(x, w, s), direct(x, w, s))
+    assert all(g is not None for g in graphs(replayed))
+
+
+def step(x, w, out):
+    out[...] = np.tanh(x @ w)
+    x *= np.float32(0.5)
+    return out, x, x.T
+
+
+def test_arguments_written_and_returned() -> None:
+    cp = device.cupy_module()
+    direct, replayed = pair(step, ["fp32"])
+    for seed in range(3):
+        x, w = gpu(64, 64, seed=seed), gpu(64, 64, seed=seed + 1)
+        x2, out, out2 = (
+            x.copy(),
+            cp.full((64, 64), np.nan, cp.float32),
+            cp.empty((64, 64), cp.float32),
+        )
+        got = replayed(x, w, out)
+        want = direct(x2, w, out2)
+        assert same_bits(got, want) and same_bits(x, x2) and same_bits(out, out2)
+        assert got[0] is out and got[1] is x  # the caller's own arrays back ...
+        assert got[2].data.ptr == x.data.ptr and got[2].strides == x.T.strides  # ... and views
+    assert [g is not None for g in graphs(replayed)] == [True]
+
+
+def test_a_native_site_keeps_cupys_bits_and_an_int8_site_the_plans() -> None:
+    def one(x, w):
+        return x @ w
+
+    x, w = gpu(300, 200, seed=1), gpu(200, 100, seed=2)
+    native = mixpert.jit(one)
+    native = native.with_plan(dict.fromkeys(native.ops, "fp32"))
+    emulated = native.with_plan(dict.fromkeys(native.ops, "IV"))
+    for _ in range(3):
+        assert same_bits(native(x, w), x @ w)
+        assert same_bits(emulated(x, w), mixpert.matmul(x, w, level="IV"))
