@@ -47,6 +47,7 @@ _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
 ALIGNMENT = 256  # address bytes a signature tells apart (cuBLAS and CUB pick kernels by them)
 _SCALARS = (int, bool, str, bytes, type(None))  # held by value in a signature
 Body = Callable[[tuple[Any, ...]], Any]
+_PLANS_KEPT = 16  # plan objects a function's replays remember the levels of
 
 
 class Replays:
@@ -57,6 +58,7 @@ class Replays:
         self.name = name
         self._written = written
         self._told: set[str] = set()  # reasons logged once already
+        self._plans: dict[int, tuple[object, tuple[tuple[int, str], ...]]] = {}  # _levels
 
     def call(self, args: tuple[Any, ...], plan: object, body: Body) -> Any:
         """``body(args)``, replayed from its signature's graph where there is one; the first
@@ -111,7 +113,19 @@ class Replays:
             return "an argument the body writes into shares memory with another argument"
         level = get_default_level().name  # (the level of ops the plan leaves out)
         stream = cp.cuda.get_current_stream().ptr
-        return (self, _Same(plan), level, here, stream, *kinds)
+        return (self, self._levels(plan), level, here, stream, *kinds)
+
+    def _levels(self, plan: object) -> tuple[tuple[int, str], ...]:
+        """The plan's levels (op index, level name), worked out once per plan object: plans
+        are compared by what they say (a plan book may hand out equal plans as new objects)."""
+        known = self._plans.get(id(plan))
+        if known is None or known[0] is not plan:  # (a new plan, or an id reused)
+            levels = getattr(plan, "levels", {})
+            known = (plan, tuple(sorted((op, lv.name) for op, lv in levels.items())))
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.clear()
+            self._plans[id(plan)] = known
+        return known[1]
 
     def _capture(
         self, args: tuple[Any, ...], saved: dict[int, Any], reference: Any, body: Body
@@ -129,21 +143,6 @@ class Replays:
         if why not in self._told and log.isEnabledFor(logging.DEBUG):
             self._told.add(why)
             log.debug("%s: a call runs without replay: %s", self.name, why)
-
-
-class _Same:
-    """A signature's plan, compared by identity (and kept alive: its id is not reused)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-
-    def __hash__(self) -> int:
-        return id(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.value is self.value
 
 
 class NotReplayable(Exception):

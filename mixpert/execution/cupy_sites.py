@@ -15,7 +15,8 @@ one CUDA graph (``mixpert.replay``).
 While this thread captures a whole call (``capturing``), a site runs what a graph can hold,
 with the bits of the direct call: level fp32 as CuPy's own cuBLAS call made directly
 (``cuda.graph_gemm``: CuPy's wrapper refuses capture), an INT8 level as its kernels run
-uncaptured (the kernels a ``CapturedProduct`` replays), "auto" as its route says.
+uncaptured (the kernels a ``CapturedProduct`` replays), "auto" as its route says (its INT8
+route with the fallback decided on the GPU, where graphs take conditional nodes).
 """
 
 from __future__ import annotations
@@ -143,6 +144,13 @@ def _captured(op_index: int, a: Any, b: Any) -> Any:
     if level.kind == "ordered":
         return _backend().ordered_product(a, b)
     keep = keep_for(op_index, a, b) if level.kind == "int8" else KEEP_NOTHING
+    if fallback is not None and level.kind == "int8" and _backend().capturable(level, fallback):
+        # "auto"'s INT8 route: its fallback after packing decided on the GPU, as its plan's
+        # graph decides it (a host check would break the capture); built uncaptured first
+        sliced = _sliced()
+        if device.cupy_module().cuda.get_current_stream().is_capturing():
+            return sliced.int8_product_deciding_on_gpu(a, b, level, fallback)
+        sliced.warm_deciding(a, b)
     return _backend().product_at_level(a, b, level, keep, fallback)
 
 
@@ -159,6 +167,13 @@ def _backend() -> ModuleType:
     from mixpert.runtime.cuda import backend
 
     return backend
+
+
+@functools.cache
+def _sliced() -> ModuleType:
+    from mixpert.runtime.cuda import sliced
+
+    return sliced
 
 
 @functools.cache

@@ -259,6 +259,8 @@ def test_signatures_tell_apart_what_the_graph_holds(cp) -> None:
     keys = [key(f, x, w, 0.5, 1), *others]
     assert all(isinstance(k, tuple) for k in keys) and len(set(keys)) == len(keys)
     assert key(f, x, w, float("nan"), 1) == key(f, x, w, float("nan"), 1)  # (NaN keeps its key)
+    equal = execution.ActivePlan(dict(f.active_plan.levels))  # plans compare by their levels
+    assert key(f, x, w, 0.5, 1, plan=equal) == keys[0]
     cp.stream = SimpleNamespace(ptr=9)
     cp.cuda.get_current_stream = lambda: cp.stream
     assert key(f, x, w, 0.5, 1) != keys[0]  # another stream

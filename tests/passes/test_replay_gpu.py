@@ -157,6 +157,20 @@ def test_arguments_written_and_returned() -> None:
     assert [g is not None for g in graphs(replayed)] == [True]
 
 
+def two_products(x, w):
+    return (x @ w) @ w
+
+
+def test_auto_replays_with_its_fallback_decided_on_the_gpu() -> None:
+    """At 2048^3 "auto" takes level IV where its graph decides the fallback on the GPU (else
+    SGEMM): either way the whole call replays, with the direct call's bits."""
+    direct, replayed = pair(two_products, ["auto", "auto"])
+    for seed in range(3):
+        x, w = gpu(2048, 2048, seed=seed), gpu(2048, 2048, seed=seed + 7, scale=2048**-0.5)
+        assert same_bits(replayed(x, w), direct(x, w))
+    assert [g is not None for g in graphs(replayed)] == [True]
+
+
 def test_a_native_site_keeps_cupys_bits_and_an_int8_site_the_plans() -> None:
     def one(x, w):
         return x @ w
