@@ -8,11 +8,12 @@ and, where "auto" took an INT8 level for two matrices, the ``Fallback`` the CUDA
 once the operands are packed. Callers compute it once and pass it down (as nvmath-python's
 ``Matmul`` computes its traits once, then plans and executes) instead of deciding again.
 
-The rules are pure functions of the shape (m, k, n and a stack's pair count). What only the GPU
-can tell (the kernels it runs, its free memory: ``Gpu``) is asked of the object the caller
-passes, and only where a shape rule has passed. This module imports no backend (from the CUDA
-package only ``geometry``'s constants, which need no CuPy), so no backend module's import can
-close a circle through it.
+The rules are pure functions of the shape (m, k, n and a stack's pair count) and of the
+crossovers (``crossovers``). What only the GPU can tell (the kernels it runs, its free memory,
+and the crossovers measured on its model: ``Gpu``, ``calibration``) is asked of the object the
+caller passes, and only where a shape rule needs it. This module imports no backend (from the
+CUDA package only ``geometry``'s constants, which need no CuPy), so no backend module's import
+can close a circle through it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Final, Literal, Protocol
 
 import numpy as np
 
-from . import bypass, device, ordered
+from . import bypass, calibration, device, ordered
 from .blocks import LEVEL as BLOCKS_LEVEL
 from .cuda.geometry import THIN_MAX_N
 from .levels import LEVELS, NATIVE_LEVEL, Level
@@ -40,7 +41,8 @@ def _measured(value: float, figures: str | None, results: str = RESULTS) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Crossovers:
-    """Where "auto" changes its choice (one H100's figures: ``figures`` names each one's file).
+    """Where "auto" changes its choice (one H100's figures: ``figures`` names each one's file;
+    on a GPU, those of square and large products as measured on its model: ``crossovers``).
 
     Each group is one rule of ``on_gpu``; the predicates below read these, nothing else."""
 
@@ -100,7 +102,7 @@ class Crossovers:
     row_entries: float = _measured(0.5, "auto-crossovers.txt")
 
 
-CROSSOVERS = Crossovers()
+CROSSOVERS = Crossovers()  # as shipped: without a GPU, or where calibration is off or failed
 
 
 def figures(name: str) -> str | None:
@@ -175,6 +177,15 @@ class Gpu(Protocol):
 
     def replays(self, m: int, k: int, n: int) -> bool: ...
 
+    def crossovers(self, shipped: Crossovers, route: Route) -> Crossovers: ...
+
+
+def crossovers(gpu: Gpu | None) -> Crossovers:
+    """The crossovers "auto" uses on ``gpu``: ``CROSSOVERS`` with the thresholds measured on
+    its model where calibration is on (``calibration``: measured at the first product that asks,
+    then kept in the user's cache folder; ``mixpert calibrate``); as shipped without a GPU."""
+    return CROSSOVERS if gpu is None else gpu.crossovers(CROSSOVERS, EMULATED_ON_GPU)
+
 
 def route(a: Any, b: Any, level: Level, backend: Backend, gpu: Callable[[], Gpu | None]) -> Route:
     """The route of a @ b (two matrices, or all pairs of two stacks) at ``level`` on
@@ -216,20 +227,30 @@ def shape(a: Any, b: Any) -> tuple[int, int, int, int, Form]:
 def on_gpu(m: int, k: int, n: int, count: int, form: Form, gpu: Gpu | None) -> Route:
     """The route "auto" takes on the GPU for ``count`` m x k x n products of this ``form``: the
     first rule that holds, in this order, else native float32."""
-    if form == "stack" and small_pairs_kernel_wins(m, k, n):
+    c = crossovers(gpu) if _calibration_matters(m, k, n) else CROSSOVERS
+    if form == "stack" and small_pairs_kernel_wins(m, k, n, c):
         return ORDERED_ON_GPU
-    stack_wins = form == "stack" and stack_emulation_wins(m, k, n, count)
-    wins = stack_wins or emulation_wins(m, k, n) or _replayed_emulation_wins(gpu, m, k, n, form)
+    stack_wins = form == "stack" and stack_emulation_wins(m, k, n, count, c)
+    wins = (
+        stack_wins or emulation_wins(m, k, n, c) or _replayed_emulation_wins(gpu, m, k, n, form, c)
+    )
     if wins and _emulation_fits(gpu, m, k, n, count):
         return EMULATED_ON_GPU if form == "matrix" else EMULATED_STACK_ON_GPU
     if form != "matrix":
         return NATIVE_ON_GPU
-    if blocks_kernel_wins(m, k, n) and _blocks_supported(gpu):
+    if blocks_kernel_wins(m, k, n, c) and _blocks_supported(gpu):
         return BLOCKS_ON_GPU
-    kernel = ordered_kernel_wins(m, k, n)
+    kernel = ordered_kernel_wins(m, k, n, c)
     if kernel is not None and (kernel != "thin" or _thin_kernel_fits(gpu, k, n)):
         return ORDERED_ON_GPU
     return NATIVE_ON_GPU
+
+
+def _calibration_matters(m: int, k: int, n: int) -> bool:
+    """Whether a measured threshold could change this product's route: those of level IV need
+    every side at least CALIBRATED_FROM, and IV-blocks's (turned off where INT8 is slow) a
+    shape it takes. Other products never ask for, nor wait for, a calibration."""
+    return min(m, k, n) >= calibration.CALIBRATED_FROM or blocks_kernel_wins(m, k, n)
 
 
 def choose_backend(a: Any, b: Any, backend: Backend) -> Literal["cpu", "cuda"]:
@@ -248,40 +269,38 @@ def choose_backend(a: Any, b: Any, backend: Backend) -> Literal["cpu", "cuda"]:
     return "cuda" if large and device.gpu_available() else "cpu"
 
 
-def emulation_wins(m: int, k: int, n: int) -> bool:
+def emulation_wins(m: int, k: int, n: int, c: Crossovers = CROSSOVERS) -> bool:
     """Level IV beats cuBLAS SGEMM on one m x k x n product (or on each pair of a stack)."""
-    c = CROSSOVERS
     least = min(m, k, n)
     large = least >= c.large_min_dim and m * k * n >= c.large_min_work
     return least >= c.min_dim or large
 
 
-def _replayed_emulation_wins(gpu: Gpu | None, m: int, k: int, n: int, form: Form) -> bool:
+def _replayed_emulation_wins(
+    gpu: Gpu | None, m: int, k: int, n: int, form: Form, c: Crossovers = CROSSOVERS
+) -> bool:
     """Level IV beats cuBLAS SGEMM on two matrices whose product replays one graph."""
-    big = form == "matrix" and min(m, k, n) >= CROSSOVERS.replayed_min_dim
+    big = form == "matrix" and min(m, k, n) >= c.replayed_min_dim
     return big and gpu is not None and gpu.replays(m, k, n)
 
 
-def stack_emulation_wins(m: int, k: int, n: int, count: int) -> bool:
+def stack_emulation_wins(m: int, k: int, n: int, count: int, c: Crossovers = CROSSOVERS) -> bool:
     """Level IV beats cuBLAS's batched SGEMM on ``count`` m x k x n pairs."""
-    c = CROSSOVERS
     if min(m, k, n) < c.stack_min_dim:
         return False
     return count > 1 and count * m * k * n >= c.stack_min_work
 
 
-def small_pairs_kernel_wins(m: int, k: int, n: int) -> bool:
+def small_pairs_kernel_wins(m: int, k: int, n: int, c: Crossovers = CROSSOVERS) -> bool:
     """fp32-ordered's small-stack or pairs kernel beats cuBLAS's batched SGEMM on a stack of
     m x k x n pairs."""
-    c = CROSSOVERS
     if max(m, k, n) <= c.ordered_max_dim:
         return True
     return max(m, k, n) <= c.pairs_max_dim and k % 4 == 0 and n % 4 == 0
 
 
-def blocks_kernel_wins(m: int, k: int, n: int) -> bool:
+def blocks_kernel_wins(m: int, k: int, n: int, c: Crossovers = CROSSOVERS) -> bool:
     """Level IV-blocks beats cuBLAS SGEMM on one m x k x n product, on a GPU that runs it."""
-    c = CROSSOVERS
     if m < c.blocks_min_m or k < c.blocks_min_k or m * k < c.blocks_min_mk:
         return False
     if m < c.blocks_fill_m and c.blocks_few_rows_max_n < n <= c.blocks_max_n:
@@ -289,13 +308,14 @@ def blocks_kernel_wins(m: int, k: int, n: int) -> bool:
     return 0 < n <= (c.blocks_wide_max_n if k >= c.blocks_wide_min_k else c.blocks_max_n)
 
 
-def ordered_kernel_wins(m: int, k: int, n: int) -> Literal["split-k", "tall", "thin"] | None:
+def ordered_kernel_wins(
+    m: int, k: int, n: int, c: Crossovers = CROSSOVERS
+) -> Literal["split-k", "tall", "thin"] | None:
     """The fp32-ordered kernel that beats cuBLAS SGEMM on one m x k x n product, if any (the
     thin one only where the GPU's blocks can have its shared memory: elsewhere its stand-in
     was never measured against SGEMM)."""
     if m <= 0 or k <= 0 or n <= 0:
         return None
-    c = CROSSOVERS
     matrix_vector = min(m, n) == 1 < max(m, n)
     if max(m, n) <= c.split_max_mn and k >= c.split_min_k and not matrix_vector:
         return "split-k"

@@ -20,6 +20,10 @@ from hypothesis import HealthCheck, settings
 from mixpert import metrics, testdata
 from mixpert.runtime import device
 
+# The suite routes "auto" by the shipped crossovers (its tests name them): a calibration measured
+# on the GPU at hand would move them (runtime/calibration.py). Its own tests turn it back on.
+os.environ["MIXPERT_CALIBRATE"] = "0"
+
 settings.register_profile(
     "ci",
     max_examples=100,

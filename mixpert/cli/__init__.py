@@ -1,4 +1,4 @@
-"""The ``mixpert`` command line: demo, run, levels, bench, inspect, tune, show-config.
+"""The ``mixpert`` command line: demo, run, levels, bench, inspect, tune, calibrate, show-config.
 
 ``main`` is the console script (``mixpert = "mixpert.cli:main"``; ``python -m mixpert.cli`` runs
 it too). Each command lives in its own module; ``common`` holds what they share. Commands import
@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from .bench import bench as bench_command
+from .calibrate import calibrate as calibrate_command
 from .common import CONTEXT, plain_warnings
 from .demo import demo as demo_command
 from .inspect import inspect as inspect_command
@@ -44,5 +45,6 @@ main.add_command(bench_command)
 main.add_command(inspect_command)
 main.add_command(tune_command)
 main.add_command(run_command)
+main.add_command(calibrate_command)
 
 __all__ = ["main"]

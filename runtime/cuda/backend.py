@@ -19,6 +19,7 @@ from ..combine import int32_k_block
 from ..levels import Kind, Level
 from ..plan_cache import PlanCache
 from . import iv_blocks
+from .calibrate import crossovers  # "auto"'s crossovers as measured on this GPU's model
 from .captured import CapturedProduct, capturable, conditional_nodes
 from .convert import as_float32
 from .fp32_ordered import ordered_product, thin_fits

@@ -196,6 +196,7 @@ def test_auto_runs_native_where_level_iv_workspace_does_not_fit(monkeypatch) -> 
         workspace_bytes=lambda level, m, k, n, count=1: 1000 * count,
         free_bytes=lambda: free["bytes"],
         replays=lambda m, k, n: False,
+        crossovers=lambda shipped, route: shipped,
     )
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: fake_cuda)
