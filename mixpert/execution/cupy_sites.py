@@ -73,8 +73,10 @@ def capturing_now() -> bool:
 def product(op_index: int, a: Any, b: Any) -> Any | None:
     """``a @ b`` for two CuPy arrays (the caller checked their type), or None where the general
     path takes them (module docstring)."""
-    if a.ndim != 2 or b.ndim != 2 or a.dtype != _FLOAT32 or b.dtype != _FLOAT32:
+    if a.dtype != _FLOAT32 or b.dtype != _FLOAT32:
         return None
+    if a.ndim != 2 or b.ndim != 2:
+        return _captured_stack(op_index, a, b) if _mode.capturing else None
     (m, k), (k_b, n) = a.shape, b.shape
     if k != k_b:
         return None  # (the general path raises the error)
@@ -152,6 +154,21 @@ def _captured(op_index: int, a: Any, b: Any) -> Any:
             return sliced.int8_product_deciding_on_gpu(a, b, level, fallback)
         sliced.warm_deciding(a, b)
     return _backend().product_at_level(a, b, level, keep, fallback)
+
+
+def _captured_stack(op_index: int, a: Any, b: Any) -> Any:
+    """The pairs of two C-contiguous float32 stacks (s, m, k) and (s, k, n) at an INT8 level on
+    a stream capturing a whole call: the stack's kernels (those its plan's graph replays),
+    not the plan cache, which would make a plan, and synchronise, inside the capture. None:
+    the general path."""
+    if a.ndim != 3 or b.ndim != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        return None
+    if not (a.flags.c_contiguous and b.flags.c_contiguous) or 0 in a.shape + b.shape:
+        return None
+    level = level_for(op_index)
+    if level.kind == "policy":
+        level = dispatch.route(a, b, level).level
+    return _backend().stack_product_at_level(a, b, level) if level.kind == "int8" else None
 
 
 def clear() -> None:

@@ -157,6 +157,18 @@ def test_arguments_written_and_returned() -> None:
     assert [g is not None for g in graphs(replayed)] == [True]
 
 
+def batched(q, k):
+    return q @ k
+
+
+def test_a_stack_of_int8_products_replays_its_kernels() -> None:
+    direct, replayed = pair(batched, ["IV"])
+    for seed in range(3):
+        q, k = gpu(8, 64, 96, seed=seed), gpu(8, 96, 48, seed=seed + 3)
+        assert same_bits(replayed(q, k), direct(q, k))
+    assert [g is not None for g in graphs(replayed)] == [True]
+
+
 def two_products(x, w):
     return (x @ w) @ w
 
