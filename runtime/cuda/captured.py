@@ -15,8 +15,6 @@ The pool is the plan's alone: the addresses the graph baked in stay the plan's u
 
 from __future__ import annotations
 
-import functools
-import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -24,14 +22,13 @@ import cupy as cp
 import numpy as np
 
 from ..levels import Level
-from . import build, conditional, sliced
+from . import conditional, sliced
 
 if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
     from ..auto import Fallback
 
 _FLOAT32 = np.dtype(np.float32)
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
-_log = logging.getLogger("mixpert")
 
 
 def capturable(level: Level, fallback: Fallback | None = None) -> bool:
@@ -41,18 +38,9 @@ def capturable(level: Level, fallback: Fallback | None = None) -> bool:
     return level.kind == "int8" and (fallback is None or conditional_nodes())
 
 
-@functools.cache
 def conditional_nodes() -> bool:
-    """Whether graphs here take "auto"'s conditional nodes: ``conditional.available`` and the
-    decide module (``decide.cu``) builds and loads."""
-    if not conditional.available():
-        return False
-    try:
-        build.decide_module().get_function("decide_fallback")
-    except Exception as error:  # (auto then decides on the host, as without conditional nodes)
-        _log.debug("no conditional nodes: decide.cu does not build or load (%s)", error)
-        return False
-    return True
+    """Whether graphs here take "auto"'s conditional nodes (``conditional.usable``)."""
+    return conditional.usable()
 
 
 class CapturedProduct:

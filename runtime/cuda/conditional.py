@@ -10,16 +10,22 @@ with ``cudaGraphSetConditional`` (``decide.cu``); its value is the data's alone.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
-from collections.abc import Iterator
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cupy as cp
 
+from . import build
+
 # Conditional nodes need 12.3 (IF) and device-side handles under capture 12.4; the graph's
 # context is read from its stream from 12.5.
 MIN_CUDA = 12050
+_log = logging.getLogger("mixpert")
 
 
 @functools.cache
@@ -33,6 +39,20 @@ def available() -> bool:
         return False
     runtime = cp.cuda.runtime
     return min(runtime.runtimeGetVersion(), runtime.driverGetVersion()) >= MIN_CUDA
+
+
+@functools.cache
+def usable() -> bool:
+    """``available``, and the decide module (``decide.cu``) that sets "auto"'s handles builds
+    and loads: where not, "auto" decides its fallback on the host."""
+    if not available():
+        return False
+    try:
+        build.decide_module().get_function("decide_fallback")
+    except Exception as error:
+        _log.debug("no conditional nodes: decide.cu does not build or load (%s)", error)
+        return False
+    return True
 
 
 def _driver() -> Any:
@@ -118,3 +138,43 @@ def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
             yield
     finally:
         _checked(driver.cuStreamEndCapture(driver.CUstream(inner.ptr)))
+
+
+# Graphs ``decided`` launched and not yet known to be done: one is destroyed only once its launch
+# has run. (What they read is freed to CuPy's pool, whose blocks go to later work on the same
+# stream only, behind the graph.)
+_launched: collections.deque[tuple[cp.cuda.Event, Any]] = collections.deque()
+_launched_lock = threading.Lock()
+
+
+def decided(decide: Callable[..., None], *branches: Callable[[], None]) -> None:
+    """On the current stream: ``decide(*handles)`` enqueues a kernel that sets one handle per
+    branch, then each branch's work runs where its handle is set. Where the stream is
+    capturing a graph, the nodes go into it; else into a small graph captured now and launched
+    on the stream: no host synchronisation either way. In that small graph the branches must
+    not allocate (their buffers come from the caller, before): a block freed once the capture
+    ends could be handed out again before the graph runs."""
+    stream = cp.cuda.get_current_stream()
+
+    def enqueue(capturing: cp.cuda.Stream) -> None:
+        handles = [handle(capturing) for _ in branches]
+        decide(*handles)
+        for condition, branch in zip(handles, branches, strict=True):
+            with only_if(capturing, condition):
+                branch()
+
+    if stream.is_capturing():
+        enqueue(stream)
+        return
+    capture = cp.cuda.Stream(non_blocking=True)
+    with capture:
+        capture.begin_capture()
+        try:
+            enqueue(capture)
+        finally:
+            graph = capture.end_capture()
+    graph.launch(stream)
+    with _launched_lock:
+        while _launched and _launched[0][0].done:
+            _launched.popleft()
+        _launched.append((stream.record(), graph))

@@ -23,7 +23,7 @@ import numpy as np
 from .. import blocks, bypass, workspace
 from ..combine import overflow_slack
 from ..levels import Level, triangle
-from . import build, launch
+from . import build, conditional, launch, tn_gemm
 from .convert import WIDEN, conversion
 from .geometry import (
     BLOCKS_BUSY_SHAPES,
@@ -37,6 +37,7 @@ from .geometry import (
 )
 from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
 from .packs import deep_argument
+from .sliced import fallback_sgemm
 
 if TYPE_CHECKING:  # (the rule comes with the route: this module never asks auto)
     from ..auto import Fallback
@@ -114,12 +115,15 @@ def blocks_product(
     exactly would cost more than IV-blocks saves (``fallback.takes_sgemm``; ``on_native``
     is called then): B's flagged columns (NaN/Inf ones included) are counted exactly, A's
     unresolved rows (NaN/Inf ones left out) estimated from about SAMPLED_ROWS rows, one in
-    each run of ``_sample_stride`` (``blocks_sample_rows``), before the rows kernel; the host
-    reads both counts while that kernel runs, so narrow data lose no GPU time to the wait, and
-    the rows kernel, reading the same counts, returns at once where SGEMM will be taken.
-    (Waiting for the rows kernel's own counts instead cost 30% at 65536 x 4096 x 16: the next
-    call's host work was no longer hidden.) Either way C is float32-grade; the estimate only
-    picks the faster way."""
+    each run of ``_sample_stride`` (``blocks_sample_rows``), before the rows kernel, which,
+    reading the same counts, returns at once where SGEMM will be taken. Where graphs have
+    conditional nodes and no one asks to be told, a kernel decides after the rows kernel
+    between the listed lines' recomputation and cuBLASLt's float32 GEMM
+    (``conditional.decided``: no host synchronisation). Else the host reads both counts while
+    the rows kernel runs, so narrow data lose no GPU time to the wait. (Waiting for the rows
+    kernel's own counts instead cost 30% at 65536 x 4096 x 16: the next call's host work was
+    no longer hidden.) Either way C is float32-grade; the estimate only picks the faster
+    way."""
     check_level(level)
     device = cp.cuda.Device().id
     check_device(device)
@@ -145,7 +149,10 @@ def blocks_product(
          col_deep, col_bad, col_top, flagged_cols, flagged[1:]),
     )  # fmt: skip
     auto = fallback is not None
-    read_counts = _sampled_counts(a, deep, sampled, flagged[1:]) if auto else None
+    gpu_decides = auto and on_native is None and conditional.usable()
+    if auto:
+        _sample(a, deep, sampled)
+    read_counts = flag_counts(sampled, flagged[1:]) if auto and not gpu_decides else None
     rows_per_sample = m / _samples(m, k)  # (a sampled unresolved row stands for these)
     bounds = (fallback.exact_share, fallback.row_entries) if fallback is not None else (0, 0)
     give_up = [bound * (1 + GIVE_UP_MARGIN) if auto else -1.0 for bound in bounds]
@@ -166,8 +173,39 @@ def blocks_product(
         if fallback.takes_sgemm(rows * rows_per_sample, cols, m, n):
             if on_native is not None:
                 on_native()
-            return cp.matmul(a, b)
-    # The flagged lines, recomputed in order (each kernel stops at the count left on the device).
+            return fallback_sgemm(a, b, c)  # (cuBLASLt's: the GPU-decided way's bits)
+    recompute = functools.partial(_recompute_listed, a, b, c, flagged_rows, flagged_cols, flagged)
+    if fallback is not None and gpu_decides:
+        a_ready, b_ready = (x if tn_gemm.sgemm_ready(x) else x.copy() for x in (a, b))
+        gemm_space = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
+
+        def decide(bypass_handle: int, sgemm_handle: int) -> None:
+            build.decide_module().get_function("decide_blocks")(
+                (1,), (1,),
+                (np.uint64(bypass_handle), np.uint64(sgemm_handle), sampled, flagged[1:],
+                 np.float64(rows_per_sample), np.float64(m), np.float64(n),
+                 np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
+            )  # fmt: skip
+
+        sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, gemm_space)
+        conditional.decided(decide, recompute, sgemm)
+        return c
+    recompute()
+    return c
+
+
+def _recompute_listed(
+    a: cp.ndarray,
+    b: cp.ndarray,
+    c: cp.ndarray,
+    flagged_rows: cp.ndarray,
+    flagged_cols: cp.ndarray,
+    flagged: cp.ndarray,
+) -> None:
+    """The flagged lines of C recomputed in order (each kernel stops at the count left on the
+    device)."""
+    (m, k), n = a.shape, b.shape[1]
+    device = cp.cuda.Device().id
     # The rows kernel's items (a warp each) are serial float64 chains k long, dealt to its
     # blocks in turn: at most as many blocks as run at once, so no item waits for a second
     # round. (H100, 256 listed rows at 16384^2 x 64, 512 items: 0.66 ms when the grid had
@@ -185,7 +223,6 @@ def blocks_product(
         (min(-(-m // BLOCKS_BYPASS_THREADS), bypass_blocks),), (BLOCKS_BYPASS_THREADS,),
         (flagged_cols, flagged[1:], a, b, np.int64(m), np.int32(n), np.int32(k), c),
     )  # fmt: skip
-    return c
 
 
 SAMPLED_ROWS = 256  # rows of A "auto" looks at before choosing IV-blocks's exact recomputation
@@ -218,17 +255,13 @@ def sampled_rows(m: int, k: int) -> list[int]:
     return rows
 
 
-def _sampled_counts(
-    a: cp.ndarray, deep: np.int32, sampled: cp.ndarray, flagged_cols: cp.ndarray
-) -> Callable[[], tuple[int, int]]:
-    """Queues ``blocks_sample_rows`` and the copy of its count and of B's flagged columns to
-    the host; the function returned waits for that copy."""
+def _sample(a: cp.ndarray, deep: np.int32, sampled: cp.ndarray) -> None:
+    """Queues ``blocks_sample_rows``: how many of A's sampled rows are unresolved."""
     (m, k) = a.shape
     stride = _sample_stride(m, k)
     build.pack_module().get_function("blocks_sample_rows")(
         (_samples(m, k),), (256,), (a, np.int64(m), np.int32(k), np.int64(stride), deep, sampled)
     )
-    return flag_counts(sampled, flagged_cols)
 
 
 def _rows_launch(

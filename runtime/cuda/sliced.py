@@ -304,16 +304,22 @@ def int8_product(
     ``side``: a second stream B's tops and pack run on beside A's (``packs_on_two_streams``).
     Class sums and combine run in blocks of A's rows (``sum_blocking``). With a ``fallback``
     (level "auto"'s route), cuBLAS SGEMM where it says so of the lines to recompute exactly
-    (``on_native`` is called when it runs). The host learns the packs' flag counts through an
-    asynchronous copy and waits for that copy alone, with the first CLASSES_BEFORE_ASKING
-    classes' GEMMs already queued: waiting for the whole stream left the GPU idle while the
-    host launched the rest (0.3-0.47 ms a call on an H100 at n = 3072-8192)."""
+    (``on_native`` is called when it runs). Where graphs have conditional nodes and no one
+    asks to be told, the GPU decides (``_sgemm_where_the_gpu_decides``) and the host never
+    waits. Else the host learns the packs' flag counts through an asynchronous copy and waits
+    for that copy alone, with the first CLASSES_BEFORE_ASKING classes' GEMMs already queued:
+    waiting for the whole stream left the GPU idle while the host launched the rest (0.3-0.47
+    ms a call on an H100 at n = 3072-8192)."""
     if side is not None and keep == pack_reuse.KEEP_NOTHING:
         a_pack, b_pack = packs_on_two_streams(a, b, level, side)
     else:
         a_pack, b_pack = _packs(a, b, level, keep)
-    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
     c = cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32)
+    if fallback is not None and on_native is None and conditional.usable():
+        _emulate_into(c, a_pack, b_pack, a, b, level)
+        _sgemm_where_the_gpu_decides(a, b, c, a_pack, b_pack, fallback)
+        return c
+    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
         if read_counts is None or fallback is None:
@@ -397,16 +403,41 @@ def _emulate_into(
     return _sums_and_combine(blocks, level, proceed)
 
 
+def _sgemm_where_the_gpu_decides(
+    a: cp.ndarray,
+    b: cp.ndarray,
+    c: cp.ndarray,
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    fallback: Fallback,
+) -> None:
+    """C overwritten by the float32 GEMM where "auto"'s ``fallback`` takes it, decided on the
+    GPU: a small graph, captured for this call, of the decide kernel and a conditional node
+    holding the GEMM, launched behind the level's product (already in C). No host
+    synchronisation; where the GEMM runs, the level's work was spent for nothing (data whose
+    unresolved lines would cover most of C are rare). The GEMM's operands and workspace come
+    from the caller's stream before the capture, so the graph allocates nothing."""
+    (m, k), n = a.shape, b.shape[1]
+    rows, cols = _unresolved(a, b, a_pack, b_pack)
+    a_ready, b_ready = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
+    workspace = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
+
+    def decide(sgemm: int) -> None:
+        build.decide_module().get_function("decide_sgemm")(
+            (1,), (1,),
+            (np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols, np.float64(m),
+             np.float64(n), np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
+        )  # fmt: skip
+
+    conditional.decided(decide, lambda: tn_gemm.sgemm(a_ready, b_ready, c, workspace))
+
+
 def fallback_sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> cp.ndarray:
     """ "auto"'s float32 GEMM in place of an INT8 level, into ``c``: cuBLASLt's, which a graph
     captures too, so a replayed call gives the direct call's bits (``tn_gemm.sgemm``)."""
-    a, b = (x if _sgemm_ready(x) else x.copy(order="C") for x in (a, b))
+    a, b = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
     tn_gemm.sgemm(a, b, c)
     return c
-
-
-def _sgemm_ready(x: cp.ndarray) -> bool:
-    return x.flags.c_contiguous and x.data.ptr % tn_gemm.SGEMM_ALIGNMENT == 0
 
 
 def int8_product_deciding_on_gpu(
@@ -421,25 +452,27 @@ def int8_product_deciding_on_gpu(
     kernel (``decide.cu``) that sets two conditional nodes, one running the level's products,
     combine and bypass, the other the float32 GEMM. The bits are ``int8_product``'s with the
     same fallback; no host synchronisation, and the GEMMs of the branch not taken never run."""
-    stream = cp.cuda.get_current_stream()
     if side is None:
         a_pack, b_pack = _packs(a, b, level, pack_reuse.KEEP_NOTHING)
     else:
         a_pack, b_pack = packs_on_two_streams(a, b, level, side)
     m, n = a.shape[0], b.shape[1]
     rows, cols = _unresolved(a, b, a_pack, b_pack)
-    emulate, sgemm = conditional.handle(stream), conditional.handle(stream)
-    build.decide_module().get_function("decide_fallback")(
-        (1,), (1,),
-        (np.uint64(emulate), np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols,
-         np.float64(m), np.float64(n), np.float64(fallback.exact_share),
-         np.float64(fallback.row_entries)),
-    )  # fmt: skip
     c = cp.empty((m, n), dtype=cp.float32)
-    with conditional.only_if(stream, emulate):
-        _emulate_into(c, a_pack, b_pack, a, b, level)
-    with conditional.only_if(stream, sgemm):
-        fallback_sgemm(a, b, c)
+
+    def decide(emulate: int, sgemm: int) -> None:
+        build.decide_module().get_function("decide_fallback")(
+            (1,), (1,),
+            (np.uint64(emulate), np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols,
+             np.float64(m), np.float64(n), np.float64(fallback.exact_share),
+             np.float64(fallback.row_entries)),
+        )  # fmt: skip
+
+    conditional.decided(
+        decide,
+        lambda: _emulate_into(c, a_pack, b_pack, a, b, level),
+        lambda: fallback_sgemm(a, b, c),
+    )
     return c
 
 

@@ -292,11 +292,27 @@ FP32 = Types(CUDA_R_32F, CUDA_R_32F, cublas.CUBLAS_COMPUTE_32F, np.array(1, np.f
              np.array(0, np.float32))  # fmt: skip
 
 
-def sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> None:
+def sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray, workspace: cp.ndarray | None = None) -> None:
     """c = a @ b for C-contiguous float32 matrices with pointers SGEMM_ALIGNMENT-aligned, on
     the current stream: cuBLASLt's first algorithm for the shape, called directly, so the same
-    bits on every call and under stream capture (CuPy's cuBLAS refuses capture)."""
-    (m, k), n = a.shape, b.shape[1]
+    bits on every call and under stream capture (CuPy's cuBLAS refuses capture). ``workspace``:
+    at least ``sgemm_workspace_bytes`` bytes (else one from CuPy's pool)."""
+    plan = _sgemm_plan(a.shape[0], a.shape[1], b.shape[1])
+    device = cp.cuda.runtime.getDevice()
+    _lt_matmul(plan, b.data.ptr, a.data.ptr, c.data.ptr, False, device, FP32, workspace)
+
+
+def sgemm_ready(x: cp.ndarray) -> bool:
+    """Whether ``sgemm`` takes ``x`` as it is: C-contiguous, SGEMM_ALIGNMENT-aligned."""
+    return x.flags.c_contiguous and x.data.ptr % SGEMM_ALIGNMENT == 0
+
+
+def sgemm_workspace_bytes(m: int, k: int, n: int) -> int:
+    """The workspace ``sgemm`` of this shape asks for."""
+    return max(_sgemm_plan(m, k, n).workspace, 1)
+
+
+def _sgemm_plan(m: int, k: int, n: int) -> _LtPlan:
     device = cp.cuda.runtime.getDevice()
     key = (device, m, k, n)
     plan = _sgemm_plans.get(key)
@@ -314,7 +330,7 @@ def sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> None:
         if not plans:
             raise RuntimeError(f"cuBLASLt offers no float32 GEMM for {m} x {k} x {n}")
         plan = _sgemm_plans[key] = plans[0]
-    _lt_matmul(plan, b.data.ptr, a.data.ptr, c.data.ptr, False, device, FP32)
+    return plan
 
 
 def _layout(dtype: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> ctypes.c_void_p:
@@ -338,8 +354,10 @@ def _lt_matmul(
     accumulate: bool,
     device: int,
     types: Types = INT8,
+    workspace: cp.ndarray | None = None,
 ) -> None:
-    workspace = cp.empty(max(plan.workspace, 1), dtype=cp.uint8)  # from CuPy's pool
+    if workspace is None:
+        workspace = cp.empty(max(plan.workspace, 1), dtype=cp.uint8)  # from CuPy's pool
     a, b, c = plan.layouts
     _check(_lt().cublasLtMatmul(
         _handle_for(device), plan.desc, types.one_ptr, a_ptr, a, b_ptr, b,

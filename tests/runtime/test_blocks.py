@@ -340,6 +340,14 @@ def test_auto_takes_sgemm_where_the_listed_lines_cost_more_than_iv_blocks_saves(
     assert takes_sgemm(0, 7, m, 64)  # 7 of 64 columns: past the share of C
 
 
+def _fallback_sgemm(a, b):
+    """ "auto"'s float32 GEMM in place of IV-blocks (cuBLASLt's, as a graph runs it)."""
+    from mixpert.runtime.cuda.sliced import fallback_sgemm
+
+    cp = device.cupy_module()
+    return fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
+
+
 @pytest.mark.gpu
 def test_gpu_auto_sample_is_not_fooled_by_wide_rows_at_its_own_stride() -> None:
     """Every 64th row of A unresolved (1.6% of C), 64 the sample's stride: rows at a hashed
@@ -397,8 +405,10 @@ def test_gpu_auto_decides_on_the_device_as_on_the_host_at_the_bound(
         a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
     )
     assert told == ([1] if falls_back else [])
-    want = cp.matmul(a, b) if falls_back else backend.product_at_level(a, b, LEVEL)
+    want = _fallback_sgemm(a, b) if falls_back else backend.product_at_level(a, b, LEVEL)
     assert cp.array_equal(got, want, equal_nan=True)
+    untold = backend.product_at_level(a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK)
+    assert cp.array_equal(untold, want, equal_nan=True)  # (decided on the GPU, where it can)
 
 
 @pytest.mark.gpu
@@ -438,6 +448,8 @@ def test_gpu_auto_runs_sgemm_where_most_of_c_would_be_recomputed_exactly() -> No
         got = backend.product_at_level(
             a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK, on_native=functools.partial(told.append, 1)
         )
-        want = cp.matmul(a, b) if falls_back else backend.product_at_level(a, b, LEVEL)
+        want = _fallback_sgemm(a, b) if falls_back else backend.product_at_level(a, b, LEVEL)
         assert told == ([1] if falls_back else [])
         assert cp.array_equal(got, want, equal_nan=True)
+        untold = backend.product_at_level(a, b, LEVEL, fallback=auto.BLOCKS_FALLBACK)
+        assert cp.array_equal(untold, want, equal_nan=True)

@@ -226,3 +226,44 @@ def test_auto_replayed_decides_its_fallback_on_the_gpu(phi, monkeypatch) -> None
         a[: n // 2, 7] = np.nan
         assert _same_bits(mixpert.matmul(a, b, level="auto"), _uncached(a, b, "auto", monkeypatch))
         assert _same_bits(mixpert.matmul(a, b, level="auto"), _uncached(a, b, "IV", monkeypatch))
+
+
+def _decided_on_the_host(a, b, monkeypatch: pytest.MonkeyPatch):
+    """ "auto" uncached, its fallback read back to the host (as where graphs have no
+    conditional nodes)."""
+    from mixpert.runtime.cuda import conditional
+
+    with monkeypatch.context() as patch:
+        patch.setattr(conditional, "usable", lambda: False)
+        return _uncached(a, b, "auto", monkeypatch)
+
+
+@pytest.mark.parametrize("phi", [0.5, 4.0])
+def test_auto_uncached_decides_its_fallback_on_the_gpu(phi, monkeypatch) -> None:
+    """Uncached (past the replayed sizes, or with the plan cache off), "auto"'s fallback is
+    decided by a small graph behind the level's product: the host-decided bits (IV's on narrow
+    data, SGEMM's where unresolved lines cover most of C; NaN rows never count), and the call
+    returns while the stream is held."""
+    import cupy
+
+    from mixpert.runtime.cuda import captured
+    from mixpert.testdata import gemmul8
+
+    if not captured.conditional_nodes():
+        pytest.skip("CUDA graphs here have no conditional nodes (CUDA 12.4+)")
+    n = 3072
+    assert _auto_emulates(n)
+    rng = np.random.default_rng(int(phi * 10) + 1)
+    a = cupy.asarray(gemmul8(np, rng, (n, n), phi))
+    b = cupy.asarray(gemmul8(np, rng, (n, n), phi))
+    on_gpu = _uncached(a, b, "auto", monkeypatch)
+    assert _same_bits(on_gpu, _decided_on_the_host(a, b, monkeypatch))
+    assert _same_bits(on_gpu, _uncached(a, b, "IV", monkeypatch)) == (phi < 1)
+    if phi < 1:
+        a[: n // 2, 7] = np.nan
+        on_gpu = _uncached(a, b, "auto", monkeypatch)
+        assert _same_bits(on_gpu, _decided_on_the_host(a, b, monkeypatch))
+        assert _same_bits(on_gpu, _uncached(a, b, "IV", monkeypatch))
+    with monkeypatch.context() as patch:
+        patch.setenv(plan_cache.SWITCH, "0")
+        assert returns_while_gpu_is_held(lambda: mixpert.matmul(a, b, level="auto"))
