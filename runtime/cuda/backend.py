@@ -43,6 +43,7 @@ __all__ = [  # (ordered_product, thin_fits, contiguous_sgemm_stack, free_bytes: 
     "STACK_PRODUCTS",
     "Call",
     "blocks_supported",
+    "captured_plan",
     "captured_product",
     "clear_plans",
     "crossovers",
@@ -216,28 +217,40 @@ def captured_product(
 ) -> cp.ndarray | None:
     """a @ b for float32 CuPy matrices with m, k, n > 0, or all pairs of two C-contiguous
     float32 stacks (s, m, k) and (s, k, n), replayed from the graph of the plan cache's
-    ``CapturedProduct`` for this signature (device, stream, shape, level, "auto"'s fallback);
-    None where none serves (another level kind, operands on another device, the cache off or
-    full, a product that cannot be captured here): the caller runs it uncaptured, with the
-    same bits."""
+    ``CapturedProduct`` for this signature (``captured_plan``); None where none serves: the
+    caller runs it uncaptured, with the same bits."""
     device = cp.cuda.runtime.getDevice()
-    if not capturable(level, fallback) or device != a.data.device_id or device != b.data.device_id:
+    if device != a.data.device_id or device != b.data.device_id:
         return None
     count = a.shape[0] if a.ndim == 3 else 1
     if a.ndim == 3 and count == 1:  # one pair: the matrix product's plan
         c = captured_product(a[0], b[0], level, fallback)
         return None if c is None else c[None]
     (m, k), n = a.shape[-2:], b.shape[-1]
-    if count * m * k * n > REPLAY_MAX_WORK:
+    plan = captured_plan(m, k, n, level, fallback, count)
+    return None if plan is None else plan(a, b)
+
+
+def captured_plan(
+    m: int, k: int, n: int, level: Level, fallback: Fallback | None = None, count: int = 1
+) -> CapturedProduct | None:
+    """The plan cache's ``CapturedProduct`` for this signature (current device and stream,
+    shape, level, "auto"'s fallback; made now if new), or None where none serves: another
+    level kind, more work than REPLAY_MAX_WORK, the cache off or full, a product that cannot
+    be captured here, or a stream that is capturing a graph (making a plan synchronises)."""
+    stream = cp.cuda.get_current_stream()
+    if not capturable(level, fallback) or count * m * k * n > REPLAY_MAX_WORK:
         return None
+    if stream.is_capturing():
+        return None
+    device = cp.cuda.runtime.getDevice()
     cache = _plans.get(device)
     if cache is None:  # (an empty cache is falsy: it has a length)
         cache = _plans.setdefault(device, PlanCache())
     # (names and numbers: a Level's dataclass hash costs microseconds a call)
     rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
-    key = (cp.cuda.get_current_stream().ptr, count, m, k, n, level.name, rule)
-    plan = cache.get(key, lambda: _captured(m, k, n, level, fallback, count))
-    return None if plan is None else plan(a, b)
+    key = (stream.ptr, count, m, k, n, level.name, rule)
+    return cache.get(key, lambda: _captured(m, k, n, level, fallback, count))
 
 
 def replays(m: int, k: int, n: int) -> bool:

@@ -139,9 +139,11 @@ def test_gpu_stack_runs_one_int8_gemm_per_class_whatever_its_length(count, monke
     """No loop over the pairs: one strided-batched GEMM per weight class, no 2-D product (the
     class-sum pipeline; the fused kernel's stacks: test_fused_kernel)."""
     cp = device.cupy_module()
+    from mixpert.runtime import plan_cache
     from mixpert.runtime.cuda import backend, fused, sliced
 
     monkeypatch.setenv(fused.SWITCH, "0")
+    monkeypatch.setenv(plan_cache.SWITCH, "0")  # (a plan would run it twice: warm, captured)
     calls = []
     gemm = sliced.gemm_tn
     monkeypatch.setattr(sliced, "gemm_tn", lambda *args, **kw: calls.append(1) or gemm(*args, **kw))
