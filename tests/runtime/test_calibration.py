@@ -376,7 +376,9 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calibration]:
 @pytest.mark.gpu
 def test_the_real_calibration_is_short_and_saved(real: Calibration) -> None:
     m = real.measurement
-    assert 0 < m.seconds < 30 and m.sgemm_tflops > 0
+    # a few seconds once the kernels are built; a fresh machine builds them first (NVRTC,
+    # Triton), which the first level IV product would pay anyway
+    assert 0 < m.seconds < 120 and m.sgemm_tflops > 0
     if m.int8_ratio < calibration.MIN_INT8_RATIO:  # (a GPU without fast INT8: no ladder)
         assert m.rows == () and set(real.thresholds.values()) == {NEVER}
         return
