@@ -5,6 +5,7 @@ must return while the kernel still spins (a call that synchronised would wait fo
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import threading
 from collections.abc import Callable
 
@@ -33,6 +34,8 @@ def returns_while_gpu_is_held(call: Callable[[], object], timeout: float = 20.0)
     worker.start()
     try:
         returned = done.wait(timeout=timeout)
+        if not returned:  # where the call waits: its thread's stack, in the test's output
+            faulthandler.dump_traceback(all_threads=True)
     finally:
         gate.value = 1  # let the spinning kernel end, whatever happened
         worker.join()

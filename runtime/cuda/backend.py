@@ -18,7 +18,7 @@ from .. import pack_reuse, plan_cache, workspace
 from ..combine import int32_k_block
 from ..levels import Kind, Level
 from ..plan_cache import PlanCache
-from . import iv_blocks
+from . import conditional, iv_blocks
 from .calibrate import crossovers  # "auto"'s crossovers as measured on this GPU's model
 from .captured import CapturedProduct, capturable, conditional_nodes
 from .convert import as_float32
@@ -272,6 +272,9 @@ def _captured(
 
 
 def clear_plans() -> None:
-    """Releases every device's execution plans (``mixpert.clear_cache``)."""
+    """Releases every device's execution plans and the graphs of "auto"'s GPU-decided
+    fallback (``mixpert.clear_cache``)."""
     for cache in _plans.values():
         cache.clear()
+    if conditional.available():
+        conditional.clear_graphs()

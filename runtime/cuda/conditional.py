@@ -10,7 +10,6 @@ with ``cudaGraphSetConditional`` (``decide.cu``); its value is the data's alone.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import logging
@@ -129,9 +128,10 @@ def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
     )
     body = params.conditional.phGraph_out[0]
     inner = cp.cuda.Stream(non_blocking=True)
-    mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED  # (as CuPy captures)
     _checked(
-        driver.cuStreamBeginCaptureToGraph(driver.CUstream(inner.ptr), body, None, None, 0, mode)
+        driver.cuStreamBeginCaptureToGraph(
+            driver.CUstream(inner.ptr), body, None, None, 0, _RELAXED()
+        )
     )
     try:
         with inner:
@@ -140,20 +140,25 @@ def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
         _checked(driver.cuStreamEndCapture(driver.CUstream(inner.ptr)))
 
 
-# Graphs ``decided`` launched and not yet known to be done: one is destroyed only once its launch
-# has run. (What they read is freed to CuPy's pool, whose blocks go to later work on the same
-# stream only, behind the graph.)
-_launched: collections.deque[tuple[cp.cuda.Event, Any]] = collections.deque()
-_launched_lock = threading.Lock()
+# Executable graphs of ``decided``, one per key (device, the caller's kind and shape): each
+# call captures its graph afresh (its kernels read the call's arrays) and updates the
+# executable one in place. Destroying an executable graph waits for the GPU, so none is
+# destroyed while products run, only replaced where an update fails (kept till clear_graphs).
+_executables: dict[tuple[Any, ...], Any] = {}
+_replaced: list[Any] = []
+_executables_lock = threading.Lock()
 
 
-def decided(decide: Callable[..., None], *branches: Callable[[], None]) -> None:
+def decided(
+    key: tuple[Any, ...], decide: Callable[..., None], *branches: Callable[[], None]
+) -> None:
     """On the current stream: ``decide(*handles)`` enqueues a kernel that sets one handle per
     branch, then each branch's work runs where its handle is set. Where the stream is
     capturing a graph, the nodes go into it; else into a small graph captured now and launched
-    on the stream: no host synchronisation either way. In that small graph the branches must
-    not allocate (their buffers come from the caller, before): a block freed once the capture
-    ends could be handed out again before the graph runs."""
+    on the stream, through the executable graph kept for ``key`` (the same kernels for every
+    call of that key): no host synchronisation either way. In that small graph the branches
+    must not allocate (their buffers come from the caller, before): a block freed once the
+    capture ends could be handed out again before the graph runs."""
     stream = cp.cuda.get_current_stream()
 
     def enqueue(capturing: cp.cuda.Stream) -> None:
@@ -166,15 +171,48 @@ def decided(decide: Callable[..., None], *branches: Callable[[], None]) -> None:
     if stream.is_capturing():
         enqueue(stream)
         return
+    driver = _driver()
     capture = cp.cuda.Stream(non_blocking=True)
-    with capture:
-        capture.begin_capture()
-        try:
+    on_capture = driver.CUstream(capture.ptr)
+    _checked(driver.cuStreamBeginCapture(on_capture, _RELAXED()))
+    try:
+        with capture:
             enqueue(capture)
-        finally:
-            graph = capture.end_capture()
-    graph.launch(stream)
-    with _launched_lock:
-        while _launched and _launched[0][0].done:
-            _launched.popleft()
-        _launched.append((stream.record(), graph))
+    finally:
+        (graph,) = _checked(driver.cuStreamEndCapture(on_capture))
+    try:
+        with _executables_lock:
+            key = (cp.cuda.runtime.getDevice(), *key)
+            executable = _executables.get(key)
+            if executable is None or not _updated(executable, graph):
+                if executable is not None:
+                    _replaced.append(executable)
+                (executable,) = _checked(driver.cuGraphInstantiate(graph, 0))
+                _executables[key] = executable
+            _checked(driver.cuGraphLaunch(executable, driver.CUstream(stream.ptr)))
+    finally:
+        _checked(driver.cuGraphDestroy(graph))  # (the template: the executable one is apart)
+
+
+def _updated(executable: Any, graph: Any) -> bool:
+    """Whether ``executable`` now runs ``graph``'s parameters (same topology)."""
+    status, *_ = _driver().cuGraphExecUpdate(executable, graph)
+    return status == _driver().CUresult.CUDA_SUCCESS
+
+
+def _RELAXED() -> Any:  # noqa: N802  (as CuPy captures)
+    return _driver().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+
+
+def clear_graphs() -> None:
+    """Destroys the executable graphs ``decided`` keeps, once the GPU has run them
+    (``mixpert.clear_cache``)."""
+    driver = _driver()
+    with _executables_lock:
+        if not (_executables or _replaced):
+            return
+        cp.cuda.Device().synchronize()
+        for executable in [*_executables.values(), *_replaced]:
+            _checked(driver.cuGraphExecDestroy(executable))
+        _executables.clear()
+        _replaced.clear()

@@ -188,7 +188,7 @@ def blocks_product(
             )  # fmt: skip
 
         sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, gemm_space)
-        conditional.decided(decide, recompute, sgemm)
+        conditional.decided(("IV-blocks fallback", m, k, n), decide, recompute, sgemm)
         return c
     recompute()
     return c

@@ -429,7 +429,8 @@ def _sgemm_where_the_gpu_decides(
              np.float64(n), np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
         )  # fmt: skip
 
-    conditional.decided(decide, lambda: tn_gemm.sgemm(a_ready, b_ready, c, workspace))
+    sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, workspace)
+    conditional.decided(("int8 fallback", m, k, n), decide, sgemm)
 
 
 def fallback_sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> cp.ndarray:
@@ -469,6 +470,7 @@ def int8_product_deciding_on_gpu(
         )  # fmt: skip
 
     conditional.decided(
+        ("int8 deciding", level.name, m, a.shape[1], n),
         decide,
         lambda: _emulate_into(c, a_pack, b_pack, a, b, level),
         lambda: fallback_sgemm(a, b, c),

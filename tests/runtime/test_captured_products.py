@@ -267,3 +267,6 @@ def test_auto_uncached_decides_its_fallback_on_the_gpu(phi, monkeypatch) -> None
     with monkeypatch.context() as patch:
         patch.setenv(plan_cache.SWITCH, "0")
         assert returns_while_gpu_is_held(lambda: mixpert.matmul(a, b, level="auto"))
+    from mixpert.runtime.cuda import conditional
+
+    assert not conditional._replaced  # one executable graph a shape, updated in place
