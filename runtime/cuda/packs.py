@@ -81,6 +81,9 @@ class PackedOperand:
         self.k_pad = k_pad
         self.slots = slots
         self.batch = batch
+        # per line, != 0 where it holds a NaN/Inf: its tops' ``bad``, where the caller had them
+        # (then "auto" tells unresolved lines from NaN/Inf ones without reading the operand)
+        self.nan_inf: cp.ndarray | None = None
 
     def span(self, first_slot: int) -> int:
         """Device pointer to slot ``first_slot`` of line 0."""
@@ -102,6 +105,8 @@ class PackedOperand:
         view.data = self.data[first : first + count]
         view.exponents = self.exponents[first : first + count]
         view.nonfinite = self.nonfinite[first : first + count]
+        if self.nan_inf is not None:
+            view.nan_inf = self.nan_inf[first : first + count]
         view.batch = batch
         return view
 

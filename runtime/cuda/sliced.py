@@ -349,6 +349,7 @@ def _packs(
     kexp = exponents_from_tops(a_top.k, b_top.k)[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: pack_a(a_rows(), kexp, level, a_top))
     b_pack = kept_b.pack(level.name, kexp, lambda: pack_b(b_lines(), kexp, level, b_top))
+    a_pack.nan_inf, b_pack.nan_inf = a_top.bad, b_top.bad
     return a_pack, b_pack
 
 
@@ -373,6 +374,7 @@ def packs_on_two_streams(
         b_pack = pack_b(b_lines, kexp, level, b_top)
     a_pack = pack_a(a_rows, kexp, level, a_top)
     main.wait_event(side.record())
+    a_pack.nan_inf, b_pack.nan_inf = a_top.bad, b_top.bad
     return a_pack, b_pack
 
 
@@ -481,11 +483,15 @@ def int8_product_deciding_on_gpu(
 def warm_deciding(a: cp.ndarray, b: cp.ndarray) -> None:
     """Builds, uncaptured, what ``int8_product_deciding_on_gpu`` runs beyond ``int8_product``:
     the counts' reductions, the decide module and the float32 GEMM's algorithm."""
-    a_flags, b_flags = (
-        types.SimpleNamespace(nonfinite=cp.zeros(lines, dtype=cp.int32))
-        for lines in (a.shape[0], b.shape[1])
-    )
-    _unresolved(a, b, a_flags, b_flags)  # type: ignore[arg-type]
+    for known in (False, True):  # NaN/Inf lines from the tops, or from a pass over A and B
+        a_flags, b_flags = (
+            types.SimpleNamespace(
+                nonfinite=cp.zeros(lines, dtype=cp.int32),
+                nan_inf=cp.zeros(lines, dtype=cp.uint32) if known else None,
+            )
+            for lines in (a.shape[0], b.shape[1])
+        )
+        _unresolved(a, b, a_flags, b_flags)  # type: ignore[arg-type]
     build.decide_module().get_function("decide_fallback")
     fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
 
@@ -518,9 +524,15 @@ def unresolved_counts(
 def _unresolved(
     a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
 ) -> tuple[cp.ndarray, cp.ndarray]:
-    """``unresolved_counts`` left on the device (two int64 scalars)."""
-    rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
-    cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
+    """``unresolved_counts`` left on the device (two int64 scalars): from the packs' NaN/Inf
+    lines where they know them (``PackedOperand.nan_inf``), else from a pass over A and B
+    (a column reduction of a row-major B costs more than a whole small product)."""
+    if a_pack.nan_inf is not None and b_pack.nan_inf is not None:
+        rows = (a_pack.nonfinite != 0) & (a_pack.nan_inf == 0)
+        cols = (b_pack.nonfinite != 0) & (b_pack.nan_inf == 0)
+    else:
+        rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
+        cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
     return rows.sum(), cols.sum()
 
 
