@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -420,16 +419,11 @@ def _sgemm_where_the_gpu_decides(
     unresolved lines would cover most of C are rare). The GEMM's operands and workspace come
     from the caller's stream before the capture, so the graph allocates nothing."""
     (m, k), n = a.shape, b.shape[1]
-    rows, cols = _unresolved(a, b, a_pack, b_pack)
     a_ready, b_ready = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
     workspace = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
 
     def decide(sgemm: int) -> None:
-        build.decide_module().get_function("decide_sgemm")(
-            (1,), (1,),
-            (np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols, np.float64(m),
-             np.float64(n), np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
-        )  # fmt: skip
+        _launch_decide("decide_sgemm", (sgemm,), a_pack, b_pack, fallback)
 
     sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, workspace)
     conditional.decided(("int8 fallback", m, k, n), decide, sgemm)
@@ -460,16 +454,10 @@ def int8_product_deciding_on_gpu(
     else:
         a_pack, b_pack = packs_on_two_streams(a, b, level, side)
     m, n = a.shape[0], b.shape[1]
-    rows, cols = _unresolved(a, b, a_pack, b_pack)
     c = cp.empty((m, n), dtype=cp.float32)
 
     def decide(emulate: int, sgemm: int) -> None:
-        build.decide_module().get_function("decide_fallback")(
-            (1,), (1,),
-            (np.uint64(emulate), np.uint64(sgemm), a_pack.flagged, b_pack.flagged, rows, cols,
-             np.float64(m), np.float64(n), np.float64(fallback.exact_share),
-             np.float64(fallback.row_entries)),
-        )  # fmt: skip
+        _launch_decide("decide_fallback", (emulate, sgemm), a_pack, b_pack, fallback)
 
     conditional.decided(
         ("int8 deciding", level.name, m, a.shape[1], n),
@@ -480,18 +468,32 @@ def int8_product_deciding_on_gpu(
     return c
 
 
+DECIDE_THREADS = 1024  # decide.cu's block: it counts the flagged lines itself
+
+
+def _launch_decide(
+    kernel: str,
+    handles: tuple[int, ...],
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    fallback: Fallback,
+) -> None:
+    """``decide.cu``'s ``kernel``: sets ``handles`` from the packs' flags (NaN/Inf lines told
+    apart by ``PackedOperand.nan_inf``, which the packs made here always have)."""
+    if a_pack.nan_inf is None or b_pack.nan_inf is None:
+        raise ValueError("the GPU decides from packs that know their NaN/Inf lines")
+    m, n = a_pack.lines, b_pack.lines
+    build.decide_module().get_function(kernel)(
+        (1,), (DECIDE_THREADS,),
+        (*map(np.uint64, handles), a_pack.flagged, b_pack.flagged, a_pack.nonfinite,
+         a_pack.nan_inf, np.int32(m), b_pack.nonfinite, b_pack.nan_inf, np.int32(n),
+         np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
+    )  # fmt: skip
+
+
 def warm_deciding(a: cp.ndarray, b: cp.ndarray) -> None:
     """Builds, uncaptured, what ``int8_product_deciding_on_gpu`` runs beyond ``int8_product``:
-    the counts' reductions, the decide module and the float32 GEMM's algorithm."""
-    for known in (False, True):  # NaN/Inf lines from the tops, or from a pass over A and B
-        a_flags, b_flags = (
-            types.SimpleNamespace(
-                nonfinite=cp.zeros(lines, dtype=cp.int32),
-                nan_inf=cp.zeros(lines, dtype=cp.uint32) if known else None,
-            )
-            for lines in (a.shape[0], b.shape[1])
-        )
-        _unresolved(a, b, a_flags, b_flags)  # type: ignore[arg-type]
+    the decide module and the float32 GEMM's algorithm."""
     build.decide_module().get_function("decide_fallback")
     fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
 

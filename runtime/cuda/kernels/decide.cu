@@ -1,7 +1,7 @@
-// "auto"'s fallback after packing, decided on the GPU (runtime/cuda/sliced.py,
-// int8_product_deciding_on_gpu): one thread reads the lines the packs flagged and the
-// unresolved ones among them, applies auto.Fallback.takes_sgemm, and sets the two conditional
-// nodes of a captured product: the level's products and combine, or the float32 GEMM.
+// "auto"'s fallback after packing, decided on the GPU (runtime/cuda/sliced.py and
+// iv_blocks.py, through conditional.decided): one block counts the lines to recompute exactly,
+// applies auto.Fallback.takes_sgemm, and sets the conditional nodes that run the level's own
+// work or the float32 GEMM.
 //
 // cudaGraphSetConditional is declared here rather than through cuda_device_runtime_api.h, which
 // NVRTC cannot open without the toolkit's crt/ headers; the driver resolves the call when it
@@ -18,24 +18,38 @@ __device__ bool takes_sgemm(double rows, double cols, double m, double n, double
     return covered > share || rows * n > row_entries * m;
 }
 
-// the flag counts first (NaN/Inf lines among them), then the unresolved lines alone
+// The lines the packs flagged (NaN/Inf or unresolved: *flagged_rows, *flagged_cols) first,
+// then the unresolved ones alone: flagged lines without a NaN/Inf (nan_inf, the tops' flags),
+// counted by the whole block (DECIDE_THREADS) into shared counters; thread 0 then decides.
+#define DECIDE_THREADS 1024
 __device__ bool fallback_taken(const int* flagged_rows, const int* flagged_cols,
-                               const long long* unresolved_rows,
-                               const long long* unresolved_cols, double m, double n,
+                               const int* row_flags, const unsigned int* row_nan_inf, int m,
+                               const int* col_flags, const unsigned int* col_nan_inf, int n,
                                double share, double row_entries) {
+    __shared__ unsigned long long unresolved[2];
+    if (threadIdx.x == 0) unresolved[0] = unresolved[1] = 0ull;
+    __syncthreads();
+    unsigned long long rows = 0ull, cols = 0ull;
+    for (int i = threadIdx.x; i < m; i += blockDim.x)
+        rows += row_flags[i] != 0 && row_nan_inf[i] == 0u;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        cols += col_flags[j] != 0 && col_nan_inf[j] == 0u;
+    atomicAdd(&unresolved[0], rows);
+    atomicAdd(&unresolved[1], cols);
+    __syncthreads();
     return takes_sgemm(*flagged_rows, *flagged_cols, m, n, share, row_entries) &&
-           takes_sgemm((double)*unresolved_rows, (double)*unresolved_cols, m, n, share,
-                       row_entries);
+           takes_sgemm((double)unresolved[0], (double)unresolved[1], m, n, share, row_entries);
 }
 
 // A captured product: one node runs the level's products, the other the float32 GEMM.
 extern "C" __global__ void decide_fallback(
     cudaGraphConditionalHandle emulate, cudaGraphConditionalHandle sgemm,
-    const int* flagged_rows, const int* flagged_cols,
-    const long long* unresolved_rows, const long long* unresolved_cols,
-    double m, double n, double share, double row_entries) {
-    bool take = fallback_taken(flagged_rows, flagged_cols, unresolved_rows, unresolved_cols, m,
-                               n, share, row_entries);
+    const int* flagged_rows, const int* flagged_cols, const int* row_flags,
+    const unsigned int* row_nan_inf, int m, const int* col_flags,
+    const unsigned int* col_nan_inf, int n, double share, double row_entries) {
+    bool take = fallback_taken(flagged_rows, flagged_cols, row_flags, row_nan_inf, m,
+                               col_flags, col_nan_inf, n, share, row_entries);
+    if (threadIdx.x != 0) return;
     cudaGraphSetConditional(emulate, take ? 0u : 1u);
     cudaGraphSetConditional(sgemm, take ? 1u : 0u);
 }
@@ -44,11 +58,11 @@ extern "C" __global__ void decide_fallback(
 // node runs the float32 GEMM over it where the fallback is taken.
 extern "C" __global__ void decide_sgemm(
     cudaGraphConditionalHandle sgemm, const int* flagged_rows, const int* flagged_cols,
-    const long long* unresolved_rows, const long long* unresolved_cols,
-    double m, double n, double share, double row_entries) {
-    bool take = fallback_taken(flagged_rows, flagged_cols, unresolved_rows, unresolved_cols, m,
-                               n, share, row_entries);
-    cudaGraphSetConditional(sgemm, take ? 1u : 0u);
+    const int* row_flags, const unsigned int* row_nan_inf, int m, const int* col_flags,
+    const unsigned int* col_nan_inf, int n, double share, double row_entries) {
+    bool take = fallback_taken(flagged_rows, flagged_cols, row_flags, row_nan_inf, m,
+                               col_flags, col_nan_inf, n, share, row_entries);
+    if (threadIdx.x == 0) cudaGraphSetConditional(sgemm, take ? 1u : 0u);
 }
 
 // Level IV-blocks (runtime/cuda/iv_blocks.py, blocks_product): A's unresolved rows estimated
