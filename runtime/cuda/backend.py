@@ -227,30 +227,48 @@ def captured_product(
         c = captured_product(a[0], b[0], level, fallback)
         return None if c is None else c[None]
     (m, k), n = a.shape[-2:], b.shape[-1]
-    plan = captured_plan(m, k, n, level, fallback, count)
+    plan = captured_plan(m, k, n, level, fallback, count, device)
     return None if plan is None else plan(a, b)
 
 
+class _Capturing(Exception):
+    """No plan is made on a stream that is capturing a graph (making one synchronises)."""
+
+
 def captured_plan(
-    m: int, k: int, n: int, level: Level, fallback: Fallback | None = None, count: int = 1
+    m: int,
+    k: int,
+    n: int,
+    level: Level,
+    fallback: Fallback | None = None,
+    count: int = 1,
+    device: int | None = None,
 ) -> CapturedProduct | None:
-    """The plan cache's ``CapturedProduct`` for this signature (current device and stream,
-    shape, level, "auto"'s fallback; made now if new), or None where none serves: another
-    level kind, more work than REPLAY_MAX_WORK, the cache off or full, a product that cannot
-    be captured here, or a stream that is capturing a graph (making a plan synchronises)."""
-    stream = cp.cuda.get_current_stream()
+    """The plan cache's ``CapturedProduct`` for this signature (``device``, default the
+    current one; the current stream, shape, level, "auto"'s fallback; made now if new), or
+    None where none serves: another level kind, more work than REPLAY_MAX_WORK, the cache off
+    or full, a product that cannot be captured here, or a new signature on a stream that is
+    capturing a graph."""
     if not capturable(level, fallback) or count * m * k * n > REPLAY_MAX_WORK:
         return None
-    if stream.is_capturing():
-        return None
-    device = cp.cuda.runtime.getDevice()
+    device = cp.cuda.runtime.getDevice() if device is None else device
+    stream = cp.cuda.get_current_stream()
     cache = _plans.get(device)
     if cache is None:  # (an empty cache is falsy: it has a length)
         cache = _plans.setdefault(device, PlanCache())
     # (names and numbers: a Level's dataclass hash costs microseconds a call)
     rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
     key = (stream.ptr, count, m, k, n, level.name, rule)
-    return cache.get(key, lambda: _captured(m, k, n, level, fallback, count))
+
+    def make() -> CapturedProduct | None:
+        if stream.is_capturing():  # (asked on a miss alone: a hit costs no driver call)
+            raise _Capturing
+        return _captured(m, k, n, level, fallback, count)
+
+    try:
+        return cache.get(key, make)
+    except _Capturing:
+        return None
 
 
 def replays(m: int, k: int, n: int) -> bool:
