@@ -186,9 +186,9 @@ def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
 
 def strip_rows(rows: int, strips: int) -> int:
     """Rows per block of ``strip_max_bits`` over ``strips`` strips of columns (of all matrices
-    of a stack): STRIP_ROWS, or fewer (a multiple of STRIP_MIN_ROWS) where that leaves SMs idle.
-    At n = 1024 blocks of 128 rows made 32 blocks, and both operands' tops took 28 us of a
-    replayed 75 us product on an H200. Any value gives the same maxima."""
+    of a stack): STRIP_ROWS, or fewer (a multiple of STRIP_MIN_ROWS) where that leaves SMs idle
+    (at n = 1024, 128 rows a block made 32 blocks: benchmarks/results/NVIDIA-H200/
+    replay-stages.md). Any value gives the same maxima."""
     wanted = STRIP_BLOCKS_PER_SM * multiprocessors(cp.cuda.Device().id)
     row_blocks = -(-wanted // max(1, strips))
     per_block = -(-rows // row_blocks)
