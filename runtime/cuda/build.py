@@ -26,6 +26,6 @@ def combine_module() -> cp.RawModule:
 
 @functools.cache
 def decide_module() -> cp.RawModule:
-    """``decide.cu``: "auto"'s fallback decided on the GPU (graph conditional nodes, CUDA 12.4+;
-    built only where captured products use it)."""
+    """``decide.cu``: "auto"'s fallback decided on the GPU (graph conditional nodes: built only
+    where ``conditional.available``)."""
     return cp.RawModule(code=sources.module("decide.cu"), options=OPTIONS)

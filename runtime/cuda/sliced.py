@@ -18,9 +18,10 @@ bypass aside):
 4. ``combine_*``: the formula of ``combine`` in one elementwise kernel, NaN/Inf lines included,
    per block of rows; then ``bypass_lines`` recomputes the flagged lines in order.
 
-Under level "auto", ``int8_product`` falls back to cuBLAS SGEMM where the route's
-``auto.Fallback`` says so of the lines to recompute exactly (``_mostly_exact``). Everything runs
-on the caller's current stream.
+Under level "auto", ``int8_product`` falls back to a float32 GEMM where the route's
+``auto.Fallback`` says so of the lines to recompute exactly: decided on the GPU where graphs take
+conditional nodes (``conditional.decided``, ``decide.cu``), else on the host
+(``_mostly_exact``). Everything runs on the caller's current stream.
 """
 
 from __future__ import annotations
