@@ -11,10 +11,15 @@
 - ``transfers``: host arrays to the GPU and back through pinned staging buffers (one trip a
   call of NumPy code, a compiled product's operands and result);
 - ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, the INT8 algorithm choice);
+- ``captured``, ``conditional``: products replayed as one CUDA graph (the plan cache's plans)
+  and "auto"'s fallback decided in a graph's conditional nodes; ``graph_gemm``: CuPy's own
+  cuBLAS call made where a graph is being captured;
 - shared by them: ``build`` (the two NVRTC modules), ``sources`` (their CUDA C, from the
   ``.cu``/``.cuh`` files of kernels/ behind a prelude of ``#define``s), ``geometry`` (the launch
   geometry compiled into the kernels, the grid limits), ``launch`` (the device's limits, operand
-  layouts), ``convert`` (exact elementwise conversions).
+  layouts), ``convert`` (exact elementwise conversions), ``libraries`` (cuBLAS and cuBLASLt
+  through ctypes).
 
-Importing this package needs no CuPy, nor do ``geometry`` and ``sources``; the other modules do.
+Importing this package needs no CuPy, nor do ``geometry``, ``sources`` and ``libraries``; the
+other modules do.
 """

@@ -22,6 +22,8 @@ import cupy as cp
 import numpy as np
 from cupy.cuda import cublas
 
+from . import libraries
+
 CUDA_R_32F = 0  # cudaDataType (library_types.h)
 # CuPy's compute-type settings (cupy._core._routines_linalg.COMPUTE_TYPE_*) that change
 # float32's cuBLAS compute type
@@ -99,19 +101,8 @@ def _cublas() -> ctypes.CDLL:
     """libcublas, the file CuPy loaded (its handle is CuPy's)."""
     cp.cuda.device.get_cublas_handle()  # (CuPy loads it for its first handle)
     major = cp.cuda.runtime.runtimeGetVersion() // 1000
-    names = [f"libcublas.so.{major}", "libcublas.so"]
-    try:
-        with open("/proc/self/maps") as maps:
-            names[:0] = sorted(set(re.findall(r"\S*/libcublas\.so[.\d]*", maps.read())))
-    except OSError:
-        pass
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        for fn, argtypes in _SIGNATURES.items():
-            getattr(lib, fn).argtypes = argtypes
-            getattr(lib, fn).restype = ctypes.c_int
-        return lib
+    loaded = sorted(set(re.findall(r"\S*/libcublas\.so[.\d]*", libraries.process_maps())))
+    library = libraries.load([*loaded, f"libcublas.so.{major}", "libcublas.so"], _SIGNATURES)
+    if library is not None:
+        return library
     raise RuntimeError("libcublas not found: no float32 GEMM that a graph can capture")

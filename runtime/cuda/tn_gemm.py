@@ -29,6 +29,7 @@ import numpy as np
 from cupy.cuda import cublas
 
 from .. import workspace
+from . import libraries
 
 CANDIDATES = 8  # cuBLASLt heuristic algorithms timed per shape
 TUNING_RUNS = 3  # timed runs of each candidate (after one warm-up)
@@ -403,27 +404,13 @@ _SIGNATURES: dict[str, list[Any]] = {
 def _lt() -> ctypes.CDLL | None:
     """libcublasLt, the one CuPy's cuBLAS already loaded (None where it cannot be found)."""
     major = cp.cuda.runtime.runtimeGetVersion() // 1000
-    names = [f"libcublasLt.so.{major}", "libcublasLt.so"]
-    try:
-        with open("/proc/self/maps") as maps:  # the exact file in this process, if loaded
-            names[:0] = _loaded_lt(maps.read())
-    except OSError:
-        pass
-    for name in names:
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        for fn, argtypes in _SIGNATURES.items():
-            getattr(lib, fn).argtypes = argtypes
-            getattr(lib, fn).restype = ctypes.c_int
-        return lib
-    return None
+    names = [*_loaded_lt(libraries.process_maps()), f"libcublasLt.so.{major}", "libcublasLt.so"]
+    return libraries.load(names, _SIGNATURES)
 
 
 def _loaded_lt(maps: str) -> list[str]:
-    """The libcublasLt files mapped in this process, the one beside CuPy's libcublas first
-    (another library may have brought its own copy)."""
+    """The libcublasLt files in a process's memory map ``maps``, the one beside CuPy's
+    libcublas first (another library may have brought its own copy)."""
     loaded = sorted(set(re.findall(r"\S*libcublasLt\.so[.\d]*", maps)))
     beside = {str(Path(p).parent) for p in re.findall(r"\S*libcublas\.so[.\d]*", maps)}
     return sorted(loaded, key=lambda path: str(Path(path).parent) not in beside)
