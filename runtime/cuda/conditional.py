@@ -1,5 +1,5 @@
 """Conditional nodes in a CUDA graph being captured: work that runs only where a kernel of the
-same graph set its handle (CUDA 12.4+), through the driver API of ``cuda.bindings``.
+same graph set its handle (CUDA 12.5+), through the driver API of ``cuda.bindings``.
 
 CuPy 14 captures graphs but cannot add conditional nodes, so this module adds them to the graph
 CuPy's stream is capturing, the way ``cuda.core``'s graph builder does: a handle created on the
@@ -85,7 +85,7 @@ def _capturing(stream: cp.cuda.Stream) -> tuple[Any, Any, Any, int]:
         )
     )
     if status != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
-        raise RuntimeError("conditional nodes are added to a stream that is capturing a graph")
+        raise RuntimeError(f"stream {stream.ptr:#x} is not capturing a graph: no conditional node")
     return graph, dependencies, edges, count
 
 
@@ -130,7 +130,7 @@ def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
     inner = cp.cuda.Stream(non_blocking=True)
     _checked(
         driver.cuStreamBeginCaptureToGraph(
-            driver.CUstream(inner.ptr), body, None, None, 0, _RELAXED()
+            driver.CUstream(inner.ptr), body, None, None, 0, _relaxed()
         )
     )
     try:
@@ -174,7 +174,7 @@ def decided(
     driver = _driver()
     capture = cp.cuda.Stream(non_blocking=True)
     on_capture = driver.CUstream(capture.ptr)
-    _checked(driver.cuStreamBeginCapture(on_capture, _RELAXED()))
+    _checked(driver.cuStreamBeginCapture(on_capture, _relaxed()))
     try:
         with capture:
             enqueue(capture)
@@ -200,7 +200,7 @@ def _updated(executable: Any, graph: Any) -> bool:
     return status == _driver().CUresult.CUDA_SUCCESS
 
 
-def _RELAXED() -> Any:  # noqa: N802  (as CuPy captures)
+def _relaxed() -> Any:  # (the mode CuPy captures in)
     return _driver().CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 
 
