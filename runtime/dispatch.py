@@ -112,10 +112,15 @@ def cupy_matrix_product(
     if level.kind == "fp32":
         return device.cupy_module().matmul(a, b)
     if level.kind == "policy":
-        chosen = auto.on_gpu(*shape, 1, "matrix", _gpu())
-        return _on_gpu(a, b, chosen, keep, on_native, plain=True)
+        return _on_gpu(a, b, auto_route_on_gpu(*shape), keep, on_native, plain=True)
     replayed = _replayed(a, b, level, keep)
     return replayed if replayed is not None else run(a, b, route(a, b, level), keep, on_native)
+
+
+def auto_route_on_gpu(m: int, k: int, n: int) -> Route:
+    """The route "auto" takes for an m x k x n product of two float32 CuPy matrices (as
+    ``cupy_matrix_product`` asks it)."""
+    return auto.on_gpu(m, k, n, 1, "matrix", _gpu())
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> Route:

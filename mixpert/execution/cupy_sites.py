@@ -10,7 +10,9 @@ one CUDA graph (``mixpert.replay``).
   stream): the plan cache's ``CapturedProduct`` (``cuda.backend.captured_plan``), looked up
   once per op and signature and kept in the op's table (``_tables``), so a call skips
   dispatch's checks and the cache's lookup;
-- other levels, "auto", kept packs, records and DEBUG logging take the general path.
+- an "auto" site takes the route "auto" chose for its shape the first time (``_auto``): native
+  float32 as ``cupy.matmul``, level IV by the op's plan with the route's fallback;
+- other levels and routes, kept packs, records and DEBUG logging take the general path.
 
 While this thread captures a whole call (``capturing``), a site runs what a graph can hold,
 with the bits of the direct call: level fp32 as CuPy's own cuBLAS call made directly
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mixpert.runtime import device, dispatch, plan_cache
+from mixpert.runtime.auto import Fallback, Route
 from mixpert.runtime.levels import Level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
@@ -45,6 +48,8 @@ _MISSING = object()
 # op index -> (m, k, n, level name, device, stream) -> the CapturedProduct serving it, or None
 # where none does (the product runs on the general path)
 _tables: dict[int, dict[tuple[Any, ...], Any]] = {}
+# op index -> (m, k, n, device) -> the route "auto" took there (``_auto``)
+_routes: dict[int, dict[tuple[int, ...], Route]] = {}
 
 
 class _Mode(threading.local):
@@ -96,10 +101,43 @@ def product(op_index: int, a: Any, b: Any) -> Any | None:
                 return c
         return dispatch.cupy_matrix_product(a, b, level, keep)
     keep = keep_for(op_index, a, b) if kind == "policy" else KEEP_NOTHING  # ("auto" may pack)
+    if kind == "policy" and keep is KEEP_NOTHING and m and k and n:
+        c = _auto(op_index, a, b, (m, k, n))
+        if c is not None:
+            return c
     return dispatch.cupy_matrix_product(a, b, level, keep)
 
 
-def _planned(op_index: int, a: Any, b: Any, level: Level, shape: tuple[int, int, int]) -> Any:
+def _auto(op_index: int, a: Any, b: Any, shape: tuple[int, int, int]) -> Any:
+    """a @ b at "auto" by the route it took for this op and shape before (``auto.on_gpu``
+    asked once: its rules read the shape alone, and the free memory, which a plan already
+    made no longer needs): native float32 as ``cupy.matmul``, an INT8 level by the op's plan
+    with the route's fallback; None for other routes (the general path)."""
+    here = device.cupy_module().cuda.runtime.getDevice()
+    routes = _routes.get(op_index)
+    if routes is None:
+        routes = _routes.setdefault(op_index, {})
+    route = routes.get((*shape, here))
+    if route is None:
+        route = dispatch.auto_route_on_gpu(*shape)
+        if len(routes) >= TABLE_ENTRIES:
+            routes.clear()
+        routes[(*shape, here)] = route
+    if route.level.kind == "fp32":
+        return device.cupy_module().matmul(a, b)
+    if route.level.kind == "int8":
+        return _planned(op_index, a, b, route.level, shape, route.fallback)
+    return None
+
+
+def _planned(
+    op_index: int,
+    a: Any,
+    b: Any,
+    level: Level,
+    shape: tuple[int, int, int],
+    fallback: Fallback | None = None,
+) -> Any:
     """a @ b replayed by the op's plan for this signature; None where none serves."""
     if not plan_cache.enabled():  # (read each call, as the cache reads it)
         return None
@@ -107,13 +145,14 @@ def _planned(op_index: int, a: Any, b: Any, level: Level, shape: tuple[int, int,
     here = cp.cuda.runtime.getDevice()
     if a.data.device_id != here or b.data.device_id != here:
         return None
-    key = (*shape, level.name, here, cp.cuda.get_current_stream().ptr)
+    rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
+    key = (*shape, level.name, rule, here, cp.cuda.get_current_stream().ptr)
     table = _tables.get(op_index)
     if table is None:
         table = _tables.setdefault(op_index, {})
     plan = table.get(key, _MISSING)
     if plan is _MISSING:
-        plan = _find_plan(*shape, level)
+        plan = _find_plan(*shape, level, fallback)
         if len(table) >= TABLE_ENTRIES:
             table.clear()
         table[key] = plan
@@ -125,12 +164,13 @@ def _planned(op_index: int, a: Any, b: Any, level: Level, shape: tuple[int, int,
     return c
 
 
-def _find_plan(m: int, k: int, n: int, level: Level) -> Any:
-    """The plan cache's ``CapturedProduct`` for m x k x n at ``level`` on the current device
-    and stream (made now if new; ``cuda.backend.captured_plan``), or None where none serves or
-    the backend offers no lookup (the general path then finds the same plan each call)."""
+def _find_plan(m: int, k: int, n: int, level: Level, fallback: Fallback | None = None) -> Any:
+    """The plan cache's ``CapturedProduct`` for m x k x n at ``level`` (with "auto"'s
+    ``fallback``) on the current device and stream (made now if new;
+    ``cuda.backend.captured_plan``), or None where none serves or the backend offers no lookup
+    (the general path then finds the same plan each call)."""
     lookup = getattr(_backend(), "captured_plan", None)
-    return None if lookup is None else lookup(m, k, n, level)
+    return None if lookup is None else lookup(m, k, n, level, fallback)
 
 
 def _captured(op_index: int, a: Any, b: Any) -> Any:
@@ -172,8 +212,10 @@ def _captured_stack(op_index: int, a: Any, b: Any) -> Any:
 
 
 def clear() -> None:
-    """Forgets every op's plans (``mixpert.clear_cache``: the cache releases them)."""
+    """Forgets every op's plans and routes (``mixpert.clear_cache``: the cache releases the
+    plans)."""
     _tables.clear()
+    _routes.clear()
 
 
 dispatch.on_clear_cache(clear)

@@ -163,7 +163,7 @@ def test_an_int8_site_replays_its_ops_plan_found_once_a_signature(cp, monkeypatc
     made: list[tuple[Any, ...]] = []
     plans: list[Plan] = []
 
-    def captured_plan(m: int, k: int, n: int, level: Any) -> Plan:
+    def captured_plan(m: int, k: int, n: int, level: Any, fallback: Any = None) -> Plan:
         made.append((m, k, n, level.name))
         plans.append(Plan())
         return plans[-1]
@@ -194,6 +194,53 @@ def test_an_int8_site_replays_its_ops_plan_found_once_a_signature(cp, monkeypatc
     mixpert.clear_cache()  # the op's table forgotten
     f(x, w)
     assert len(made) == 4
+
+
+def test_an_auto_site_asks_its_route_once_a_shape(cp, monkeypatch) -> None:
+    """ "auto": the route for an op and shape is asked once; native float32 is CuPy's product,
+    level IV the op's plan made with the route's fallback; other routes take the general path;
+    ``clear_cache`` forgets the routes."""
+    from mixpert.runtime import auto
+
+    asked: list[tuple[int, int, int]] = []
+    routes = {4: auto.NATIVE_ON_GPU, 8: auto.EMULATED_ON_GPU, 16: auto.ORDERED_ON_GPU}
+
+    def route(m: int, k: int, n: int) -> auto.Route:
+        asked.append((m, k, n))
+        return routes[m]
+
+    made: list[tuple[Any, ...]] = []
+
+    def captured_plan(m: int, k: int, n: int, level: Any, fallback: Any = None) -> Any:
+        made.append((m, level.name, fallback))
+        return lambda a, b: Array(a.values @ b.values)
+
+    general: list[str] = []
+    monkeypatch.setattr(dispatch, "auto_route_on_gpu", route)
+    monkeypatch.setattr(
+        cupy_sites, "_backend", lambda: SimpleNamespace(captured_plan=captured_plan)
+    )
+    monkeypatch.setattr(
+        dispatch,
+        "cupy_matrix_product",
+        lambda a, b, level, keep=None: general.append(level.name) or Array(a.values @ b.values),
+    )
+
+    def one(x, w):
+        return x @ w
+
+    f = at("auto", one)
+    w = Array(f32(4, 4))
+    for m in (4, 8, 16, 4, 8, 16):
+        x = Array(f32(m, 4))
+        np.testing.assert_array_equal(f(x, w).values, x.values @ w.values)
+    assert asked == [(4, 4, 4), (8, 4, 4), (16, 4, 4)]  # once a shape
+    assert cp.products == [(4, 4, 4), (4, 4, 4)]  # native: CuPy's own product
+    assert made == [(8, "IV", auto.EMULATED_ON_GPU.fallback)]  # the op's plan, kept
+    assert general == ["auto", "auto"]  # fp32-ordered: the general path
+    mixpert.clear_cache()
+    f(Array(f32(4, 4)), w)
+    assert asked[-1] == (4, 4, 4) and len(asked) == 4
 
 
 def test_without_the_backends_lookup_an_int8_site_takes_the_general_path(cp, monkeypatch) -> None:
