@@ -342,7 +342,10 @@ class _Group:
         self.low = min(low for low, _ in spans)
         self.size = max(low + size for low, size in spans) - self.low
         (_, first), = members[:1]  # fmt: skip
-        whole = len(members) == 1 and first.nbytes == self.size
+        # one array that is its whole span in C or F order: a new array of that order; any
+        # other layout (a reversed or permuted view fills its span too) keeps its strides
+        contiguous = first.flags.c_contiguous or first.flags.f_contiguous
+        whole = len(members) == 1 and first.nbytes == self.size and contiguous
         self.order = ("C" if first.flags.c_contiguous else "F") if whole else None
 
     def take(self, own: list[Any], stream: Any) -> None:

@@ -355,6 +355,20 @@ def test_views_and_offsets_keep_their_layout() -> None:
     assert len(graphs(replayed)) >= 3 and all(g is not None for g in graphs(replayed))
 
 
+def reversed_rows(x, w):
+    return (x @ w)[::-1]
+
+
+def test_a_result_that_fills_its_memory_in_neither_order_keeps_its_strides() -> None:
+    """A reversed view fills its span but is neither C- nor F-ordered: copied out as bytes with
+    its strides, not as a new array of some order (which would reverse its rows back)."""
+    direct, replayed = native_pair(reversed_rows)
+    for _ in range(3):
+        x, w = gpu(5, 4), gpu(4, 3)
+        assert same(host(replayed(x, w)), host(direct(x, w)))
+    assert graphs(replayed)[0] is not None
+
+
 def step(x, w, out):
     out[...] = np.tanh(x @ w)
     x *= np.float32(0.5)
