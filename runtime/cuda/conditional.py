@@ -11,6 +11,7 @@ with ``cudaGraphSetConditional`` (``decide.cu``); its value is the data's alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -95,8 +96,8 @@ def _context(stream: cp.cuda.Stream) -> Any:
 
 
 def handle(stream: cp.cuda.Stream) -> int:
-    """A new conditional handle of the graph ``stream`` is capturing, 0 at each launch until a
-    kernel sets it."""
+    """A new conditional handle of the graph ``stream`` is capturing (a kernel of the graph
+    sets it at each launch, before the node that reads it)."""
     graph = _capturing(stream)[0]
     created = _checked(_driver().cuGraphConditionalHandleCreate(graph, _context(stream), 0, 0))
     return int(created[0])
@@ -140,13 +141,20 @@ def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
         _checked(driver.cuStreamEndCapture(driver.CUstream(inner.ptr)))
 
 
-# Executable graphs of ``decided``, one per key (device, the caller's kind and shape): each
-# call captures its graph afresh (its kernels read the call's arrays) and updates the
-# executable one in place. Destroying an executable graph waits for the GPU, so none is
-# destroyed while products run, only replaced where an update fails (kept till clear_graphs).
-_executables: dict[tuple[Any, ...], Any] = {}
-_replaced: list[Any] = []
+# Executable graphs of ``decided``, a few per key (device, the caller's kind and shape): each
+# call captures its graph afresh (its kernels read the call's arrays) and updates in place one
+# whose last launch has run, so no launch in flight is touched and two streams never queue
+# behind one executable graph. Destroying an executable graph waits for the GPU, so none is
+# destroyed while products run (clear_graphs does it).
+_executables: dict[tuple[Any, ...], list[_Executable]] = {}
 _executables_lock = threading.Lock()
+EXECUTABLES_PER_KEY = 8  # launches of one shape in flight at once before one is updated anyway
+
+
+@dataclasses.dataclass
+class _Executable:
+    handle: Any  # CUgraphExec
+    launched: cp.cuda.Event | None = None  # recorded behind its last launch
 
 
 def decided(
@@ -155,7 +163,7 @@ def decided(
     """On the current stream: ``decide(*handles)`` enqueues a kernel that sets one handle per
     branch, then each branch's work runs where its handle is set. Where the stream is
     capturing a graph, the nodes go into it; else into a small graph captured now and launched
-    on the stream, through the executable graph kept for ``key`` (the same kernels for every
+    on the stream through an executable graph kept for ``key`` (the same kernels for every
     call of that key): no host synchronisation either way. In that small graph the branches
     must not allocate (their buffers come from the caller, before): a block freed once the
     capture ends could be handed out again before the graph runs."""
@@ -178,20 +186,34 @@ def decided(
     try:
         with capture:
             enqueue(capture)
-    finally:
-        (graph,) = _checked(driver.cuStreamEndCapture(on_capture))
+    except BaseException:
+        status, graph = driver.cuStreamEndCapture(on_capture)  # (what was captured: dropped)
+        if status == driver.CUresult.CUDA_SUCCESS and graph:
+            driver.cuGraphDestroy(graph)
+        raise
+    (graph,) = _checked(driver.cuStreamEndCapture(on_capture))
     try:
         with _executables_lock:
-            key = (cp.cuda.runtime.getDevice(), *key)
-            executable = _executables.get(key)
-            if executable is None or not _updated(executable, graph):
-                if executable is not None:
-                    _replaced.append(executable)
-                (executable,) = _checked(driver.cuGraphInstantiate(graph, 0))
-                _executables[key] = executable
-            _checked(driver.cuGraphLaunch(executable, driver.CUstream(stream.ptr)))
+            executable = _executable_for((cp.cuda.runtime.getDevice(), *key), graph)
+            _checked(driver.cuGraphLaunch(executable.handle, driver.CUstream(stream.ptr)))
+            executable.launched = stream.record(cp.cuda.Event(disable_timing=True))
     finally:
         _checked(driver.cuGraphDestroy(graph))  # (the template: the executable one is apart)
+
+
+def _executable_for(key: tuple[Any, ...], graph: Any) -> _Executable:
+    """An executable graph of ``key`` now running ``graph``'s parameters: one whose last launch
+    has run, updated; else a new one (past EXECUTABLES_PER_KEY, the oldest, updated)."""
+    pool = _executables.setdefault(key, [])
+    idle = [e for e in pool if e.launched is None or e.launched.done]
+    if idle and _updated(idle[0].handle, graph):
+        return idle[0]
+    if len(pool) >= EXECUTABLES_PER_KEY and not idle and _updated(pool[0].handle, graph):
+        pool.append(pool.pop(0))  # (the next one asked is the next oldest)
+        return pool[-1]
+    (created,) = _checked(_driver().cuGraphInstantiate(graph, 0))
+    pool.append(_Executable(created))
+    return pool[-1]
 
 
 def _updated(executable: Any, graph: Any) -> bool:
@@ -209,10 +231,10 @@ def clear_graphs() -> None:
     (``mixpert.clear_cache``)."""
     driver = _driver()
     with _executables_lock:
-        if not (_executables or _replaced):
+        if not _executables:
             return
         cp.cuda.Device().synchronize()
-        for executable in [*_executables.values(), *_replaced]:
-            _checked(driver.cuGraphExecDestroy(executable))
+        for pool in _executables.values():
+            for executable in pool:
+                _checked(driver.cuGraphExecDestroy(executable.handle))
         _executables.clear()
-        _replaced.clear()
