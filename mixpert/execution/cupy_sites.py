@@ -192,7 +192,7 @@ def _captured(op_index: int, a: Any, b: Any) -> Any:
         sliced = _sliced()
         if device.cupy_module().cuda.get_current_stream().is_capturing():
             return sliced.int8_product_deciding_on_gpu(a, b, level, fallback)
-        sliced.warm_deciding(a, b)
+        _auto_fallback().warm_deciding(a, b)
     return _backend().product_at_level(a, b, level, keep, fallback)
 
 
@@ -233,6 +233,13 @@ def _sliced() -> ModuleType:
     from mixpert.runtime.cuda import sliced
 
     return sliced
+
+
+@functools.cache
+def _auto_fallback() -> ModuleType:
+    from mixpert.runtime.cuda import auto_fallback
+
+    return auto_fallback
 
 
 @functools.cache

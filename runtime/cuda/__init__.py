@@ -12,7 +12,8 @@
   call of NumPy code, a compiled product's operands and result);
 - ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, the INT8 algorithm choice);
 - ``captured``, ``conditional``: products replayed as one CUDA graph (the plan cache's plans)
-  and "auto"'s fallback decided in a graph's conditional nodes; ``graph_gemm``: CuPy's own
+  and work run in a graph's conditional nodes; ``auto_fallback``: level "auto"'s float32 GEMM
+  after packing and where it is decided (on the GPU, else the host); ``graph_gemm``: CuPy's own
   cuBLAS call made where a graph is being captured;
 - shared by them: ``build`` (the two NVRTC modules), ``sources`` (their CUDA C, from the
   ``.cu``/``.cuh`` files of kernels/ behind a prelude of ``#define``s), ``geometry`` (the launch

@@ -19,6 +19,7 @@ from ..combine import int32_k_block
 from ..levels import Kind, Level
 from ..plan_cache import PlanCache
 from . import conditional, iv_blocks
+from .auto_fallback import unresolved_counts
 from .calibrate import crossovers  # "auto"'s crossovers as measured on this GPU's model
 from .captured import CapturedProduct, capturable, conditional_nodes
 from .convert import as_float32
@@ -32,7 +33,6 @@ from .sliced import (
     int8_product,
     int8_product_stack,
     sum_blocking,
-    unresolved_counts,
 )
 
 if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)

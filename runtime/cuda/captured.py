@@ -22,7 +22,7 @@ import cupy as cp
 import numpy as np
 
 from ..levels import Level
-from . import conditional, sliced
+from . import auto_fallback, conditional, sliced
 
 if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
     from ..auto import Fallback
@@ -77,7 +77,7 @@ class CapturedProduct:
             else:
                 sliced.int8_product(self.a, self.b, level, fallback=fallback)
             if fallback is not None:
-                sliced.warm_deciding(self.a, self.b)
+                auto_fallback.warm_deciding(self.a, self.b)
             side = cp.cuda.Stream(non_blocking=True)  # B's packs beside A's (a fork in the graph)
             capture.begin_capture()
             try:

@@ -24,6 +24,7 @@ from .. import blocks, bypass, workspace
 from ..combine import overflow_slack
 from ..levels import Level, triangle
 from . import build, conditional, launch, tn_gemm
+from .auto_fallback import fallback_sgemm
 from .convert import WIDEN, conversion
 from .geometry import (
     BLOCKS_BUSY_SHAPES,
@@ -37,7 +38,6 @@ from .geometry import (
 )
 from .launch import c_contiguous, flag_counts, free_bytes, vector_suffix
 from .packs import deep_argument
-from .sliced import fallback_sgemm
 
 if TYPE_CHECKING:  # (the rule comes with the route: this module never asks auto)
     from ..auto import Fallback

@@ -19,9 +19,9 @@ bypass aside):
    per block of rows; then ``bypass_lines`` recomputes the flagged lines in order.
 
 Under level "auto", ``int8_product`` falls back to a float32 GEMM where the route's
-``auto.Fallback`` says so of the lines to recompute exactly: decided on the GPU where graphs take
-conditional nodes (``conditional.decided``, ``decide.cu``), else on the host
-(``_mostly_exact``). Everything runs on the caller's current stream.
+``auto.Fallback`` says so of the lines to recompute exactly (``auto_fallback``: decided on the
+GPU where graphs take conditional nodes, else on the host). Everything runs on the caller's
+current stream.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .. import fp16split, pack_reuse, workspace
 from ..combine import int32_k_block, overflow_slack
 from ..levels import LEVELS, Level
 from ..packer import pair_exponent
-from . import build, conditional, fused, tn_gemm
+from . import auto_fallback, build, conditional, fused, tn_gemm
 from .convert import ACCUMULATE, conversion
 from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
 from .launch import flag_counts
@@ -305,11 +305,11 @@ def int8_product(
     Class sums and combine run in blocks of A's rows (``sum_blocking``). With a ``fallback``
     (level "auto"'s route), cuBLAS SGEMM where it says so of the lines to recompute exactly
     (``on_native`` is called when it runs). Where graphs have conditional nodes and no one
-    asks to be told, the GPU decides (``_sgemm_where_the_gpu_decides``) and the host never
-    waits. Else the host learns the packs' flag counts through an asynchronous copy and waits
-    for that copy alone, with the first CLASSES_BEFORE_ASKING classes' GEMMs already queued:
-    waiting for the whole stream left the GPU idle while the host launched the rest (0.3-0.47
-    ms a call on an H100 at n = 3072-8192)."""
+    asks to be told, the GPU decides (``auto_fallback.sgemm_where_the_gpu_decides``) and the
+    host never waits. Else the host learns the packs' flag counts through an asynchronous copy
+    and waits for that copy alone, with the first CLASSES_BEFORE_ASKING classes' GEMMs already
+    queued: waiting for the whole stream left the GPU idle while the host launched the rest
+    (0.3-0.47 ms a call on an H100 at n = 3072-8192)."""
     if side is not None and keep == pack_reuse.KEEP_NOTHING:
         a_pack, b_pack = packs_on_two_streams(a, b, level, side)
     else:
@@ -317,14 +317,14 @@ def int8_product(
     c = cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32)
     if fallback is not None and on_native is None and conditional.usable():
         _emulate_into(c, a_pack, b_pack, a, b, level)
-        _sgemm_where_the_gpu_decides(a, b, c, a_pack, b_pack, fallback)
+        auto_fallback.sgemm_where_the_gpu_decides(a, b, c, a_pack, b_pack, fallback)
         return c
     read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
         if read_counts is None or fallback is None:
             return True
-        return not _mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
+        return not auto_fallback.mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
         if _emulate_into(c, a_pack, b_pack, a, b, level, proceed):
@@ -334,7 +334,7 @@ def int8_product(
             read_counts()
     if on_native is not None:
         on_native()
-    return fallback_sgemm(a, b, c)
+    return auto_fallback.fallback_sgemm(a, b, c)
 
 
 def _packs(
@@ -405,39 +405,6 @@ def _emulate_into(
     return _sums_and_combine(blocks, level, proceed)
 
 
-def _sgemm_where_the_gpu_decides(
-    a: cp.ndarray,
-    b: cp.ndarray,
-    c: cp.ndarray,
-    a_pack: PackedOperand,
-    b_pack: PackedOperand,
-    fallback: Fallback,
-) -> None:
-    """C overwritten by the float32 GEMM where "auto"'s ``fallback`` takes it, decided on the
-    GPU: a small graph, captured for this call, of the decide kernel and a conditional node
-    holding the GEMM, launched behind the level's product (already in C). No host
-    synchronisation; where the GEMM runs, the level's work was spent for nothing (data whose
-    unresolved lines would cover most of C are rare). The GEMM's operands and workspace come
-    from the caller's stream before the capture, so the graph allocates nothing."""
-    (m, k), n = a.shape, b.shape[1]
-    a_ready, b_ready = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
-    workspace = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
-
-    def decide(sgemm: int) -> None:
-        _launch_decide("decide_sgemm", (sgemm,), a_pack, b_pack, fallback)
-
-    sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, workspace)
-    conditional.decided(("int8 fallback", m, k, n), decide, sgemm)
-
-
-def fallback_sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> cp.ndarray:
-    """ "auto"'s float32 GEMM in place of an INT8 level, into ``c``: cuBLASLt's, which a graph
-    captures too, so a replayed call gives the direct call's bits (``tn_gemm.sgemm``)."""
-    a, b = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
-    tn_gemm.sgemm(a, b, c)
-    return c
-
-
 def int8_product_deciding_on_gpu(
     a: cp.ndarray,
     b: cp.ndarray,
@@ -458,85 +425,15 @@ def int8_product_deciding_on_gpu(
     c = cp.empty((m, n), dtype=cp.float32)
 
     def decide(emulate: int, sgemm: int) -> None:
-        _launch_decide("decide_fallback", (emulate, sgemm), a_pack, b_pack, fallback)
+        auto_fallback.launch_decide("decide_fallback", (emulate, sgemm), a_pack, b_pack, fallback)
 
     conditional.decided(
         ("int8 deciding", level.name, m, a.shape[1], n),
         decide,
         lambda: _emulate_into(c, a_pack, b_pack, a, b, level),
-        lambda: fallback_sgemm(a, b, c),
+        lambda: auto_fallback.fallback_sgemm(a, b, c),
     )
     return c
-
-
-DECIDE_THREADS = 1024  # decide.cu's block: it counts the flagged lines itself
-
-
-def _launch_decide(
-    kernel: str,
-    handles: tuple[int, ...],
-    a_pack: PackedOperand,
-    b_pack: PackedOperand,
-    fallback: Fallback,
-) -> None:
-    """``decide.cu``'s ``kernel``: sets ``handles`` from the packs' flags (NaN/Inf lines told
-    apart by ``PackedOperand.nan_inf``, which the packs made here always have)."""
-    if a_pack.nan_inf is None or b_pack.nan_inf is None:
-        raise ValueError("the GPU decides from packs that know their NaN/Inf lines")
-    m, n = a_pack.lines, b_pack.lines
-    build.decide_module().get_function(kernel)(
-        (1,), (DECIDE_THREADS,),
-        (*map(np.uint64, handles), a_pack.flagged, b_pack.flagged, a_pack.nonfinite,
-         a_pack.nan_inf, np.int32(m), b_pack.nonfinite, b_pack.nan_inf, np.int32(n),
-         np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
-    )  # fmt: skip
-
-
-def warm_deciding(a: cp.ndarray, b: cp.ndarray) -> None:
-    """Builds, uncaptured, what ``int8_product_deciding_on_gpu`` runs beyond ``int8_product``:
-    the decide module and the float32 GEMM's algorithm."""
-    build.decide_module().get_function("decide_fallback")
-    fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
-
-
-def _mostly_exact(
-    a: cp.ndarray,
-    b: cp.ndarray,
-    a_pack: PackedOperand,
-    b_pack: PackedOperand,
-    flagged: tuple[int, int],
-    fallback: Fallback,
-) -> bool:
-    """Whether ``fallback`` takes SGEMM for this product's unresolved lines. The packs' flag
-    counts, ``flagged`` (NaN/Inf or unresolved lines), come first; only where they alone would
-    take it are NaN/Inf lines told apart (one pass over A and B, synchronising)."""
-    m, n = a_pack.lines, b_pack.lines
-    if not fallback.takes_sgemm(*flagged, m, n):
-        return False
-    return fallback.takes_sgemm(*unresolved_counts(a, b, a_pack, b_pack), m, n)
-
-
-def unresolved_counts(
-    a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
-) -> tuple[int, int]:
-    """(rows, columns) the packs flag that hold no NaN/Inf: the unresolved ones."""
-    rows, cols = _unresolved(a, b, a_pack, b_pack)
-    return int(rows), int(cols)
-
-
-def _unresolved(
-    a: cp.ndarray, b: cp.ndarray, a_pack: PackedOperand, b_pack: PackedOperand
-) -> tuple[cp.ndarray, cp.ndarray]:
-    """``unresolved_counts`` left on the device (two int64 scalars): from the packs' NaN/Inf
-    lines where they know them (``PackedOperand.nan_inf``), else from a pass over A and B
-    (a column reduction of a row-major B costs more than a whole small product)."""
-    if a_pack.nan_inf is not None and b_pack.nan_inf is not None:
-        rows = (a_pack.nonfinite != 0) & (a_pack.nan_inf == 0)
-        cols = (b_pack.nonfinite != 0) & (b_pack.nan_inf == 0)
-    else:
-        rows = (a_pack.nonfinite != 0) & cp.isfinite(a).all(axis=1)
-        cols = (b_pack.nonfinite != 0) & cp.isfinite(b).all(axis=0)
-    return rows.sum(), cols.sum()
 
 
 def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:

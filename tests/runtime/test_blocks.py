@@ -342,7 +342,7 @@ def test_auto_takes_sgemm_where_the_listed_lines_cost_more_than_iv_blocks_saves(
 
 def _fallback_sgemm(a, b):
     """ "auto"'s float32 GEMM in place of IV-blocks (cuBLASLt's, as a graph runs it)."""
-    from mixpert.runtime.cuda.sliced import fallback_sgemm
+    from mixpert.runtime.cuda.auto_fallback import fallback_sgemm
 
     cp = device.cupy_module()
     return fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))

@@ -16,6 +16,7 @@ if not device.gpu_available():
 import cupy as cp  # noqa: E402
 
 from mixpert.runtime.cuda import backend  # noqa: E402
+from mixpert.runtime.cuda.auto_fallback import fallback_sgemm  # noqa: E402
 from mixpert.runtime.cuda.native import native_gemm  # noqa: E402
 from mixpert.runtime.cuda.packs import (  # noqa: E402
     A_SIDE,
@@ -29,7 +30,7 @@ from mixpert.runtime.cuda.packs import (  # noqa: E402
     pack_int8,
     pack_int8_columns,
 )
-from mixpert.runtime.cuda.sliced import fallback_sgemm, int8_product  # noqa: E402
+from mixpert.runtime.cuda.sliced import int8_product  # noqa: E402
 from mixpert.runtime.cuda.tn_gemm import CUDA_R_32F  # noqa: E402
 
 INT8_LEVELS = [level.name for level in LADDER if level.kind == "int8"]
