@@ -45,6 +45,7 @@ class MatmulPlan:
         self.level = self.route.level  # "auto" resolved
         self.shapes = (tuple(a.shape), tuple(b.shape))
         self._captured: Any = None
+        self.released = False
         if self.route.backend == "cuda" and _float32_cupy(a, b):
             from .cuda.captured import CapturedProduct, capturable
 
@@ -60,6 +61,12 @@ class MatmulPlan:
 
     def execute(self, a: Any, b: Any) -> Any:
         """``a @ b`` as planned, a new array each call (the operands are only read)."""
+        if self.released:
+            (m, k), n = self.shapes[0], self.shapes[1][1]
+            raise ValueError(
+                f"this MatmulPlan ({m} x {k} @ {k} x {n}, level {self.level.name}) was released "
+                "(release() or the end of its with block): make a new one, or call mixpert.matmul"
+            )
         for name, x, shape in (("a", a, self.shapes[0]), ("b", b, self.shapes[1])):
             if tuple(getattr(x, "shape", ())) != shape:
                 raise ValueError(
@@ -76,7 +83,9 @@ class MatmulPlan:
     __call__ = execute
 
     def release(self) -> None:
-        """Gives the plan's device memory back (once the GPU has run what it queued)."""
+        """Gives the plan's device memory back (once the GPU has run what it queued); the plan
+        executes no more."""
+        self.released = True
         if self._captured is not None:
             self._captured.release()
             self._captured = None
@@ -90,6 +99,7 @@ class MatmulPlan:
     def __repr__(self) -> str:
         (m, k), n = self.shapes[0], self.shapes[1][1]
         how = "one CUDA graph" if self.captured else self.route.backend
+        how = "released" if self.released else how
         return f"MatmulPlan({m} x {k} @ {k} x {n}, level {self.level.name}, {how})"
 
 

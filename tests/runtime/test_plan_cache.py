@@ -104,6 +104,8 @@ def test_matmul_plan_on_the_cpu_gives_matmul_bits_and_checks_shapes() -> None:
         with pytest.raises(ValueError, match=r"operand a has shape \(41, 30\)"):
             product.execute(np.ones((41, 30), np.float32), b)
     assert "level IV" in repr(product)
+    with pytest.raises(ValueError, match="was released"):  # (as a closed file)
+        product(a, b)
     with pytest.raises(ValueError, match="operand b has shape"):
         mixpert.MatmulPlan(a, b[0], level="IV")
     with pytest.raises(ValueError, match=r"must equal b.shape\[0\]"):
