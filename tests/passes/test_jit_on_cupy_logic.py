@@ -150,6 +150,18 @@ def test_which_arguments_keep_an_entry(cp) -> None:
     assert g._entries == {}
 
 
+def general_path(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The levels of the products that took dispatch's general path, in order (computed on
+    the stand-in's host data)."""
+    general: list[str] = []
+    monkeypatch.setattr(
+        dispatch,
+        "cupy_matrix_product",
+        lambda a, b, level, keep=None: general.append(level.name) or Array(a.values @ b.values),
+    )
+    return general
+
+
 def test_an_int8_site_replays_its_ops_plan_found_once_a_signature(cp, monkeypatch) -> None:
     class Plan:
         def __init__(self) -> None:
@@ -168,15 +180,10 @@ def test_an_int8_site_replays_its_ops_plan_found_once_a_signature(cp, monkeypatc
         plans.append(Plan())
         return plans[-1]
 
-    general: list[str] = []
     monkeypatch.setattr(
         cupy_sites, "_backend", lambda: SimpleNamespace(captured_plan=captured_plan)
     )
-    monkeypatch.setattr(
-        dispatch,
-        "cupy_matrix_product",
-        lambda a, b, level, keep=None: general.append(level.name) or Array(a.values @ b.values),
-    )
+    general = general_path(monkeypatch)
 
     def one(x, w):
         return x @ w
@@ -215,16 +222,11 @@ def test_an_auto_site_asks_its_route_once_a_shape(cp, monkeypatch) -> None:
         made.append((m, level.name, fallback))
         return lambda a, b: Array(a.values @ b.values)
 
-    general: list[str] = []
     monkeypatch.setattr(dispatch, "auto_route_on_gpu", route)
     monkeypatch.setattr(
         cupy_sites, "_backend", lambda: SimpleNamespace(captured_plan=captured_plan)
     )
-    monkeypatch.setattr(
-        dispatch,
-        "cupy_matrix_product",
-        lambda a, b, level, keep=None: general.append(level.name) or Array(a.values @ b.values),
-    )
+    general = general_path(monkeypatch)
 
     def one(x, w):
         return x @ w
@@ -244,13 +246,8 @@ def test_an_auto_site_asks_its_route_once_a_shape(cp, monkeypatch) -> None:
 
 
 def test_without_the_backends_lookup_an_int8_site_takes_the_general_path(cp, monkeypatch) -> None:
-    general: list[str] = []
     monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace())  # (no captured_plan)
-    monkeypatch.setattr(
-        dispatch,
-        "cupy_matrix_product",
-        lambda a, b, level, keep=None: general.append(level.name) or Array(a.values @ b.values),
-    )
+    general = general_path(monkeypatch)
 
     def one(x, w):
         return x @ w
