@@ -9,6 +9,7 @@ captures too, so a replayed call, an uncached one and the host-decided way give 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import cupy as cp
@@ -24,9 +25,18 @@ if TYPE_CHECKING:  # (the rule comes with the route: this module never asks auto
 def fallback_sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> cp.ndarray:
     """ "auto"'s float32 GEMM in place of an INT8 level, into ``c``: cuBLASLt's, which a graph
     captures too, so a replayed call gives the direct call's bits (``tn_gemm.sgemm``)."""
-    a, b = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
-    tn_gemm.sgemm(a, b, c)
+    prepared_sgemm(a, b, c)()
     return c
+
+
+def prepared_sgemm(a: cp.ndarray, b: cp.ndarray, c: cp.ndarray) -> Callable[[], None]:
+    """``fallback_sgemm``'s GEMM with what it needs made now, on the current stream: the
+    operands as cuBLASLt takes them (C-contiguous, aligned) and its workspace. The call then
+    allocates nothing, as a graph captured now and launched later needs."""
+    (m, k), n = a.shape, b.shape[1]
+    a, b = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
+    workspace = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
+    return functools.partial(tn_gemm.sgemm, a, b, c, workspace)
 
 
 def sgemm_where_the_gpu_decides(
@@ -41,16 +51,14 @@ def sgemm_where_the_gpu_decides(
     GPU: a small graph, captured for this call, of the decide kernel and a conditional node
     holding the GEMM, launched behind the level's product (already in C). No host
     synchronisation; where the GEMM runs, the level's work was spent for nothing (data whose
-    unresolved lines would cover most of C are rare). The GEMM's operands and workspace come
-    from the caller's stream before the capture, so the graph allocates nothing."""
+    unresolved lines would cover most of C are rare). The GEMM is prepared before the capture
+    (``prepared_sgemm``), so the graph allocates nothing."""
     (m, k), n = a.shape, b.shape[1]
-    a_ready, b_ready = (x if tn_gemm.sgemm_ready(x) else x.copy(order="C") for x in (a, b))
-    workspace = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
+    sgemm = prepared_sgemm(a, b, c)
 
-    def decide(sgemm: int) -> None:
-        launch_decide("decide_sgemm", (sgemm,), a_pack, b_pack, fallback)
+    def decide(handle: int) -> None:
+        launch_decide("decide_sgemm", (handle,), a_pack, b_pack, fallback)
 
-    sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, workspace)
     conditional.decided(("int8 fallback", m, k, n), decide, sgemm)
 
 

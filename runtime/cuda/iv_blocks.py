@@ -23,8 +23,8 @@ import numpy as np
 from .. import blocks, bypass, workspace
 from ..combine import overflow_slack
 from ..levels import Level, triangle
-from . import build, conditional, launch, tn_gemm
-from .auto_fallback import fallback_sgemm
+from . import build, conditional, launch
+from .auto_fallback import fallback_sgemm, prepared_sgemm
 from .convert import WIDEN, conversion
 from .geometry import (
     BLOCKS_BUSY_SHAPES,
@@ -176,8 +176,7 @@ def blocks_product(
             return fallback_sgemm(a, b, c)  # (cuBLASLt's: the GPU-decided way's bits)
     recompute = functools.partial(_recompute_listed, a, b, c, flagged_rows, flagged_cols, flagged)
     if fallback is not None and gpu_decides:
-        a_ready, b_ready = (x if tn_gemm.sgemm_ready(x) else x.copy() for x in (a, b))
-        gemm_space = cp.empty(tn_gemm.sgemm_workspace_bytes(m, k, n), dtype=cp.uint8)
+        sgemm = prepared_sgemm(a, b, c)
 
         def decide(bypass_handle: int, sgemm_handle: int) -> None:
             build.decide_module().get_function("decide_blocks")(
@@ -187,7 +186,6 @@ def blocks_product(
                  np.float64(fallback.exact_share), np.float64(fallback.row_entries)),
             )  # fmt: skip
 
-        sgemm = functools.partial(tn_gemm.sgemm, a_ready, b_ready, c, gemm_space)
         conditional.decided(("IV-blocks fallback", m, k, n), decide, recompute, sgemm)
         return c
     recompute()
