@@ -1,7 +1,7 @@
 """GPU time of each stage of a replayed INT8 product (GPU only): each stage captured as a graph
-of its own and replayed back to back, beside the whole plan's call, its graph alone, and cuBLAS
-SGEMM; microseconds a call. Where a replayed call loses to SGEMM at small n, this says which
-kernels the time goes to.
+of its own and replayed back to back, beside the whole plan's call, its graph alone (also with
+"auto"'s fallback decided in it), and cuBLAS SGEMM; microseconds a call. Where a replayed call
+loses to SGEMM at small n, this says which kernels the time goes to.
 
     python benchmarks/replay_stages.py [--sizes 1024 2048] [--level IV]
 """
@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import cupy as cp
 
+from mixpert.runtime.auto import EMULATED_FALLBACK
 from mixpert.runtime.cuda import fused, sliced
 from mixpert.runtime.cuda.captured import CapturedProduct
 from mixpert.runtime.cuda.packs import pack_a, pack_b, tops_and_exponents
@@ -60,10 +61,12 @@ def stages(n: int, level_name: str) -> dict[str, float]:
         a_pack, b_pack = pack_a(a, kexp, level, a_top), pack_b(b, kexp, level, b_top)
         c = cp.empty((n, n), dtype=cp.float32)
         plan = CapturedProduct(n, n, n, level)
+        auto_plan = CapturedProduct(n, n, n, level, EMULATED_FALLBACK)
         work = {
             "SGEMM (cupy a @ b)": lambda: a @ b,
             "plan call (copies + graph)": lambda: plan(a, b),
             "plan graph alone": lambda: plan._graph.launch(stream),
+            "plan graph alone, with auto's fallback": lambda: auto_plan._graph.launch(stream),
             "3 copies alone": as_graph(lambda: (plan.a.__setitem__(Ellipsis, a),
                                                 plan.b.__setitem__(Ellipsis, b),
                                                 c.__setitem__(Ellipsis, plan.c))),

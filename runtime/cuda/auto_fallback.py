@@ -88,7 +88,7 @@ def launch_decide(
 def warm_deciding(a: cp.ndarray, b: cp.ndarray) -> None:
     """Builds, uncaptured, what ``int8_product_deciding_on_gpu`` runs beyond ``int8_product``:
     the decide module and the float32 GEMM's algorithm."""
-    build.decide_module().get_function("decide_fallback")
+    build.decide_module().get_function("decide_sgemm")
     fallback_sgemm(a, b, cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32))
 
 

@@ -48,7 +48,7 @@ def usable() -> bool:
     if not available():
         return False
     try:
-        build.decide_module().get_function("decide_fallback")
+        build.decide_module().get_function("decide_sgemm")
     except Exception as error:
         _log.debug("no conditional nodes: decide.cu does not build or load (%s)", error)
         return False

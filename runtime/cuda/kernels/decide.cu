@@ -41,21 +41,8 @@ __device__ bool fallback_taken(const int* flagged_rows, const int* flagged_cols,
            takes_sgemm((double)unresolved[0], (double)unresolved[1], m, n, share, row_entries);
 }
 
-// A captured product: one node runs the level's products, the other the float32 GEMM.
-extern "C" __global__ void decide_fallback(
-    cudaGraphConditionalHandle emulate, cudaGraphConditionalHandle sgemm,
-    const int* flagged_rows, const int* flagged_cols, const int* row_flags,
-    const unsigned int* row_nan_inf, int m, const int* col_flags,
-    const unsigned int* col_nan_inf, int n, double share, double row_entries) {
-    bool take = fallback_taken(flagged_rows, flagged_cols, row_flags, row_nan_inf, m,
-                               col_flags, col_nan_inf, n, share, row_entries);
-    if (threadIdx.x != 0) return;
-    cudaGraphSetConditional(emulate, take ? 0u : 1u);
-    cudaGraphSetConditional(sgemm, take ? 1u : 0u);
-}
-
-// A product run uncaptured (the level's result already computed): a small graph whose one
-// node runs the float32 GEMM over it where the fallback is taken.
+// The level's result computed (or being computed beside it, in a captured product): the
+// conditional node after it runs the float32 GEMM over it where the fallback is taken.
 extern "C" __global__ void decide_sgemm(
     cudaGraphConditionalHandle sgemm, const int* flagged_rows, const int* flagged_cols,
     const int* row_flags, const unsigned int* row_nan_inf, int m, const int* col_flags,
