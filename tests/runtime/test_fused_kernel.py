@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import mixpert
 from mixpert.runtime import LADDER, device, dispatch, get_level
 from mixpert.testdata import gemmul8
 
@@ -73,15 +74,24 @@ def test_fused_stacks_have_each_pairs_cpu_bits(level):
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
-def test_a_stack_runs_one_fused_launch_and_no_int8_gemm(monkeypatch):
+@pytest.mark.parametrize("plans", ["0", "1"])
+def test_a_stack_runs_one_fused_launch_and_no_int8_gemm(monkeypatch, plans):
+    """Uncached, a stack's call launches the fused kernel once; with plans kept, the plan's
+    first run and its capture do, and later calls replay the graph with no launch of their own."""
+    monkeypatch.setenv("MIXPERT_PLAN_CACHE", plans)
+    mixpert.clear_cache()
     launches, gemms = [], []
     product = fused.product
     monkeypatch.setattr(fused, "product", lambda *a, **k: launches.append(1) or product(*a, **k))
     monkeypatch.setattr(sliced, "gemm_tn", lambda *a, **k: gemms.append(1))
     a = cp.asarray(np.random.default_rng(1).standard_normal((64, 48, 40), dtype=np.float32))
     b = cp.asarray(np.random.default_rng(2).standard_normal((64, 40, 24), dtype=np.float32))
-    dispatch.np_matmul_at_level(a, b, "IV", backend="cuda")
-    assert (len(launches), len(gemms)) == (1, 0)
+    first = dispatch.np_matmul_at_level(a, b, "IV", backend="cuda")
+    made = len(launches)
+    again = dispatch.np_matmul_at_level(a, b, "IV", backend="cuda")
+    assert (made, len(launches), len(gemms)) == ((1, 2, 0) if plans == "0" else (2, 2, 0))
+    np.testing.assert_array_equal(bits(again), bits(first))
+    mixpert.clear_cache()
 
 
 @pytest.mark.parametrize("level", ["IV", "V", "I"])
