@@ -5,8 +5,11 @@ on CuPy arrays against plain CuPy.
 
 "before" is the uncached path (``MIXPERT_PLAN_CACHE=0``), "after" the shipped one (a product of a
 signature seen before replays one CUDA graph). Per call: ``host_us``, the host time to enqueue one
-call (calls back to back, no sync), ``call_us``, the time per call of calls back to back with one
-sync at the end, its ratio to SGEMM's, and the error against float64 (MixPert Eq. 10). Inputs:
+call while the GPU still runs a long GEMM queued first (so the calls' own GPU work never makes
+the host wait on a full launch queue); ``host_us_back_to_back``, the same with calls back to
+back and no sync (where the GPU's work is the longer, the host waits for it there, and the
+figure is the GPU's); ``call_us``, the time per call of calls back to back with one sync at the
+end, its ratio to SGEMM's; and the error against float64 (MixPert Eq. 10). Inputs:
 fresh random data per size (rows scaled by e^N(0, 0.5^2): phi = 0.5), the output poisoned (NaN)
 before each checked call.
 
@@ -16,6 +19,7 @@ before each checked call.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -61,6 +65,29 @@ def timed(call: Callable[[], Any], reps: int) -> tuple[float, float]:
     return host / reps * 1e6, whole / reps * 1e6
 
 
+HELD_CALLS = 48  # calls enqueued behind the long GEMM: well within the launch queue
+LONG_GEMM_SIDE = 8192  # its GEMM keeps the GPU busy for longer than they take to enqueue
+
+
+@functools.cache
+def _long_gemm() -> Callable[[], Any]:
+    a = operands((LONG_GEMM_SIDE, LONG_GEMM_SIDE), 0)
+    return lambda: a @ a
+
+
+def host_us(call: Callable[[], Any]) -> float:
+    """Host us to enqueue one call behind a long GEMM: what a call costs the host alone."""
+    call()
+    cp.cuda.Device().synchronize()
+    _long_gemm()()
+    start = time.perf_counter()
+    for _ in range(HELD_CALLS):
+        call()
+    host = time.perf_counter() - start
+    cp.cuda.Device().synchronize()
+    return host / HELD_CALLS * 1e6
+
+
 def error(c: cp.ndarray, a: cp.ndarray, b: cp.ndarray) -> float:
     exact = a.astype(cp.float64) @ b.astype(cp.float64)
     return float(cp.linalg.norm(c.astype(cp.float64) - exact) / cp.linalg.norm(exact))
@@ -96,7 +123,8 @@ def case(label: str, shape: tuple[int, ...]) -> list[dict[str, Any]]:
     pairs = shape[0] if len(shape) > 2 else 1
     reps = max(10, min(200, int(4e10 / (2 * shape[-1] ** 3 * pairs))))
     sgemm_error = checked(lambda: a @ b, a, b)
-    sgemm_host, sgemm_call = timed(lambda: a @ b, reps)
+    sgemm_call = timed(lambda: a @ b, reps)[1]
+    sgemm_host = host_us(lambda: a @ b)
     tf32_error = checked(lambda: mixpert.matmul(a, b, level="tf32"), a, b)
     tf32_call = timed(lambda: mixpert.matmul(a, b, level="tf32"), reps)[1]
     print(f"{label}: SGEMM {sgemm_call:.1f} us/call (host {sgemm_host:.1f}), err "
@@ -108,12 +136,15 @@ def case(label: str, shape: tuple[int, ...]) -> list[dict[str, Any]]:
             mode(when)
             try:
                 err = checked(lambda level=level: mixpert.matmul(a, b, level=level), a, b)
-                host, call = timed(lambda level=level: mixpert.matmul(a, b, level=level), reps)
+                product = functools.partial(mixpert.matmul, a, b, level=level)
+                back_to_back, call = timed(product, reps)
+                host = host_us(product)
             except (NotImplementedError, MemoryError, ValueError) as why:
                 print(f"  {level} {when}: not run ({why})", flush=True)
                 continue
             rows.append({
-                "n": label, "level": level, "mode": when, "host_us": host, "call_us": call,
+                "n": label, "level": level, "mode": when, "host_us": host,
+                "host_us_back_to_back": back_to_back, "call_us": call,
                 "ratio_to_sgemm": sgemm_call / call, "error": err, "sgemm_error": sgemm_error,
                 "sgemm_us": sgemm_call, "tf32_ratio_to_sgemm": sgemm_call / tf32_call,
                 "tf32_error": tf32_error,
@@ -151,7 +182,8 @@ def host_floor(n: int = 1024) -> list[dict[str, Any]]:
             "MatmulPlan.execute": lambda: planned.execute(a, b),
             "mixpert.matmul(level='IV')": lambda: mixpert.matmul(a, b, level="IV"),
         }
-        rows = [{"n": n, "layer": name, "host_us": timed(call, 300)[0]}
+        rows = [{"n": n, "layer": name, "host_us": host_us(call),
+                 "host_us_back_to_back": timed(call, 300)[0]}
                 for name, call in layers.items()]  # fmt: skip
     for row in rows:
         print(f"  host floor n={n}: {row['layer']:45s} {row['host_us']:6.1f} us", flush=True)
@@ -183,7 +215,8 @@ def mlp_case(w: int) -> list[dict[str, Any]]:
     rows = []
     for when in ("before", "after"):
         mode(when)
-        host, call = timed(lambda: jitted(x, *ws), 50)
+        call = timed(lambda: jitted(x, *ws), 50)[1]
+        host = host_us(lambda: jitted(x, *ws))
         rows.append({"w": w, "mode": when, "levels": dict(plan.levels), "host_us": host,
                      "call_us": call, "cupy_us": plain_call,
                      "ratio_to_cupy": plain_call / call})  # fmt: skip
