@@ -32,7 +32,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 SWITCH: Final = "MIXPERT_CALIBRATE"  # "0": the shipped crossovers, never measured
 CACHE_DIR: Final = "MIXPERT_CACHE_DIR"  # overrides $XDG_CACHE_HOME/mixpert
-FORMAT: Final = 1  # the file's layout and the ladders: a file of another format is redone
+FORMAT: Final = 2  # the file's layout and the ladders: a file of another format is redone
 
 # Square sides measured, and the sides of the ladder of large products ("auto"'s
 # large_min_dim with large_min_work multiply-adds): side x LONG side x side (a long k) and
@@ -87,8 +87,10 @@ class Identity:
 @dataclass(frozen=True)
 class Row:
     """One product of a ladder: ms per call of SGEMM, of level IV replayed as one graph (what
-    ``mixpert.matmul(a, b, level="IV")`` runs; None: not measured) and of "auto"'s level IV
-    route as this GPU runs it (its fallback after packing included; None: it failed)."""
+    ``mixpert.matmul(a, b, level="IV")`` runs; None: not measured), of "auto"'s level IV route
+    as this GPU runs it with the plan cache on (its fallback after packing included; None: it
+    failed), and of that route as a direct call, where that differs (no graph: the plan cache
+    off; None: not measured apart, the same as ``auto_ms``)."""
 
     m: int
     k: int
@@ -96,6 +98,12 @@ class Row:
     sgemm_ms: float
     iv_ms: float | None
     auto_ms: float | None
+    direct_ms: float | None = None
+
+    @property
+    def uncached_ms(self) -> float | None:
+        """ "auto"'s level IV route where no graph replays it."""
+        return self.auto_ms if self.direct_ms is None else self.direct_ms
 
     @property
     def form(self) -> str:
@@ -122,7 +130,7 @@ class Measurement:
     sgemm_tflops: float
     int8_tops: float
     rows: tuple[Row, ...]  # empty where int8_ratio is below MIN_INT8_RATIO (not measured)
-    auto_replays: bool  # whether "auto"'s level IV route replays one graph on this GPU
+    auto_replays: bool  # whether "auto"'s level IV route replays one graph on this GPU (plans on)
     seconds: float = 0.0  # how long the measuring took
 
 
@@ -156,11 +164,11 @@ def crossover(rows: Iterable[Row], time_of: Callable[[Row], float | None]) -> in
 def derive(measurement: Measurement) -> dict[str, int]:
     """The thresholds of ``auto.Crossovers`` this measurement sets (the others stay shipped):
 
-    - ``min_dim``: "auto"'s level IV route against SGEMM on the square ladder, as the route runs
-      here (one replayed graph where the GPU can decide the fallback on the device, else the
-      direct call, which waits on the host for the fallback check);
-    - ``replayed_min_dim`` (the rule for products that replay one graph): the same where the
-      route replays; else from level IV replayed, what the route will run once it can replay;
+    - ``min_dim``: "auto"'s level IV route against SGEMM on the square ladder, as a direct call
+      (what runs where no graph replays: the plan cache off, or products past its sizes);
+    - ``replayed_min_dim`` (the rule for products that replay one graph): the route replayed
+      where it can be (the GPU decides the fallback on the device); else from level IV
+      replayed, what the route will run once it can replay;
     - ``large_min_dim`` with ``large_min_work``: the route on the large ladder, from the side
       where it wins with a long k and with a tall A alike; the work of those products there;
     - every INT8 rule NEVER where the INT8 rate is under MIN_INT8_RATIO times float32's, and
@@ -169,10 +177,9 @@ def derive(measurement: Measurement) -> dict[str, int]:
     if not measurement.int8_ratio >= MIN_INT8_RATIO:
         return dict.fromkeys(INT8_RULES, NEVER)
     ladder = {form: [r for r in measurement.rows if r.form == form] for form in FORMS}
-    min_dim = crossover(ladder["square"], lambda r: r.auto_ms)
-    replayed = crossover(ladder["square"], lambda r: r.iv_ms)
-    if measurement.auto_replays:
-        replayed = min_dim
+    min_dim = crossover(ladder["square"], lambda r: r.uncached_ms)
+    replayed_time = (lambda r: r.auto_ms) if measurement.auto_replays else (lambda r: r.iv_ms)
+    replayed = crossover(ladder["square"], replayed_time)
     large = max(crossover(ladder[form], lambda r: r.auto_ms) for form in ("long k", "tall"))
     found = {"min_dim": min_dim, "replayed_min_dim": replayed, "large_min_dim": large}
     if large != NEVER:
@@ -260,7 +267,7 @@ def from_json(data: Mapping[str, Any], path: Path | None = None) -> Calibration:
     except (KeyError, TypeError) as error:
         raise ValueError(f"not a calibration: {type(error).__name__}: {error}") from None
     for row in rows:
-        times = (row.sgemm_ms, row.iv_ms, row.auto_ms)
+        times = (row.sgemm_ms, row.iv_ms, row.auto_ms, row.direct_ms)
         if not all(t is None or (isinstance(t, int | float) and t > 0) for t in times):
             raise ValueError(f"row {row}: times must be positive numbers")
     return Calibration(identity, measurement, derive(measurement), measured_at, path)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import cupy as cp
 import numpy as np
 
-from .. import calibration, plan_cache
+from .. import calibration
 from ..calibration import Calibration, Identity, Measurement, Row
 from .captured import CapturedProduct, capturable
 from .sliced import int8_product
@@ -91,7 +91,8 @@ def measure(route: Route) -> Measurement:
     with stream:
         sgemm_ms, int8_ms = _rates()
         ratio = sgemm_ms / int8_ms if int8_ms > 0 else 0.0
-        replays = capturable(route.level, route.fallback) and plan_cache.enabled()
+        # (the plan cache's switch aside: a calibration is kept, and read with plans on or off)
+        replays = capturable(route.level, route.fallback)
         rows: list[Row] = []
         if ratio >= calibration.MIN_INT8_RATIO:
             rows = [_row(m, k, n, route, replays) for m, k, n in calibration.shapes()]
@@ -129,24 +130,26 @@ def _rates() -> tuple[float, float]:
 
 
 def _row(m: int, k: int, n: int, route: Route, replays: bool) -> Row:
-    """One product's three times; a level that fails here (memory) is not measured (None)."""
+    """One product's times; a level that fails here (memory) is not measured (None)."""
     a, b = _operands(m, k, n, m + k + n)
     calls: dict[str, Callable[[], Any]] = {"sgemm": lambda: cp.matmul(a, b)}
     plans: list[CapturedProduct] = []
     try:
-        iv = _replayed(m, k, n, route.level, None, plans) if plan_cache.enabled() else None
+        iv = _replayed(m, k, n, route.level, None, plans)
         calls["iv"] = _bound(iv or (lambda x, y: int8_product(x, y, route.level)), a, b)
         auto = _replayed(m, k, n, route.level, route.fallback, plans) if replays else None
-        if auto is None:  # (as dispatch runs it where it does not replay)
-            auto = functools.partial(int8_product, level=route.level, fallback=route.fallback)
-        calls["auto"] = _bound(auto, a, b)
+        # (as dispatch runs it where it does not replay)
+        direct = functools.partial(int8_product, level=route.level, fallback=route.fallback)
+        calls["auto"] = _bound(auto or direct, a, b)
+        if auto is not None:
+            calls["direct"] = _bound(direct, a, b)
         times = _times(calls)
     except MemoryError:  # (cupy's OutOfMemoryError is one)
         times = _times({"sgemm": calls["sgemm"]})
     finally:
         for plan in plans:
             plan.release()
-    return Row(m, k, n, times["sgemm"], times.get("iv"), times.get("auto"))
+    return Row(m, k, n, times["sgemm"], times.get("iv"), times.get("auto"), times.get("direct"))
 
 
 def _replayed(

@@ -75,6 +75,20 @@ def test_where_the_route_replays_both_square_rules_follow_it() -> None:
     assert found["min_dim"] == found["replayed_min_dim"] == 2048
 
 
+def test_the_direct_route_sets_the_rule_for_products_that_do_not_replay() -> None:
+    """Measured apart (``direct_ms``), the route as a direct call sets ``min_dim`` and the
+    replayed route ``replayed_min_dim``, so a file measured with plans on serves plans off."""
+    both = tuple(Row(s, s, s, t[0], t[1], t[1], t[2]) for s, t in SQUARES.items()) + tuple(
+        rows("long k", LARGE) + rows("tall", LARGE)
+    )
+    found = calibration.derive(dataclasses.replace(measurement(replays=True), rows=both))
+    assert (found["min_dim"], found["replayed_min_dim"]) == (3072, 2048)
+    saved = calibration.to_json(Calibration(H200, measurement(), {}, "2026-11-29T00:00:00Z"))
+    saved["rows"] = [dataclasses.asdict(row) for row in both]
+    saved["auto_replays"] = True
+    assert calibration.from_json(saved).thresholds["min_dim"] == 3072  # (the rows kept)
+
+
 def test_a_side_is_taken_only_if_every_longer_one_wins_too() -> None:
     """A win by less than the margin does not count, nor one below a longer side that loses;
     a level not measured (None) loses."""
