@@ -414,24 +414,35 @@ def int8_product_deciding_on_gpu(
 ) -> cp.ndarray:
     """``int8_product`` under "auto"'s ``fallback``, on a stream capturing a graph, with the
     fallback decided on the GPU: the packs, then the level's products, combine and bypass and,
-    beside them on ``side``, a kernel (``decide.cu``) that counts the unresolved lines among
-    those the packs flag; after both, a conditional node runs the float32 GEMM over C where
-    the fallback takes it. The bits are ``int8_product``'s with the same fallback, with no host
-    synchronisation. Where the GEMM runs, the level's work was spent for nothing (data whose
-    unresolved lines cover most of C are rare); a conditional node's body costs microseconds
-    of GPU time even where it does not run, so the level's work is in none."""
-    side = cp.cuda.Stream(non_blocking=True) if side is None else side
-    a_pack, b_pack = packs_on_two_streams(a, b, level, side)
+    beside them on ``side`` (else before them), a kernel (``decide.cu``) that counts the
+    unresolved lines among those the packs flag; after both, a conditional node runs the
+    float32 GEMM over C where the fallback takes it. The bits are ``int8_product``'s with the
+    same fallback, with no host synchronisation. Where the GEMM runs, the level's work was
+    spent for nothing (data whose unresolved lines cover most of C are rare); a conditional
+    node's body costs microseconds of GPU time even where it does not run, so the level's
+    work is in none."""
+    stream = cp.cuda.get_current_stream()
+    if side is None:
+        a_pack, b_pack = _packs(a, b, level, pack_reuse.KEEP_NOTHING)
+    else:
+        a_pack, b_pack = packs_on_two_streams(a, b, level, side)
     m, n = a.shape[0], b.shape[1]
     c = cp.empty((m, n), dtype=cp.float32)
     sgemm = auto_fallback.prepared_sgemm(a, b, c)
-    stream = cp.cuda.get_current_stream()
     take_sgemm = conditional.handle(stream)
-    side.wait_event(stream.record())
-    with side:
+
+    def decide() -> None:
         auto_fallback.launch_decide("decide_sgemm", (take_sgemm,), a_pack, b_pack, fallback)
-    _emulate_into(c, a_pack, b_pack, a, b, level)
-    stream.wait_event(side.record())
+
+    if side is None:
+        decide()
+        _emulate_into(c, a_pack, b_pack, a, b, level)
+    else:
+        side.wait_event(stream.record())
+        with side:
+            decide()
+        _emulate_into(c, a_pack, b_pack, a, b, level)
+        stream.wait_event(side.record())
     with conditional.only_if(stream, take_sgemm):
         sgemm()
     return c
