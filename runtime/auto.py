@@ -18,6 +18,7 @@ can close a circle through it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -244,6 +245,23 @@ def on_gpu(m: int, k: int, n: int, count: int, form: Form, gpu: Gpu | None) -> R
     if kernel is not None and (kernel != "thin" or _thin_kernel_fits(gpu, k, n)):
         return ORDERED_ON_GPU
     return NATIVE_ON_GPU
+
+
+@functools.lru_cache(maxsize=4096)
+def native_by_shape(m: int, k: int, n: int) -> bool:
+    """Whether "auto" leaves two m x k x n matrices to cuBLAS SGEMM on every GPU: the shape is
+    below the calibrated thresholds and no rule of ``on_gpu`` holds for it under the shipped
+    crossovers. Cached per shape: where the product itself is a ~20 us cuBLAS call, asking the
+    rules each time would cost 5% of it."""
+    if _calibration_matters(m, k, n):
+        return False
+    c = CROSSOVERS
+    return not (
+        emulation_wins(m, k, n, c)
+        or min(m, k, n) >= c.replayed_min_dim
+        or blocks_kernel_wins(m, k, n, c)
+        or ordered_kernel_wins(m, k, n, c) is not None
+    )
 
 
 def _calibration_matters(m: int, k: int, n: int) -> bool:

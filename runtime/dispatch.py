@@ -53,7 +53,7 @@ def np_matmul_at_level(
     ``batched``. ``keep``: the 2-D product's operands whose packs are kept for later products
     (``pack_reuse``). ``on_native`` is called when "auto" resolved to an INT8 level on the GPU
     but ran cuBLAS SGEMM instead (its route's ``Fallback``), so records name what ran."""
-    level = get_level(get_default_level() if level is None else level)  # names fail first, once
+    level = level_in_force(level)  # names fail first, once
     check_backend(backend)  # (also where the product runs natively)
     if out is None and not ufunc_kwargs and backend == "auto":
         fast = cupy_matrix_product(a, b, level, keep, on_native)  # no more layers than this
@@ -64,6 +64,11 @@ def np_matmul_at_level(
         return product(x, y, level, backend, keep, on_native)
 
     return numpy_meaning.with_numpy_semantics(a, b, out, emulated, **ufunc_kwargs)
+
+
+def level_in_force(level: str | Level | None) -> Level:
+    """``level`` parsed, or the default level where it is None (ValueError for unknown names)."""
+    return get_level(get_default_level() if level is None else level)
 
 
 def product(
@@ -109,8 +114,8 @@ def cupy_matrix_product(
     shape = _cupy_float32_matrices(a, b)
     if shape is None:
         return None
-    if level.kind == "fp32":
-        return device.cupy_module().matmul(a, b)
+    if level.kind == "fp32" or (level.kind == "policy" and auto.native_by_shape(*shape)):
+        return a.dot(b)  # (CuPy's matmul of two matrices is this call, under a gufunc layer)
     if level.kind == "policy":
         return _on_gpu(a, b, auto_route_on_gpu(*shape), keep, on_native, plain=True)
     replayed = _replayed(a, b, level, keep)
@@ -177,7 +182,7 @@ def _on_gpu(
     ``cuda.backend.product_at_level``'s checks)."""
     kind = routed.level.kind
     if plain and kind == "fp32":
-        return device.cupy_module().matmul(a, b)
+        return a.dot(b)
     if plain and kind == "ordered":  # (auto takes it only where m, k, n > 0)
         return _cuda().ordered_product(a, b)
     # a route with "auto"'s fallback replays only where no one asks to be told it ran
@@ -231,14 +236,32 @@ def _run_stack(a: Any, b: Any, routed: Route) -> Any:
 def _cupy_float32_matrices(a: Any, b: Any) -> tuple[int, int, int] | None:
     """(m, k, n) where a and b are float32 CuPy matrices of matching k, else None: what the hot
     path tests, and nothing more (the general path's checks would cost 10-30% of the call)."""
-    cp = device.cupy_module() if device.is_cupy_array(a) else None
-    if cp is None or type(a) is not cp.ndarray or type(b) is not cp.ndarray:
+    ndarray = _cupy_ndarray or _learn_cupy_ndarray(a)
+    if type(a) is not ndarray or type(b) is not ndarray:
         return None
-    if a.ndim != 2 or b.ndim != 2 or a.dtype != np.float32 or b.dtype != np.float32:
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != _FLOAT32 or b.dtype != _FLOAT32:
         return None
     m, k = a.shape
     k_b, n = b.shape
     return (m, k, n) if k == k_b else None
+
+
+class _NoArray:
+    """The type no operand has: what ``_cupy_float32_matrices`` compares with before CuPy's."""
+
+
+_cupy_ndarray: type | None = None  # CuPy's array type, known from the first CuPy operand
+
+
+def _learn_cupy_ndarray(x: Any) -> type:
+    """CuPy's array type where ``x`` is a CuPy array on a usable GPU (kept from then on), else
+    ``_NoArray``: NumPy operands never import CuPy here."""
+    global _cupy_ndarray
+    cp = device.cupy_module() if device.is_cupy_array(x) else None
+    if cp is None:
+        return _NoArray
+    _cupy_ndarray = cp.ndarray
+    return _cupy_ndarray
 
 
 def _contiguous_cupy_stacks(a: Any, b: Any) -> bool:

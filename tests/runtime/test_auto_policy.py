@@ -14,7 +14,7 @@ import pytest
 
 import mixpert
 from mixpert.execution import record_calls
-from mixpert.runtime import auto, dispatch
+from mixpert.runtime import auto, calibration, dispatch
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 C = auto.CROSSOVERS
@@ -200,17 +200,21 @@ def test_one_route_per_call(monkeypatch) -> None:
 
 
 def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
-    """Two float32 CuPy matrices under "auto" skip the general checks but not the rule: one
-    ``auto.on_gpu``, whose route says what runs (a stand-in CuPy here)."""
+    """Two float32 CuPy matrices under "auto" skip the general checks but not the rules: a
+    shape no rule takes goes to CuPy's product at once (``auto.native_by_shape``), any other
+    asks ``auto.on_gpu`` once, whose route says what runs (a stand-in CuPy here)."""
+    ran: list[str] = []
 
     class Matrix:  # what the hot path reads of a CuPy array
         def __init__(self, *shape: int) -> None:
             self.shape, self.ndim, self.dtype = shape, len(shape), np.dtype(np.float32)
 
+        def dot(self, other: Matrix) -> str:  # (each stand-in returns a result)
+            ran.append("sgemm")
+            return "C"
+
     Matrix.__module__ = "cupy._core.core"
-    ran: list[str] = []
-    # (each stand-in returns a result, as the real products do)
-    cp = SimpleNamespace(ndarray=Matrix, matmul=lambda a, b: ran.append("sgemm") or "C")
+    cp = SimpleNamespace(ndarray=Matrix)
     cuda = SimpleNamespace(
         ordered_product=lambda a, b: ran.append("fp32-ordered") or "C",
         product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name) or "C",
@@ -218,13 +222,56 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
+    monkeypatch.setattr(dispatch, "_cupy_ndarray", None)  # (learnt from the stand-in)
     monkeypatch.setattr(dispatch.device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: cuda)
     asked: list[auto.Route] = []
     on_gpu = auto.on_gpu
     monkeypatch.setattr(auto, "on_gpu", lambda *args: asked.append(on_gpu(*args)) or asked[-1])
-    for shape in ((128, 128, 128), (4096, 4096, 4096), (65536, 4096, 16), (32, 1 << 18, 32)):
-        m, k, n = shape
+    shapes = ((128, 128, 128), (4096, 4096, 4096), (65536, 4096, 16), (32, 1 << 18, 32))
+    for m, k, n in shapes:
         dispatch.np_matmul_at_level(Matrix(m, k), Matrix(k, n), "auto")
-    assert [r.level.name for r in asked] == ["fp32", "IV", "IV-blocks", "fp32-ordered"]
+    assert [r.level.name for r in asked] == ["IV", "IV-blocks", "fp32-ordered"]
     assert ran == ["sgemm", "IV", "IV-blocks", "fp32-ordered"]
+    asked.clear()
+    for m, k, n in shapes:  # mixpert.matmul: the same way, the same routes
+        mixpert.matmul(Matrix(m, k), Matrix(k, n))
+    assert [r.level.name for r in asked] == ["IV", "IV-blocks", "fp32-ordered"]
+    assert ran[4:] == ["sgemm", "IV", "IV-blocks", "fp32-ordered"]
+
+
+class _AnswersYes:
+    """A GPU on which every GPU-side condition of ``auto.on_gpu`` holds."""
+
+    def blocks_supported(self) -> bool:
+        return True
+
+    def thin_fits(self, k: int, n: int) -> bool:
+        return True
+
+    def workspace_bytes(self, level: Any, m: int, k: int, n: int, count: int = 1) -> int:
+        return 0
+
+    def free_bytes(self) -> int:
+        return 1 << 62
+
+    def replays(self, m: int, k: int, n: int) -> bool:
+        return True
+
+    def crossovers(self, shipped: auto.Crossovers, route: auto.Route) -> auto.Crossovers:
+        return dataclasses.replace(shipped, min_dim=1, replayed_min_dim=1, large_min_dim=1)
+
+
+SIDES = (1, 2, 16, 17, 32, 100, 255, 256, 512, 1000, 1024, 2047, 2048, 4096, 1 << 14, 1 << 17)
+
+
+@pytest.mark.parametrize("m", SIDES)
+def test_a_shape_settled_native_is_native_on_any_gpu(m: int) -> None:
+    """``native_by_shape`` (the hot path's shortcut) never says native where ``on_gpu``, asked
+    of a GPU that answers yes to everything and calibrated thresholds as low as can be, would
+    run anything but cuBLAS SGEMM; and it does say so for small products."""
+    for k in SIDES:
+        for n in SIDES:
+            if auto.native_by_shape(m, k, n):
+                assert auto.on_gpu(m, k, n, 1, "matrix", _AnswersYes()) is auto.NATIVE_ON_GPU
+    assert auto.native_by_shape(m, m, m) == (m < calibration.CALIBRATED_FROM)
