@@ -6,8 +6,10 @@ operand and output buffers and a memory pool of its own, runs the product once o
 uncaptured (so every first-use cost, kernel builds, the INT8 GEMMs' algorithm choice and the
 pool's blocks, is paid outside the capture), then captures the same call into a graph. A call
 copies the operands into the buffers, replays the graph and copies the output into a new array,
-all on the stream, with no host synchronisation. The graph runs the very kernels the direct call
-runs, on the same data, so its bits are the direct call's.
+all on the stream, with no host synchronisation; or, where the graph's operand addresses can be
+rewritten (``graph_operands``) and the operands are C-contiguous and aligned, points the graph
+at the operands and a new output and replays it, with no copies. The graph runs the very
+kernels the direct call runs, on the same data, so its bits are the direct call's.
 
 The pool is the plan's alone: the addresses the graph baked in stay the plan's until
 ``release``, and nothing else allocates from it.
@@ -22,13 +24,14 @@ import cupy as cp
 import numpy as np
 
 from ..levels import Level
-from . import auto_fallback, conditional, sliced
+from . import auto_fallback, conditional, graph_operands, sliced
 
 if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
     from ..auto import Fallback
 
 _FLOAT32 = np.dtype(np.float32)
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
+_ALIGNMENT = 256  # operands read where they lie start on this (as the plan's own buffers do)
 
 
 def capturable(level: Level, fallback: Fallback | None = None) -> bool:
@@ -57,6 +60,7 @@ class CapturedProduct:
         level: Level,
         fallback: Fallback | None = None,
         count: int = 1,
+        read_in_place: bool = True,
     ):
         if count > 1 and fallback is not None:
             raise ValueError("stacks have no after-packing fallback to decide")
@@ -93,6 +97,11 @@ class CapturedProduct:
                 self._graph = capture.end_capture()
             capture.synchronize()
         self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
+        # (the output read where the graph writes it: one C-contiguous array of the result)
+        contiguous = self.c.flags.c_contiguous and self.c.shape == self.out_shape
+        buffers = (self.a, self.b, self.c)
+        rebind = read_in_place and contiguous  # (False: copies always, as benchmarks compare)
+        self._binding = graph_operands.find(self._graph, buffers) if rebind else None
 
     def __call__(self, a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
         """a @ b (CuPy matrices, or stacks, of the plan's shape) as a new array; None once
@@ -101,11 +110,29 @@ class CapturedProduct:
         with self._lock:
             if self._graph is None:
                 return None
-            _fill(self.a, a, self.stream)
-            _fill(self.b, b, self.stream)
+            if self._binding is None:
+                _fill(self.a, a, self.stream)
+                _fill(self.b, b, self.stream)
+                self._graph.launch(self.stream)
+                _copy(c, self.c, self.stream)
+                return c
+            sources = (self._source(a, self.a), self._source(b, self.b), c.data.ptr)
+            self._binding.point(sources)
             self._graph.launch(self.stream)
-            _copy(c, self.c, self.stream)
         return c
+
+    @property
+    def reads_in_place(self) -> bool:
+        """Whether calls point the graph at their operands and output (no copies)."""
+        return self._binding is not None
+
+    def _source(self, x: cp.ndarray, buffer: cp.ndarray) -> int:
+        """Where the graph reads operand ``x``: where it lies, if it lies as the plan's
+        ``buffer`` would (C-contiguous float32, aligned), else in ``buffer``, filled."""
+        if x.flags.c_contiguous and x.dtype == _FLOAT32 and x.data.ptr % _ALIGNMENT == 0:
+            return x.data.ptr
+        _fill(buffer, x, self.stream)
+        return buffer.data.ptr
 
     def release(self) -> None:
         """Frees the graph and the plan's memory once the stream has run what it queued (a
@@ -114,7 +141,7 @@ class CapturedProduct:
             if self._graph is None:
                 return
             self.stream.synchronize()
-            self._graph = None
+            self._graph = self._binding = None
             self.a = self.b = self.c = None  # type: ignore[assignment]
             self._pool.free_all_blocks()
 

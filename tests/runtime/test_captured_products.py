@@ -94,6 +94,46 @@ def test_views_offsets_and_special_values(monkeypatch) -> None:
         assert _same_bits(got, _uncached(*views, level, monkeypatch))
 
 
+@pytest.mark.parametrize("level", ["IV", "T6"])
+def test_operands_read_in_place_or_through_the_plans_buffers_in_any_order(level) -> None:
+    """One plan, called with operands it reads where they lie (C-contiguous, aligned) and with
+    others it copies first (offset views, column-major), in turn, each with new data: every
+    call's bits are the oracle's (a graph left pointing at an earlier call's arrays shows)."""
+    import cupy
+
+    from mixpert.runtime.cuda import backend
+
+    m, k, n = 130, 300, 97
+    rng = np.random.default_rng(11)
+
+    def laid_out(x: np.ndarray, how: str):
+        if how == "contiguous":
+            return cupy.asarray(x)
+        if how == "aligned view":  # in place: C-contiguous, 64 rows in (a multiple of 256 B)
+            padded = cupy.zeros((x.shape[0] + 64, x.shape[1]), dtype=cupy.float32)
+            padded[64:] = cupy.asarray(x)
+            return padded[64:]
+        if how == "offset view":  # copied: starts 4 bytes off
+            flat = cupy.zeros(x.size + 1, dtype=cupy.float32)
+            flat[1:] = cupy.asarray(x).ravel()
+            return flat[1:].reshape(x.shape)
+        return cupy.asarray(np.asfortranarray(x))  # copied: column-major
+
+    hows = ["contiguous", "offset view", "contiguous", "column-major", "aligned view"]
+    for i, (how_a, how_b) in enumerate(zip(hows, hows[1:] + hows[:1], strict=True)):
+        a = (rng.standard_normal((m, k)) * np.exp(rng.standard_normal((m, 1)))).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        a_gpu, b_gpu = laid_out(a, how_a), laid_out(b, how_b)
+        assert how_a != "aligned view" or a_gpu.data.ptr % 256 == 0
+        got = mixpert.matmul(a_gpu, b_gpu, level=level)
+        a_gpu[...] = cupy.nan  # (the caller's operands change after the call: already read)
+        assert _same_bits(got, mixpert.matmul(a, b, level=level, backend="cpu")), (i, how_a)
+    plans = list(backend._plans[cupy.cuda.Device().id]._plans.values())
+    assert len(plans) == 1
+    if cupy.cuda.runtime.driverGetVersion() >= 12040:  # (the driver reads kernels' params)
+        assert plans[0].reads_in_place
+
+
 def test_two_streams_and_two_threads_at_once(monkeypatch) -> None:
     import cupy
 

@@ -1,0 +1,212 @@
+"""A captured graph pointed at each call's operands: the replayed product reads the caller's
+arrays where they lie and writes its result straight into the new output, with no copies in
+or out of the plan's buffers.
+
+A graph bakes in the addresses it was captured with. ``find`` walks an instantiated graph's
+nodes once and notes every parameter holding an address inside one of the plan's buffers:
+kernel nodes' parameters, read with the kernel's own parameter layout (``cuFuncGetParamInfo``),
+and memset nodes' destinations. ``Binding.point`` then rewrites those addresses in the
+executable graph before a launch (``cuGraphExecKernelNodeSetParams``: launches already queued
+keep the addresses they were given). Measured against copying into the buffers, this saves
+the copies' GPU time for a few microseconds of host time (``benchmarks/call_overhead.py``).
+
+``find`` gives None, and the caller keeps its copies, where the graph has nodes whose addresses
+it does not read (copies, conditional bodies, child graphs), where a buffer is not found among
+the parameters, where CuPy kept no template graph or the driver lacks the calls (before 12.4).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import cupy as cp
+
+from . import libraries
+
+# CUgraphNodeType (cuda.h): the nodes ``find`` reads, and those that hold no operand address
+_KERNEL, _MEMSET = 0, 2
+_INERT = frozenset({5, 10, 11})  # empty, memory allocation and free (a GEMM's workspace)
+_MAX_PARAMS = 4096  # (a bound on the parameter walk, far above any kernel's count)
+
+_P, _S = ctypes.c_void_p, ctypes.c_size_t
+
+
+class _KernelParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
+    _fields_ = [
+        ("func", _P),
+        *((name, ctypes.c_uint) for name in ("gx", "gy", "gz", "bx", "by", "bz", "shared")),
+        ("kernelParams", ctypes.POINTER(_P)),
+        ("extra", _P),
+        ("kern", _P),
+        ("ctx", _P),
+    ]
+
+
+class _MemsetParams(ctypes.Structure):  # CUDA_MEMSET_NODE_PARAMS
+    _fields_ = [
+        ("dst", ctypes.c_uint64),
+        ("pitch", _S),
+        ("value", ctypes.c_uint),
+        ("elementSize", ctypes.c_uint),
+        ("width", _S),
+        ("height", _S),
+    ]
+
+
+_SIGNATURES: dict[str, list[Any]] = {
+    "cuGraphGetNodes": [_P, _P, ctypes.POINTER(_S)],
+    "cuGraphNodeGetType": [_P, ctypes.POINTER(ctypes.c_int)],
+    "cuGraphKernelNodeGetParams_v2": [_P, ctypes.POINTER(_KernelParams)],
+    "cuGraphMemsetNodeGetParams": [_P, ctypes.POINTER(_MemsetParams)],
+    "cuFuncGetParamInfo": [_P, _S, ctypes.POINTER(_S), ctypes.POINTER(_S)],
+    "cuKernelGetParamInfo": [_P, _S, ctypes.POINTER(_S), ctypes.POINTER(_S)],
+    "cuGraphExecKernelNodeSetParams_v2": [_P, _P, ctypes.POINTER(_KernelParams)],
+    "cuGraphExecMemsetNodeSetParams": [_P, _P, ctypes.POINTER(_MemsetParams), _P],
+    "cuCtxGetCurrent": [ctypes.POINTER(_P)],
+}
+
+# (parameter index, byte offset in it, buffer index, offset from the buffer's start)
+_Hit = tuple[int, int, int, int]
+
+
+class _KernelNode:
+    """One kernel node's own copy of its arguments, and the words among them to rewrite."""
+
+    def __init__(self, node: int, params: _KernelParams, sizes: list[int], hits: list[_Hit]):
+        self.node, self.hits = _P(node), hits
+        self.args = [ctypes.create_string_buffer(size) for size in sizes]
+        for i, size in enumerate(sizes):
+            ctypes.memmove(self.args[i], params.kernelParams[i], size)
+        self._pointers = (_P * len(sizes))(*(ctypes.addressof(arg) for arg in self.args))
+        self.params = _KernelParams.from_buffer_copy(params)
+        self.params.kernelParams = ctypes.cast(self._pointers, ctypes.POINTER(_P))
+        self.params.extra = None
+        self._words = [ctypes.c_uint64.from_buffer(self.args[i], at) for i, at, _, _ in hits]
+
+    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int]) -> None:
+        for word, (_, _, buffer, delta) in zip(self._words, self.hits, strict=True):
+            word.value = bases[buffer] + delta
+        _check(cuda.cuGraphExecKernelNodeSetParams_v2(executable, self.node, self.params))
+
+
+class _MemsetNode:
+    def __init__(self, node: int, params: _MemsetParams, buffer: int, delta: int):
+        self.node, self.params, self.buffer, self.delta = _P(node), params, buffer, delta
+
+    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], context: _P) -> None:
+        self.params.dst = bases[self.buffer] + self.delta
+        _check(cuda.cuGraphExecMemsetNodeSetParams(executable, self.node, self.params, context))
+
+
+class Binding:
+    """Where an executable graph holds the addresses of its buffers; ``point`` moves them."""
+
+    def __init__(
+        self, graph: Any, kernels: list[_KernelNode], memsets: list[_MemsetNode], context: _P
+    ):
+        self._graph = graph  # (keeps the executable graph alive as long as the binding)
+        self._executable = _P(graph.graphExec)
+        self._kernels, self._memsets, self._context = kernels, memsets, context
+
+    def point(self, bases: Sequence[int]) -> None:
+        """The graph's next launches use ``bases[i]`` where it used buffer i's address."""
+        cuda = _driver()
+        for kernel in self._kernels:
+            kernel.point(cuda, self._executable, bases)
+        for memset in self._memsets:
+            memset.point(cuda, self._executable, bases, self._context)
+
+
+def find(graph: Any, buffers: Sequence[cp.ndarray]) -> Binding | None:
+    """The binding of a CuPy ``graph`` (captured, instantiated) to ``buffers``, each of them
+    found in some node; None where the graph cannot be rebound (module docstring)."""
+    cuda = _driver()
+    if cuda is None or not getattr(graph, "graph", 0) or not getattr(graph, "graphExec", 0):
+        return None
+    spans = [(x.data.ptr, x.data.ptr + x.nbytes) for x in buffers]
+
+    def inside(address: int) -> tuple[int, int] | None:
+        for index, (start, end) in enumerate(spans):
+            if start <= address < end:
+                return index, address - start
+        return None
+
+    kernels: list[_KernelNode] = []
+    memsets: list[_MemsetNode] = []
+    for node in _nodes(cuda, graph.graph):
+        kind = ctypes.c_int()
+        _check(cuda.cuGraphNodeGetType(_P(node), ctypes.byref(kind)))
+        if kind.value == _KERNEL:
+            params = _KernelParams()
+            _check(cuda.cuGraphKernelNodeGetParams_v2(_P(node), ctypes.byref(params)))
+            sizes = _param_sizes(cuda, params)
+            if sizes is None or (sizes and not params.kernelParams):
+                return None
+            hits = [
+                (i, at, *found)
+                for i, size in enumerate(sizes)
+                for at in range(0, size - 7, 8)
+                if (found := inside(_word(params.kernelParams[i], at))) is not None
+            ]
+            if hits:
+                kernels.append(_KernelNode(node, params, sizes, hits))
+        elif kind.value == _MEMSET:
+            memset = _MemsetParams()
+            _check(cuda.cuGraphMemsetNodeGetParams(_P(node), ctypes.byref(memset)))
+            found = inside(memset.dst)
+            if found is not None:
+                memsets.append(_MemsetNode(node, memset, *found))
+        elif kind.value not in _INERT:
+            return None
+    seen = {hit[2] for kernel in kernels for hit in kernel.hits} | {m.buffer for m in memsets}
+    if seen != set(range(len(buffers))):
+        return None
+    context = _P()
+    _check(cuda.cuCtxGetCurrent(ctypes.byref(context)))
+    return Binding(graph, kernels, memsets, context)
+
+
+def _nodes(cuda: ctypes.CDLL, graph: int) -> list[int]:
+    count = _S()
+    _check(cuda.cuGraphGetNodes(_P(graph), None, ctypes.byref(count)))
+    nodes = (_P * count.value)()
+    _check(cuda.cuGraphGetNodes(_P(graph), nodes, ctypes.byref(count)))
+    return [node or 0 for node in nodes]
+
+
+def _param_sizes(cuda: ctypes.CDLL, params: _KernelParams) -> list[int] | None:
+    """The byte size of each of the kernel's parameters (None where the driver cannot say)."""
+    info, handle = (
+        (cuda.cuFuncGetParamInfo, params.func) if params.func else
+        (cuda.cuKernelGetParamInfo, params.kern)
+    )  # fmt: skip
+    if not handle:
+        return None
+    sizes = []
+    for index in range(_MAX_PARAMS):
+        offset, size = _S(), _S()
+        if info(_P(handle), index, ctypes.byref(offset), ctypes.byref(size)) != 0:
+            return sizes  # (the first index past the last parameter is refused)
+        sizes.append(size.value)
+    return None
+
+
+def _word(value: int | None, at: int) -> int:
+    return ctypes.c_uint64.from_address((value or 0) + at).value
+
+
+def _check(status: int) -> None:
+    if status != 0:
+        raise RuntimeError(f"CUDA driver call failed with status {status}")
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL | None:
+    """libcuda with the graph calls ``find`` needs; None where it lacks one (before 12.4)."""
+    try:
+        return libraries.load(["libcuda.so.1", "libcuda.so"], _SIGNATURES)
+    except AttributeError:
+        return None
