@@ -66,6 +66,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuGraphExecKernelNodeSetParams_v2": [_P, _P, ctypes.POINTER(_KernelParams)],
     "cuGraphExecMemsetNodeSetParams": [_P, _P, ctypes.POINTER(_MemsetParams), _P],
     "cuCtxGetCurrent": [ctypes.POINTER(_P)],
+    "cuCtxSetCurrent": [_P],
 }
 
 # (parameter index, byte offset in it, buffer index, offset from the buffer's start)
@@ -114,6 +115,8 @@ class Binding:
     def point(self, bases: Sequence[int]) -> None:
         """The graph's next launches use ``bases[i]`` where it used buffer i's address."""
         cuda = _driver()
+        # (a thread that made no runtime call yet has no current context: the driver needs it)
+        _check(cuda.cuCtxSetCurrent(self._context))
         for kernel in self._kernels:
             kernel.point(cuda, self._executable, bases)
         for memset in self._memsets:
