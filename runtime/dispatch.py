@@ -115,7 +115,7 @@ def cupy_matrix_product(
     if shape is None:
         return None
     if level.kind == "fp32" or (level.kind == "policy" and auto.native_by_shape(*shape)):
-        return a.dot(b)  # (CuPy's matmul of two matrices is this call, under a gufunc layer)
+        return _native(a, b)
     if level.kind == "policy":
         return _on_gpu(a, b, auto_route_on_gpu(*shape), keep, on_native, plain=True)
     replayed = _replayed(a, b, level, keep)
@@ -182,7 +182,7 @@ def _on_gpu(
     ``cuda.backend.product_at_level``'s checks)."""
     kind = routed.level.kind
     if plain and kind == "fp32":
-        return a.dot(b)
+        return _native(a, b)
     if plain and kind == "ordered":  # (auto takes it only where m, k, n > 0)
         return _cuda().ordered_product(a, b)
     # a route with "auto"'s fallback replays only where no one asks to be told it ran
@@ -191,6 +191,14 @@ def _on_gpu(
     if replayed is not None:
         return replayed
     return _cuda().product_at_level(a, b, routed.level, keep, routed.fallback, on_native)
+
+
+def _native(a: Any, b: Any) -> Any:
+    """CuPy's own product of two float32 CuPy matrices (``a.dot(b)``: ``cupy.matmul``'s call
+    for matrices, under its gufunc layer), replayed as one graph where that serves
+    (``cuda.backend.replayed_sgemm``): the same bits."""
+    replayed = _cuda().replayed_sgemm(a, b)
+    return a.dot(b) if replayed is None else replayed
 
 
 def _replayed(

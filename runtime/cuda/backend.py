@@ -18,10 +18,10 @@ from .. import pack_reuse, plan_cache, workspace
 from ..combine import int32_k_block
 from ..levels import Kind, Level
 from ..plan_cache import PlanCache
-from . import conditional, iv_blocks
+from . import conditional, graph_gemm, iv_blocks
 from .auto_fallback import unresolved_counts
 from .calibrate import crossovers  # "auto"'s crossovers as measured on this GPU's model
-from .captured import CapturedProduct, capturable, conditional_nodes
+from .captured import CapturedProduct, CapturedSgemm, capturable, conditional_nodes
 from .convert import as_float32
 from .fp32_ordered import ordered_product, thin_fits
 from .launch import free_bytes
@@ -232,7 +232,8 @@ def captured_product(
 
 
 class _Capturing(Exception):
-    """No plan is made on a stream that is capturing a graph (making one synchronises)."""
+    """No plan is made now: the stream is capturing a graph (making one synchronises), or the
+    signature is new."""
 
 
 def captured_plan(
@@ -269,6 +270,51 @@ def captured_plan(
         return cache.get(key, make)
     except _Capturing:
         return None
+
+
+# Native products replay a graph up to this many multiply-adds: past it the GPU's work hides
+# CuPy's host time.
+REPLAY_SGEMM_MAX_WORK = 1024**3
+_sighted: set[tuple[int, ...]] = set()  # native signatures seen once: planned when seen again
+_SIGHTED_MAX = 4096
+
+
+def replayed_sgemm(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
+    """``a.dot(b)`` for float32 CuPy matrices (CuPy's cuBLAS SGEMM), bit for bit, replayed from
+    the plan cache's ``CapturedSgemm`` where both are C-contiguous and 256-byte aligned on the
+    current device and the product is small; planned at a signature's second call (a capture
+    costs milliseconds: a shape met once never pays it). None where none serves."""
+    (m, k), n = a.shape, b.shape[1]
+    if m * k * n > REPLAY_SGEMM_MAX_WORK or not (m and k and n):
+        return None
+    if a.data.ptr % 256 or b.data.ptr % 256 or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return None
+    device = cp.cuda.runtime.getDevice()
+    if device != a.data.device_id or device != b.data.device_id:
+        return None
+    stream = cp.cuda.get_current_stream()
+    key = (stream.ptr, m, k, n, graph_gemm.compute_type())
+    cache = _plans.get(device)
+    if cache is None:
+        cache = _plans.setdefault(device, PlanCache())
+
+    def make() -> CapturedSgemm | None:
+        if key not in _sighted or stream.is_capturing():
+            if len(_sighted) >= _SIGHTED_MAX:
+                _sighted.clear()
+            _sighted.add(key)
+            raise _Capturing  # (nothing kept: asked again next time)
+        try:
+            return CapturedSgemm(m, k, n)
+        except Exception as error:  # (CuPy's own product runs instead: the same bits)
+            _log.debug("SGEMM %d x %d x %d: not captured (%s)", m, k, n, error)
+            return None
+
+    try:
+        plan = cache.get(("sgemm", *key), make)
+    except _Capturing:
+        return None
+    return None if plan is None else plan(a, b)
 
 
 def replays(m: int, k: int, n: int) -> bool:

@@ -24,7 +24,7 @@ import cupy as cp
 import numpy as np
 
 from ..levels import Level
-from . import auto_fallback, conditional, graph_operands, sliced
+from . import auto_fallback, conditional, graph_gemm, graph_operands, sliced
 
 if TYPE_CHECKING:  # (the rule comes with the route: this package never asks auto)
     from ..auto import Fallback
@@ -137,6 +137,63 @@ class CapturedProduct:
     def release(self) -> None:
         """Frees the graph and the plan's memory once the stream has run what it queued (a
         call enqueueing meanwhile finishes first)."""
+        with self._lock:
+            if self._graph is None:
+                return
+            self.stream.synchronize()
+            self._graph = self._binding = None
+            self.a = self.b = self.c = None  # type: ignore[assignment]
+            self._pool.free_all_blocks()
+
+
+class CapturedSgemm:
+    """cuBLAS SGEMM of two float32 matrices as CuPy runs it (``graph_gemm.matmul``: CuPy's own
+    call, so the same algorithm and bits), captured once for one signature (m, k, n, device,
+    stream, compute type) and replayed reading C-contiguous operands where they lie
+    (``graph_operands``). A small product's call then costs the host one graph launch where
+    CuPy's own call costs several times that. Made only where the replay gives the direct
+    call's bits on random operands and its operand addresses can be rewritten; else ValueError
+    (the caller runs CuPy's product)."""
+
+    def __init__(self, m: int, k: int, n: int):
+        self.shape = (m, k, n)
+        self.stream = cp.cuda.get_current_stream()
+        self._pool = cp.cuda.MemoryPool()
+        self._lock = threading.Lock()
+        capture = cp.cuda.Stream(non_blocking=True)
+        self.stream.synchronize()
+        with cp.cuda.using_allocator(self._pool.malloc), capture:
+            random = cp.random.default_rng(0)
+            self.a = random.standard_normal((m, k), dtype=cp.float32)
+            self.b = random.standard_normal((k, n), dtype=cp.float32)
+            direct = self.a.dot(self.b)  # (also every first-use cost, outside the capture)
+            capture.begin_capture()
+            try:
+                self.c = graph_gemm.matmul(self.a, self.b)
+            finally:
+                self._graph = capture.end_capture()
+            self._graph.launch(capture)
+            capture.synchronize()
+            faithful = bool(cp.array_equal(self.c.view(cp.uint32), direct.view(cp.uint32)))
+        self._binding = graph_operands.find(self._graph, (self.a, self.b, self.c))
+        if not faithful or self._binding is None:
+            self._pool.free_all_blocks()
+            raise ValueError("not the direct call's bits" if not faithful else "not rebindable")
+        self.nbytes = self._pool.total_bytes()
+
+    def __call__(self, a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
+        """a @ b (C-contiguous float32 CuPy matrices of the plan's shape, 256-byte aligned) as
+        a new array; None once released."""
+        m, _, n = self.shape
+        c = cp.empty((m, n), dtype=cp.float32)
+        with self._lock:
+            if self._graph is None:
+                return None
+            self._binding.point((a.data.ptr, b.data.ptr, c.data.ptr))
+            self._graph.launch(self.stream)
+        return c
+
+    def release(self) -> None:
         with self._lock:
             if self._graph is None:
                 return

@@ -47,7 +47,7 @@ def matmul(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     _check(lib.cublasSetStream_v2(handle, cp.cuda.get_current_stream().ptr))
     _check(lib.cublasGemmEx(
         handle, trans_y, trans_x, n, m, k, _ONE_PTR, y.data.ptr, CUDA_R_32F, ld_y,
-        x.data.ptr, CUDA_R_32F, ld_x, _ZERO_PTR, c.data.ptr, CUDA_R_32F, n, _compute_type(),
+        x.data.ptr, CUDA_R_32F, ld_x, _ZERO_PTR, c.data.ptr, CUDA_R_32F, n, compute_type(),
         _algorithm(cp.cuda.runtime.getDevice()),
     ))  # fmt: skip
     return c
@@ -63,7 +63,7 @@ def _cublas_layout(x: cp.ndarray, trans: int) -> tuple[cp.ndarray, int, int]:
     return x, 1 - trans, x.strides[0] // x.itemsize
 
 
-def _compute_type() -> int:
+def compute_type() -> int:
     """float32's cuBLAS compute type as CuPy's config gives it (read each call: CuPy reads it
     each product)."""
     from cupy._core import _routines_linalg

@@ -219,6 +219,7 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
         ordered_product=lambda a, b: ran.append("fp32-ordered") or "C",
         product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name) or "C",
         captured_product=lambda a, b, level, fallback=None: None,  # (a stand-in: no graphs)
+        replayed_sgemm=lambda a, b: None,
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)

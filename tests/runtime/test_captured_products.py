@@ -134,6 +134,35 @@ def test_operands_read_in_place_or_through_the_plans_buffers_in_any_order(level)
         assert plans[0].reads_in_place
 
 
+@pytest.mark.parametrize("shape", [(1, 7, 1), (1, 64, 33), (33, 17, 65), (256, 256, 256)])
+@pytest.mark.parametrize("level", ["auto", "fp32"])
+def test_small_native_products_replay_with_cupys_bits(shape, level) -> None:
+    """A small product "auto" leaves to cuBLAS (and level fp32) replays CuPy's own SGEMM as a
+    graph from its second call, reading the operands where they lie: every call gives
+    ``cupy.matmul``'s bits, operands laid out otherwise included (CuPy's call runs those)."""
+    import cupy
+
+    from mixpert.runtime.cuda import backend
+
+    m, k, n = shape
+    sgemm_plans = lambda: [  # noqa: E731
+        plan for key, plan in backend._plans[cupy.cuda.Device().id]._plans.items()
+        if key[0] == "sgemm"
+    ]  # fmt: skip
+    for seed in range(4):
+        a, b = (cupy.asarray(x) for x in _operands(m, k, n, seed))
+        if seed == 3:  # column-major: not read in place
+            a = cupy.asfortranarray(a)
+        want = cupy.matmul(a, b)
+        got = mixpert.matmul(a, b, level=level)
+        a[...] = cupy.nan  # (changed after the call: the call has read it)
+        assert _same_bits(got, want), seed
+        if seed == 0:  # the first sight of a signature makes no plan
+            assert not sgemm_plans()
+    plans = sgemm_plans()
+    assert len(plans) == 1 and plans[0] is not None  # made at the second call, used since
+
+
 def test_two_streams_and_two_threads_at_once(monkeypatch) -> None:
     import cupy
 
