@@ -340,5 +340,6 @@ def clear_plans() -> None:
     fallback (``mixpert.clear_cache``)."""
     for cache in _plans.values():
         cache.clear()
+    _sighted.clear()
     if conditional.available():
         conditional.clear_graphs()
