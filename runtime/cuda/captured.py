@@ -1,15 +1,18 @@
-"""One INT8 product captured once as a CUDA graph and replayed: the host cost of a call is a few
-driver calls, whatever the level.
+"""Products captured once as CUDA graphs and replayed: the host cost of a call is a few driver
+calls, whatever the level.
 
-A ``CapturedProduct`` is made for one signature (m, k, n, level, device, stream). It owns the
-operand and output buffers and a memory pool of its own, runs the product once on them
+A ``CapturedProduct`` (an INT8 level) is made for one signature (m, k, n, level, device, stream).
+It owns operand and output buffers and a memory pool of its own, runs the product once on them
 uncaptured (so every first-use cost, kernel builds, the INT8 GEMMs' algorithm choice and the
 pool's blocks, is paid outside the capture), then captures the same call into a graph. A call
-copies the operands into the buffers, replays the graph and copies the output into a new array,
-all on the stream, with no host synchronisation; or, where the graph's operand addresses can be
-rewritten (``graph_operands``) and the operands are C-contiguous and aligned, points the graph
-at the operands and a new output and replays it, with no copies. The graph runs the very
+points the graph at its operands and a new output (``graph_operands``: the addresses in the
+nodes' parameters rewritten) and replays it, all on the stream, with no host synchronisation;
+an operand laid out otherwise (not C-contiguous float32, not aligned) is copied into the plan's
+buffer first, and a graph whose addresses cannot be rewritten (conditional nodes: "auto"'s
+fallback) has both operands copied in and the output copied out. The graph runs the very
 kernels the direct call runs, on the same data, so its bits are the direct call's.
+A ``CapturedSgemm`` is CuPy's own cuBLAS SGEMM captured and replayed the same way, for small
+native products.
 
 The pool is the plan's alone: the addresses the graph baked in stay the plan's until
 ``release``, and nothing else allocates from it.
