@@ -1,10 +1,12 @@
-"""Before and after measuring the INT8 GEMM algorithm per shape (``runtime.cuda.tn_gemm``), one run.
+"""The INT8 GEMM algorithm per shape (``runtime.cuda.tn_gemm``), three ways in one run.
 
-Level IV with every INT8 GEMM through ``cublasGemmEx`` (``MIXPERT_INT8_GEMM=cublas``, the
-previous behaviour) and with each shape's measured-fastest algorithm, beside cuBLAS SGEMM and
-TF32, on 2-D products and stacks (phi = 0.5 inputs, NaN-poisoned outputs, median times).
-Prediction from ``benchmarks/lt_probe``: the 16 x 4096^3 stack's GEMMs 1.44x faster (17 of its
-~27 ms), n = 8192 a few percent, n = 16384 unchanged. Writes ``int8-gemm-choice.{json,md,png}``.
+Level IV with every INT8 GEMM through ``cublasGemmEx`` (``MIXPERT_INT8_GEMM=cublas``), with
+each shape's measured-fastest cuBLAS or cuBLASLt algorithm (``MIXPERT_INT8_GEMM=cublaslt``), and
+as shipped, mixpert's wgmma kernel among the candidates (``wgmma_gemm``, Hopper), beside cuBLAS
+SGEMM and TF32, on 2-D products and stacks (phi = 0.5 inputs, NaN-poisoned outputs, median
+times). Level IV as shipped runs the fused kernel where it wins; "IV (sums)" is its class-sum
+pipeline alone (``MIXPERT_FUSED=0``), whose GEMMs are the ones chosen here. Writes
+``int8-gemm-choice.{json,md,png}``.
 
     python benchmarks/int8_gemm_choice.py [--out DIR]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +37,26 @@ SHAPES = (
 )
 
 
-def iv(cublas_only: bool) -> Any:
+def iv_sums(engines: str | None) -> Any:
+    """Level IV's class-sum pipeline (``MIXPERT_FUSED=0``, uncached: a replayed graph keeps the
+    GEMMs it was captured with) with ``MIXPERT_INT8_GEMM=engines`` (None: as shipped), each
+    way with its own table of chosen algorithms (made at its first call, outside the timing)."""
     from mixpert.runtime.cuda import tn_gemm
 
+    chosen: dict[Any, Any] = {}
+    switches = {"MIXPERT_INT8_GEMM": engines, "MIXPERT_FUSED": "0", "MIXPERT_PLAN_CACHE": "0"}
+
     def run(a: Any, b: Any) -> Any:
-        if cublas_only:
-            os.environ["MIXPERT_INT8_GEMM"] = "cublas"
-            tn_gemm._chosen.clear()  # nothing chosen: every GEMM through cublasGemmEx
+        for name, value in switches.items():
+            if value is not None:
+                os.environ[name] = value
+        shipped, tn_gemm._chosen = tn_gemm._chosen, chosen
         try:
             return mixpert.matmul(a, b, level="IV")
         finally:
-            os.environ.pop("MIXPERT_INT8_GEMM", None)
+            tn_gemm._chosen = shipped
+            for name in switches:
+                os.environ.pop(name, None)
 
     return run
 
@@ -71,8 +83,10 @@ def main() -> None:
         calls = {
             "sgemm": (lambda a=a, b=b: cp.matmul(a, b), "cuBLAS"),
             "tf32": (tf32, "cuBLAS TF32"),
-            "IV cublasGemmEx": (lambda a=a, b=b: iv(True)(a, b), "IV"),
-            "IV measured choice": (lambda a=a, b=b: iv(False)(a, b), "IV"),
+            "IV (sums) cublasGemmEx": (partial(iv_sums("cublas"), a, b), "IV"),
+            "IV (sums) cuBLAS choice": (partial(iv_sums("cublaslt"), a, b), "IV"),
+            "IV (sums) with wgmma": (partial(iv_sums(None), a, b), "IV"),
+            "IV": (lambda a=a, b=b: mixpert.matmul(a, b, level="IV"), "IV"),
         }
         timings = measure_calls(cp, calls, a, b, 2.0 * batch * m * k * n)
         sgemm = timings["sgemm"][0]
@@ -80,7 +94,7 @@ def main() -> None:
             rows.append({"batch": batch, "m": m, "k": k, "n": n, "method": name,
                          "time_ms": seconds * 1e3, "ratio_to_sgemm": sgemm / seconds,
                          "error": error, "sgemm_error": timings["sgemm"][1]})  # fmt: skip
-        cells = ", ".join(f"{r['method']} {r['ratio_to_sgemm']:.2f}x" for r in rows[-4:])
+        cells = ", ".join(f"{r['method']} {r['ratio_to_sgemm']:.2f}x" for r in rows[-6:])
         print(f"{batch} x {m}x{k}x{n}: {cells}", flush=True)
         del a, b
         cp.get_default_memory_pool().free_all_blocks()
@@ -99,8 +113,9 @@ def markdown(rows: list[dict[str, Any]], device: str) -> str:
     lines = [
         f"# INT8 GEMM algorithm per shape ({device})",
         "",
-        "x SGEMM (error) in one run; level IV with cublasGemmEx only (before) and with the "
-        "measured-fastest algorithm per shape (after).",
+        "x SGEMM (error) in one run; level IV's class-sum pipeline with cublasGemmEx only, "
+        "with cuBLAS's measured-fastest algorithm per shape, and with mixpert's wgmma kernel "
+        "among the candidates; level IV as shipped.",
         "",
         "| batch x (m x k x n) | " + " | ".join(methods) + " |",
         "|---" * (len(methods) + 1) + "|",

@@ -10,8 +10,13 @@ beta = 0) times ``cublasGemmEx`` and up to ``CANDIDATES`` cuBLASLt heuristic alg
 real operands (best of ``TUNING_RUNS``, CUDA events) and keeps the fastest for the process.
 Integer GEMMs are exact and every candidate computes the same sums, so the choice changes no bit.
 
+On Hopper (compute capability 9.0) mixpert's own INT8 GEMM (``wgmma_gemm``: TMA, wgmma, warp
+specialisation) is one more candidate; it ran 1.6-1.7x cuBLASLt's default INT8 GEMM at n = 4096-
+16384 on an H200 (``benchmarks/results/NVIDIA-H200/wgmma-int8-probe.json``).
+
 ``MIXPERT_INT8_GEMM=cublas`` in the environment keeps ``cublasGemmEx`` for every shape that first
-runs while it is set.
+runs while it is set; ``MIXPERT_INT8_GEMM=cublaslt`` keeps cuBLAS's and cuBLASLt's algorithms
+alone (no wgmma kernel).
 """
 
 from __future__ import annotations
@@ -111,8 +116,13 @@ class _LtPlan:
     workspace: int
 
 
+class _Wgmma:
+    """The plan of a shape on which mixpert's own wgmma kernel won (``wgmma_gemm``)."""
+
+
+WGMMA = _Wgmma()
 # (device, shape, pointer alignments) -> plan; None: cublasGemmEx
-_chosen: dict[tuple[int, Gemm, tuple[int, int, int]], _LtPlan | None] = {}
+_chosen: dict[tuple[int, Gemm, tuple[int, int, int]], _LtPlan | _Wgmma | None] = {}
 _UNTIMED = _LtPlan(ctypes.c_void_p(), (ctypes.c_void_p(),) * 3, _Algo(), 0)  # (a marker)
 # ... -> cuBLASLt's first candidate, for GEMMs under capture
 _first: dict[tuple[int, Gemm, tuple[int, int, int]], _LtPlan] = {}
@@ -143,6 +153,8 @@ def gemm(
             plan = _chosen[key] = _fastest(shape, alignments, a_ptr, b_ptr, c_ptr)
     if plan is None:
         gemm_ex(shape, a_ptr, b_ptr, c_ptr, accumulate)
+    elif plan is WGMMA:
+        _wgmma(shape, a_ptr, b_ptr, c_ptr, accumulate)
     else:
         _lt_matmul(plan, a_ptr, b_ptr, c_ptr, accumulate, device)
 
@@ -160,11 +172,11 @@ def _first_candidate(shape: Gemm, alignments: tuple[int, int, int]) -> _LtPlan:
 
 
 def chosen_algorithms() -> dict[Gemm, str]:
-    """Each INT8 shape tuned on this device -> "cublasGemmEx" or "cuBLASLt" (for reports)."""
+    """Each INT8 shape tuned on this device -> "cublasGemmEx", "cuBLASLt" or "wgmma" (for
+    reports)."""
     device = cp.cuda.Device().id
-    return {
-        s: "cuBLASLt" if p else "cublasGemmEx" for (d, s, _), p in _chosen.items() if d == device
-    }
+    names = {None: "cublasGemmEx", WGMMA: "wgmma"}
+    return {s: names.get(p, "cuBLASLt") for (d, s, _), p in _chosen.items() if d == device}
 
 
 def _alignment(ptr: int) -> int:
@@ -196,10 +208,11 @@ def gemm_ex(
 
 def _fastest(
     shape: Gemm, alignments: tuple[int, int, int], a_ptr: int, b_ptr: int, c_ptr: int
-) -> _LtPlan | None:
-    """Time cublasGemmEx and cuBLASLt's candidates (those that work at these pointer
-    alignments) on these operands; the fastest's plan."""
-    best_plan: _LtPlan | None = None
+) -> _LtPlan | _Wgmma | None:
+    """Time cublasGemmEx, cuBLASLt's candidates (those that work at these pointer alignments)
+    and mixpert's wgmma kernel (where it runs: ``wgmma_gemm.serves``) on these operands; the
+    fastest's plan."""
+    best_plan: _LtPlan | _Wgmma | None = None
     best = _time(lambda: gemm_ex(shape, a_ptr, b_ptr, c_ptr, False))
     desc, layouts, plans = _candidates(shape, alignments)
     device = cp.cuda.runtime.getDevice()
@@ -210,12 +223,42 @@ def _fastest(
             continue
         if seconds < best:
             best, best_plan = seconds, plan
-    if best_plan is None:  # cublasGemmEx won: the candidates' descriptors are not kept
+    if _wgmma_serves(shape, a_ptr, b_ptr):
+        seconds = _time(lambda: _wgmma(shape, a_ptr, b_ptr, c_ptr, False))
+        if seconds < best:
+            best, best_plan = seconds, WGMMA
+    if not isinstance(best_plan, _LtPlan):  # the candidates' descriptors are not kept
         lib = _lt()
         lib.cublasLtMatmulDescDestroy(desc)
         for layout in layouts:
             lib.cublasLtMatrixLayoutDestroy(layout)
     return best_plan
+
+
+def _wgmma_serves(shape: Gemm, a_ptr: int, b_ptr: int) -> bool:
+    """Whether mixpert's wgmma kernel takes this GEMM here (``wgmma_gemm.serves``), unless
+    ``MIXPERT_INT8_GEMM=cublaslt`` keeps cuBLAS's algorithms alone."""
+    from . import wgmma_gemm
+
+    if os.environ.get("MIXPERT_INT8_GEMM") == "cublaslt":
+        return False
+    s = shape
+    return wgmma_gemm.serves(
+        s.m, s.n, s.depth, b_ptr, s.ldb, a_ptr, s.lda, MAX_ALIGNMENT, s.batch, s.stride_b,
+        s.stride_a, s.stride_c,
+    )  # fmt: skip
+
+
+def _wgmma(shape: Gemm, a_ptr: int, b_ptr: int, c_ptr: int, accumulate: bool) -> None:
+    """The GEMM on mixpert's wgmma kernel: cuBLAS's column-major C (n x m) = A^T B is the
+    row-major m x n product of B's m rows and A's n rows, k-contiguous both."""
+    from . import wgmma_gemm
+
+    s = shape
+    wgmma_gemm.gemm(
+        s.m, s.n, s.depth, b_ptr, s.ldb, a_ptr, s.lda, c_ptr, s.n, accumulate,
+        s.batch, s.stride_b, s.stride_a, s.stride_c,
+    )  # fmt: skip
 
 
 def _time(run: Any) -> float:
