@@ -175,8 +175,11 @@ def chosen_algorithms() -> dict[Gemm, str]:
     """Each INT8 shape tuned on this device -> "cublasGemmEx", "cuBLASLt" or "wgmma" (for
     reports)."""
     device = cp.cuda.Device().id
-    names = {None: "cublasGemmEx", WGMMA: "wgmma"}
-    return {s: names.get(p, "cuBLASLt") for (d, s, _), p in _chosen.items() if d == device}
+
+    def name(plan: _LtPlan | _Wgmma | None) -> str:
+        return "cublasGemmEx" if plan is None else "wgmma" if plan is WGMMA else "cuBLASLt"
+
+    return {s: name(p) for (d, s, _), p in _chosen.items() if d == device}
 
 
 def _alignment(ptr: int) -> int:
