@@ -11,8 +11,9 @@ real operands (best of ``TUNING_RUNS``, CUDA events) and keeps the fastest for t
 Integer GEMMs are exact and every candidate computes the same sums, so the choice changes no bit.
 
 On Hopper (compute capability 9.0) mixpert's own INT8 GEMM (``wgmma_gemm``: TMA, wgmma, warp
-specialisation) is one more candidate; it ran 1.6-1.7x cuBLASLt's default INT8 GEMM at n = 4096-
-16384 on an H200 (``benchmarks/results/NVIDIA-H200/wgmma-int8-probe.json``).
+specialisation) is one more candidate. On an H200 it ran 0.84-1.12x the best of cublasGemmEx
+and cuBLASLt's candidates, shape by shape (``benchmarks/results/NVIDIA-H200/int8-engines.json``):
+ahead on the long-depth class GEMMs of n >= 8192, behind at 4096.
 
 ``MIXPERT_INT8_GEMM=cublas`` in the environment keeps ``cublasGemmEx`` for every shape that first
 runs while it is set; ``MIXPERT_INT8_GEMM=cublaslt`` keeps cuBLAS's and cuBLASLt's algorithms
