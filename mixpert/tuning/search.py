@@ -204,7 +204,7 @@ def _auto_where_faster(
     is never faster, so the model's plan stands."""
     if not any(device.is_cupy_array(a) for a in prof.args) or not levels:
         return levels, current
-    prof.budget = None  # the walk's cap; this check costs at most 4 + len(levels) runs
+    prof.budget = None  # the walk's cap; this check costs at most 6 + len(levels) runs
     fallback = dict.fromkeys(levels, MEASURED_FALLBACK)
     tuned_s, fallback_s = prof.op_seconds(levels), prof.op_seconds(fallback)
     slower = [op for op in levels if tuned_s.get(op, 0.0) > fallback_s.get(op, float("inf"))]
