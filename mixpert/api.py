@@ -16,6 +16,7 @@ from .plans.plan import Plan
 from .runtime import device, dispatch, numpy_meaning
 from .runtime.levels import NATIVE_LEVEL, Level, LevelName, get_level
 from .runtime.precision import get_default_level
+from .timing import synchronizer_for
 from .tuning import tuner
 
 DIRECT_OP = "mixpert.matmul"  # the op id of a direct call's record: no site of compiled code
@@ -118,6 +119,7 @@ def _recorded(
     """``dispatch.np_matmul_at_level`` as the unrecorded call makes it, timed; then its
     ``CallRecord`` (here, not in the runtime: ``runtime`` never imports ``execution``)."""
     fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM after packing for an INT8 level
+    synchronizer_for((a, b))()  # (CuPy: work queued before this product is not its time)
     start = time.perf_counter()
     result = dispatch.np_matmul_at_level(
         a, b, level=level, backend=backend, on_native=lambda: fell_back.append(True), out=out,

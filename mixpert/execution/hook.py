@@ -138,6 +138,8 @@ def run_product(op_index: int, a: Any, b: Any, routed: Route, keep: Keep | None 
     log.debug("%s: %dx%dx%d at %s on %s", op_id_of(op_index), m, k, n, ran.name, backend)
     reuses = reuse_counts(keep)
     fell_back: list[bool] = []  # "auto" ran cuBLAS SGEMM over the INT8 level it resolved to
+    if device.is_cupy_array(a) or device.is_cupy_array(b):  # work queued before is not its time
+        device.cupy_module().cuda.Device().synchronize()
     start = time.perf_counter()
     result = dispatch.run(a, b, routed, keep, on_native=lambda: fell_back.append(True))
     sync = getattr(getattr(result, "device", None), "synchronize", None)
