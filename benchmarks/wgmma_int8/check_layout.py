@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""CPU-side model checks for wgmma_int8.cu (pure numpy, no GPU).
+"""CPU-side model checks for the wgmma INT8 GEMM's layout (pure numpy, no GPU); written for its
+first version (wgmma_int8.cu, commit 4dc20f9), whose swizzle, descriptors, fragments and
+barriers runtime/cuda/kernels/wgmma_gemm.cu keeps.
 
 What is modelled (and what is assumed, so a pass means "self-consistent with
 the documented hardware behaviour", not "proven on silicon"):
