@@ -1,5 +1,5 @@
 // wgmma_gemm.cu -- INT8 x INT8 -> INT32 GEMM for Hopper (sm_90a), the engine of mixpert's
-// INT8 class sums. Built from the probe benchmarks/wgmma_int8/wgmma_int8.cu: the same
+// INT8 class sums. Built from the first probe (commit 4dc20f9, benchmarks/wgmma_int8/): the same
 // persistent, warp-specialised design, plus tails, depth tails, leading dimensions, batch
 // and accumulate.
 //
