@@ -12,6 +12,7 @@ keeps each op's sampled products, from which its own error and the model's figur
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,10 +24,11 @@ from ..execution.product_samples import ProductSample
 from ..metrics import output_error
 from ..one_trip import nbytes
 from ..runtime import device
+from ..timing import synchronizer_for
 from .copies import copies, float64_copies, float_array_leaves, parameter_names
 from .error_model import error_spread, model_error, own_error
 
-OP_SECONDS_RUNS = 3  # op_seconds: a warm-up run, then two timed ones
+OP_SECONDS_RUNS = 3  # op_seconds, call_seconds: a warm-up run, then two timed ones
 
 
 class Tunable(Protocol):
@@ -161,6 +163,22 @@ class Profiler:
                 seconds[call.op_id] = seconds.get(call.op_id, 0.0) + call.seconds
             if run > 0:
                 best = {op: min(t, best.get(op, math.inf)) for op, t in seconds.items()}
+        return best
+
+    def call_seconds(self, levels: Mapping[str, str]) -> float:
+        """Measured seconds of one whole call under ``levels``, synchronised: the least of two
+        runs after a first (as ``op_seconds``); three profiling runs."""
+        jitted, sync = self.func.with_plan(dict(levels)), synchronizer_for(self.args)
+        best = math.inf
+        for run in range(OP_SECONDS_RUNS):
+            args = self.copied_args()
+            sync()
+            start = time.perf_counter()
+            jitted(*args)
+            sync()
+            self.runs += 1
+            if run > 0:
+                best = min(best, time.perf_counter() - start)
         return best
 
 
