@@ -21,7 +21,7 @@ The pool is the plan's alone: the addresses the graph baked in stay the plan's u
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import cupy as cp
 import numpy as np
@@ -49,7 +49,32 @@ def conditional_nodes() -> bool:
     return conditional.usable()
 
 
-class CapturedProduct:
+class _GraphPlan:
+    """What both plans hold: a graph replayed on ``stream``, its operand binding, the memory pool
+    its addresses live in, and the lock that keeps one caller at a time."""
+
+    stream: cp.cuda.Stream
+    _graph: Any
+    _binding: graph_operands.Binding | None
+    _pool: cp.cuda.MemoryPool
+    _lock: threading.Lock
+    a: cp.ndarray
+    b: cp.ndarray
+    c: cp.ndarray
+
+    def release(self) -> None:
+        """Frees the graph and the plan's memory once the stream has run what it queued (a
+        call enqueueing meanwhile finishes first)."""
+        with self._lock:
+            if self._graph is None:
+                return
+            self.stream.synchronize()
+            self._graph = self._binding = None
+            self.a = self.b = self.c = None  # type: ignore[assignment]
+            self._pool.free_all_blocks()
+
+
+class CapturedProduct(_GraphPlan):
     """(m x k) @ (k x n) at ``level`` on the current device and stream, as one graph; with
     "auto"'s ``fallback``, decided on the GPU (``sliced.int8_product_deciding_on_gpu``); with
     ``count`` > 1, the pairs of two stacks (count, m, k) @ (count, k, n)
@@ -137,19 +162,8 @@ class CapturedProduct:
         _fill(buffer, x, self.stream)
         return buffer.data.ptr
 
-    def release(self) -> None:
-        """Frees the graph and the plan's memory once the stream has run what it queued (a
-        call enqueueing meanwhile finishes first)."""
-        with self._lock:
-            if self._graph is None:
-                return
-            self.stream.synchronize()
-            self._graph = self._binding = None
-            self.a = self.b = self.c = None  # type: ignore[assignment]
-            self._pool.free_all_blocks()
 
-
-class CapturedSgemm:
+class CapturedSgemm(_GraphPlan):
     """cuBLAS SGEMM of two float32 matrices as CuPy runs it (``graph_gemm.matmul``: CuPy's own
     call, so the same algorithm and bits), captured once for one signature (m, k, n, device,
     stream, compute type) and replayed reading C-contiguous operands where they lie
@@ -195,15 +209,6 @@ class CapturedSgemm:
             self._binding.point((a.data.ptr, b.data.ptr, c.data.ptr))
             self._graph.launch(self.stream)
         return c
-
-    def release(self) -> None:
-        with self._lock:
-            if self._graph is None:
-                return
-            self.stream.synchronize()
-            self._graph = self._binding = None
-            self.a = self.b = self.c = None  # type: ignore[assignment]
-            self._pool.free_all_blocks()
 
 
 def _fill(buffer: cp.ndarray, x: cp.ndarray, stream: cp.cuda.Stream) -> None:
