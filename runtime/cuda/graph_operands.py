@@ -94,6 +94,8 @@ class _KernelNode:
 
 
 class _MemsetNode:
+    """One memset node whose destination lies in buffer ``buffer``, ``delta`` bytes in."""
+
     def __init__(self, node: int, params: _MemsetParams, buffer: int, delta: int):
         self.node, self.params, self.buffer, self.delta = _P(node), params, buffer, delta
 
