@@ -244,8 +244,10 @@ def _run_stack(a: Any, b: Any, routed: Route) -> Any:
 def _cupy_float32_matrices(a: Any, b: Any) -> tuple[int, int, int] | None:
     """(m, k, n) where a and b are float32 CuPy matrices of matching k, else None: what the hot
     path tests, and nothing more (the general path's checks would cost 10-30% of the call)."""
-    ndarray = _cupy_ndarray or _learn_cupy_ndarray(a)
-    if type(a) is not ndarray or type(b) is not ndarray:
+    kind = type(a)
+    if kind is not _cupy_ndarray and kind is not _learn_cupy_ndarray(a):
+        return None
+    if type(b) is not kind:
         return None
     if a.ndim != 2 or b.ndim != 2 or a.dtype != _FLOAT32 or b.dtype != _FLOAT32:
         return None
@@ -254,20 +256,16 @@ def _cupy_float32_matrices(a: Any, b: Any) -> tuple[int, int, int] | None:
     return (m, k, n) if k == k_b else None
 
 
-class _NoArray:
-    """The type no operand has: what ``_cupy_float32_matrices`` compares with before CuPy's."""
+_cupy_ndarray: type | None = None  # CuPy's array type, as the last CuPy operand had it
 
 
-_cupy_ndarray: type | None = None  # CuPy's array type, known from the first CuPy operand
-
-
-def _learn_cupy_ndarray(x: Any) -> type:
-    """CuPy's array type where ``x`` is a CuPy array on a usable GPU (kept from then on), else
-    ``_NoArray``: NumPy operands never import CuPy here."""
+def _learn_cupy_ndarray(x: Any) -> type | None:
+    """CuPy's array type where ``x`` is a CuPy array on a usable GPU (kept: the next call
+    compares types alone), else None: NumPy operands never import CuPy here."""
     global _cupy_ndarray
     cp = device.cupy_module() if device.is_cupy_array(x) else None
     if cp is None:
-        return _NoArray
+        return None
     _cupy_ndarray = cp.ndarray
     return _cupy_ndarray
 

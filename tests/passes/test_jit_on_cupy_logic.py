@@ -69,7 +69,6 @@ def cp(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
         ),
     )
     monkeypatch.setattr(device, "cupy_module", lambda: module)
-    monkeypatch.setattr(dispatch, "_cupy_ndarray", None)  # (learnt from the stand-in)
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: SimpleNamespace(clear_plans=lambda: None))
     mixpert.clear_cache()

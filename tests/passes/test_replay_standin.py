@@ -287,7 +287,6 @@ cp = SimpleNamespace(
 @pytest.fixture(autouse=True)
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(device, "cupy_module", lambda: cp)
-    monkeypatch.setattr(dispatch, "_cupy_ndarray", None)  # (learnt from the stand-in)
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: SimpleNamespace(clear_plans=lambda: None))
     monkeypatch.setattr(cupy_sites, "_graph_gemm", lambda: SimpleNamespace(matmul=matmul))

@@ -223,7 +223,6 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
         **vars(gpu()),
     )
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
-    monkeypatch.setattr(dispatch, "_cupy_ndarray", None)  # (learnt from the stand-in)
     monkeypatch.setattr(dispatch.device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: cuda)
     asked: list[auto.Route] = []
