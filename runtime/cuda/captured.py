@@ -177,8 +177,9 @@ class CapturedSgemm(_GraphPlan):
         self.stream = cp.cuda.get_current_stream()
         self._pool = cp.cuda.MemoryPool()
         self._lock = threading.Lock()
+        # all on a stream of its own, on buffers of its own: the caller's stream is never
+        # waited for (the plan is made at a signature's second call, which must not wait)
         capture = cp.cuda.Stream(non_blocking=True)
-        self.stream.synchronize()
         with cp.cuda.using_allocator(self._pool.malloc), capture:
             random = cp.random.default_rng(0)
             self.a = random.standard_normal((m, k), dtype=cp.float32)

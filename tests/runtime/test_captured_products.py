@@ -231,6 +231,21 @@ def test_a_call_returns_before_the_gpu_is_done(level, n) -> None:
     )
 
 
+def test_a_small_native_product_planned_at_its_second_call_does_not_wait() -> None:
+    """ "auto" on a product it leaves to cuBLAS plans its graph at the signature's second call:
+    that call, too, returns while the GPU is held."""
+    import cupy
+
+    a, b = (cupy.asarray(x) for x in _operands(256, 256, 256, 5))
+    want = cupy.matmul(a, b)
+    assert _same_bits(mixpert.matmul(a, b), want)  # the first sight: no plan
+    got: list = []
+    assert returns_while_gpu_is_held(lambda: got.append(mixpert.matmul(a, b))), (
+        "the planning call waited for the GPU"
+    )
+    assert _same_bits(got[0], want)
+
+
 def test_matmul_plan_is_a_planned_product_and_refuses_other_shapes() -> None:
     import cupy
 
