@@ -20,16 +20,18 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Sequence
-from typing import Any
-
-import cupy as cp
+from typing import TYPE_CHECKING, Any
 
 from . import libraries
+
+if TYPE_CHECKING:  # (the module itself needs no CuPy: its tests run without one)
+    import cupy as cp
 
 # CUgraphNodeType (cuda.h): the nodes ``find`` reads, and those that hold no operand address
 _KERNEL, _MEMSET = 0, 2
 _INERT = frozenset({5, 10, 11})  # empty, memory allocation and free (a GEMM's workspace)
 _MAX_PARAMS = 4096  # (a bound on the parameter walk, far above any kernel's count)
+_INVALID_VALUE = 1  # CUDA_ERROR_INVALID_VALUE: a parameter index past the kernel's last
 
 _P, _S = ctypes.c_void_p, ctypes.c_size_t
 
@@ -193,8 +195,11 @@ def _param_sizes(cuda: ctypes.CDLL, params: _KernelParams) -> list[int] | None:
     sizes = []
     for index in range(_MAX_PARAMS):
         offset, size = _S(), _S()
-        if info(_P(handle), index, ctypes.byref(offset), ctypes.byref(size)) != 0:
-            return sizes  # (the first index past the last parameter is refused)
+        status = info(_P(handle), index, ctypes.byref(offset), ctypes.byref(size))
+        if status == _INVALID_VALUE:  # the first index past the last parameter
+            return sizes
+        if status != 0:
+            return None
         sizes.append(size.value)
     return None
 

@@ -1,0 +1,150 @@
+"""``graph_operands`` against a stand-in CUDA driver (on any machine): which parameters of which
+nodes it finds holding the plan's buffers, what it rewrites them to, and every case where it
+refuses to rebind a graph (the caller then copies). The real driver: the GPU tests of
+``test_captured_products``."""
+
+from __future__ import annotations
+
+import ctypes
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mixpert.runtime.cuda import graph_operands
+
+A, B, C, SCRATCH = 0x7F00_0000_0000, 0x7F00_0010_0000, 0x7F00_0020_0000, 0x7F00_0030_0000
+SIZE = 4096  # bytes of each plan buffer
+CONTEXT = 77
+KERNEL, MEMCPY, MEMSET, EMPTY = 0, 1, 2, 5
+
+
+def pointer(address: int) -> bytes:
+    return address.to_bytes(8, "little")
+
+
+def kernel(*params: bytes, describable: bool = True) -> dict[str, Any]:
+    return {"type": KERNEL, "params": list(params), "describable": describable}
+
+
+class Driver:
+    """The driver calls ``graph_operands`` makes, on a graph of ``nodes`` (node i has handle
+    i + 1; a kernel node's function handle is its node's), recording what it is told to set."""
+
+    def __init__(self, nodes: list[dict[str, Any]]):
+        self.nodes = nodes
+        self.kernels_set: dict[int, list[bytes]] = {}
+        self.memsets_set: dict[int, tuple[int, int]] = {}
+        self.current: int | None = None
+        self._kept: list[Any] = []
+
+    def cuGraphGetNodes(self, graph: Any, nodes: Any, count: Any) -> int:
+        count._obj.value = len(self.nodes)
+        if nodes is not None:
+            for i in range(len(self.nodes)):
+                nodes[i] = i + 1
+        return 0
+
+    def cuGraphNodeGetType(self, node: Any, kind: Any) -> int:
+        kind._obj.value = self.nodes[node.value - 1]["type"]
+        return 0
+
+    def cuGraphKernelNodeGetParams_v2(self, node: Any, params: Any) -> int:
+        values = [ctypes.create_string_buffer(p, len(p)) for p in self._spec(node)["params"]]
+        array = (ctypes.c_void_p * max(1, len(values)))(*map(ctypes.addressof, values))
+        self._kept += [values, array]
+        params._obj.func = node.value
+        params._obj.kernelParams = ctypes.cast(array, ctypes.POINTER(ctypes.c_void_p))
+        return 0
+
+    def cuFuncGetParamInfo(self, func: Any, index: int, offset: Any, size: Any) -> int:
+        spec = self._spec(func)
+        if not spec["describable"]:
+            return 400  # CUDA_ERROR_INVALID_HANDLE
+        if index >= len(spec["params"]):
+            return 1  # CUDA_ERROR_INVALID_VALUE: past the last parameter
+        size._obj.value = len(spec["params"][index])
+        return 0
+
+    cuKernelGetParamInfo = cuFuncGetParamInfo
+
+    def cuGraphMemsetNodeGetParams(self, node: Any, params: Any) -> int:
+        params._obj.dst = self._spec(node)["dst"]
+        return 0
+
+    def cuCtxGetCurrent(self, context: Any) -> int:
+        context._obj.value = CONTEXT
+        return 0
+
+    def cuCtxSetCurrent(self, context: Any) -> int:
+        self.current = context.value
+        return 0
+
+    def cuGraphExecKernelNodeSetParams_v2(self, executable: Any, node: Any, params: Any) -> int:
+        sizes = [len(p) for p in self._spec(node)["params"]]
+        values = [ctypes.string_at(params.kernelParams[i], n) for i, n in enumerate(sizes)]
+        self.kernels_set[node.value] = values
+        return 0
+
+    def cuGraphExecMemsetNodeSetParams(self, executable: Any, node: Any, p: Any, c: Any) -> int:
+        self.memsets_set[node.value] = (p.dst, c.value)
+        return 0
+
+    def _spec(self, handle: Any) -> dict[str, Any]:
+        return self.nodes[(handle.value if hasattr(handle, "value") else handle) - 1]
+
+
+GRAPH = SimpleNamespace(graph=1, graphExec=2)
+BUFFERS = [SimpleNamespace(data=SimpleNamespace(ptr=x), nbytes=SIZE) for x in (A, B, C)]
+
+
+def bound(monkeypatch: pytest.MonkeyPatch, nodes: list[dict[str, Any]]):
+    driver = Driver(nodes)
+    monkeypatch.setattr(graph_operands, "_driver", lambda: driver)
+    return driver, graph_operands.find(GRAPH, BUFFERS)
+
+
+def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
+    struct = bytes(8) + pointer(C + 16)  # a 16-byte parameter holding C's address at byte 8
+    nodes = [
+        kernel(pointer(A + 64), (5).to_bytes(4, "little"), struct),
+        kernel(pointer(B)),
+        {"type": MEMSET, "dst": C},
+        {"type": EMPTY},
+        kernel(pointer(SCRATCH), pointer(A + SIZE)),  # the plan's own scratch; past A's end
+    ]
+    driver, binding = bound(monkeypatch, nodes)
+    assert binding is not None
+    a2, b2, c2 = 0x1000_0000, 0x2000_0000, 0x3000_0000
+    binding.point((a2, b2, c2))
+    assert driver.current == CONTEXT
+    assert driver.kernels_set == {
+        1: [pointer(a2 + 64), (5).to_bytes(4, "little"), bytes(8) + pointer(c2 + 16)],
+        2: [pointer(b2)],
+    }
+    assert driver.memsets_set == {3: (c2, CONTEXT)}
+    binding.point((A, B, C))  # and back: each call sets every address afresh
+    assert driver.kernels_set[1][0] == pointer(A + 64) and driver.memsets_set[3][0] == C
+
+
+@pytest.mark.parametrize(
+    "nodes, why",
+    [
+        ([kernel(pointer(A), pointer(B), pointer(C)), {"type": MEMCPY}], "a copy node"),
+        ([kernel(pointer(A), pointer(C))], "B found nowhere"),
+        (
+            [kernel(pointer(A), pointer(B), pointer(C)), kernel(pointer(C), describable=False)],
+            "a kernel whose parameters the driver cannot describe",
+        ),  # fmt: skip
+        ([{"type": 13}, kernel(pointer(A), pointer(B), pointer(C))], "a conditional node"),
+    ],
+)
+def test_graphs_it_cannot_rebind_are_refused(monkeypatch, nodes, why) -> None:
+    assert bound(monkeypatch, nodes)[1] is None, why
+
+
+def test_without_the_driver_calls_or_a_template_graph_nothing_is_rebound(monkeypatch) -> None:
+    monkeypatch.setattr(graph_operands, "_driver", lambda: None)
+    assert graph_operands.find(GRAPH, BUFFERS) is None
+    monkeypatch.setattr(graph_operands, "_driver", lambda: Driver([]))
+    assert graph_operands.find(SimpleNamespace(graph=0, graphExec=2), BUFFERS) is None
