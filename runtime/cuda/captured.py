@@ -127,9 +127,10 @@ class CapturedProduct(_GraphPlan):
         self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
         # (the output read where the graph writes it: one C-contiguous array of the result)
         contiguous = self.c.flags.c_contiguous and self.c.shape == self.out_shape
-        buffers = (self.a, self.b, self.c)
         rebind = read_in_place and contiguous  # (False: copies always, as benchmarks compare)
-        self._binding = graph_operands.find(self._graph, buffers) if rebind else None
+        self._binding = (
+            graph_operands.find(self._graph, (self.a, self.b), self.c) if rebind else None
+        )
 
     def __call__(self, a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
         """a @ b (CuPy matrices, or stacks, of the plan's shape) as a new array; None once
@@ -193,7 +194,7 @@ class CapturedSgemm(_GraphPlan):
             self._graph.launch(capture)
             capture.synchronize()
             faithful = bool(cp.array_equal(self.c.view(cp.uint32), direct.view(cp.uint32)))
-        self._binding = graph_operands.find(self._graph, (self.a, self.b, self.c))
+        self._binding = graph_operands.find(self._graph, (self.a, self.b), self.c)
         if not faithful or self._binding is None:
             self._pool.free_all_blocks()
             raise ValueError("not the direct call's bits" if not faithful else "not rebindable")

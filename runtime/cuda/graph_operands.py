@@ -8,11 +8,14 @@ kernel nodes' parameters, read with the kernel's own parameter layout (``cuFuncG
 and memset nodes' destinations. ``Binding.point`` then rewrites those addresses in the
 executable graph before a launch (``cuGraphExecKernelNodeSetParams``: launches already queued
 keep the addresses they were given). Measured against copying into the buffers, this saves
-the copies' GPU time for a few microseconds of host time (``benchmarks/call_overhead.py``).
+the copies' GPU time for a few microseconds of host time (``benchmarks/replay_operands.py``).
+The operands are the caller's own arrays then: the graph's kernels must only read them (the
+backend's kernels take their inputs as const pointers), and a memset into one refuses.
 
 ``find`` gives None, and the caller keeps its copies, where the graph has nodes whose addresses
 it does not read (copies, conditional bodies, child graphs), where a buffer is not found among
-the parameters, where CuPy kept no template graph or the driver lacks the calls (before 12.4).
+the parameters, where a memset writes an operand, where CuPy kept no template graph or the
+driver lacks the calls (before 12.4).
 """
 
 from __future__ import annotations
@@ -127,12 +130,14 @@ class Binding:
             memset.point(cuda, self._executable, bases, self._context)
 
 
-def find(graph: Any, buffers: Sequence[cp.ndarray]) -> Binding | None:
-    """The binding of a CuPy ``graph`` (captured, instantiated) to ``buffers``, each of them
-    found in some node; None where the graph cannot be rebound (module docstring)."""
+def find(graph: Any, operands: Sequence[cp.ndarray], output: cp.ndarray) -> Binding | None:
+    """The binding of a CuPy ``graph`` (captured, instantiated) to its ``operands`` and its
+    ``output``, each found in some node (``Binding.point`` takes their new addresses in that
+    order); None where the graph cannot be rebound (module docstring)."""
     cuda = _driver()
     if cuda is None or not getattr(graph, "graph", 0) or not getattr(graph, "graphExec", 0):
         return None
+    buffers = (*operands, output)
     spans = [(x.data.ptr, x.data.ptr + x.nbytes) for x in buffers]
 
     def inside(address: int) -> tuple[int, int] | None:
@@ -164,6 +169,8 @@ def find(graph: Any, buffers: Sequence[cp.ndarray]) -> Binding | None:
             memset = _MemsetParams()
             _check(cuda.cuGraphMemsetNodeGetParams(_P(node), ctypes.byref(memset)))
             found = inside(memset.dst)
+            if found is not None and found[0] < len(operands):
+                return None  # (it writes an operand: the caller's own array, once rebound)
             if found is not None:
                 memsets.append(_MemsetNode(node, memset, *found))
         elif kind.value not in _INERT:

@@ -101,7 +101,7 @@ BUFFERS = [SimpleNamespace(data=SimpleNamespace(ptr=x), nbytes=SIZE) for x in (A
 def bound(monkeypatch: pytest.MonkeyPatch, nodes: list[dict[str, Any]]):
     driver = Driver(nodes)
     monkeypatch.setattr(graph_operands, "_driver", lambda: driver)
-    return driver, graph_operands.find(GRAPH, BUFFERS)
+    return driver, graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2])
 
 
 def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
@@ -137,6 +137,10 @@ def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
             "a kernel whose parameters the driver cannot describe",
         ),  # fmt: skip
         ([{"type": 13}, kernel(pointer(A), pointer(B), pointer(C))], "a conditional node"),
+        (
+            [kernel(pointer(A), pointer(B), pointer(C)), {"type": MEMSET, "dst": B + 8}],
+            "a memset into an operand (the caller's array, once rebound)",
+        ),  # fmt: skip
     ],
 )
 def test_graphs_it_cannot_rebind_are_refused(monkeypatch, nodes, why) -> None:
@@ -145,6 +149,7 @@ def test_graphs_it_cannot_rebind_are_refused(monkeypatch, nodes, why) -> None:
 
 def test_without_the_driver_calls_or_a_template_graph_nothing_is_rebound(monkeypatch) -> None:
     monkeypatch.setattr(graph_operands, "_driver", lambda: None)
-    assert graph_operands.find(GRAPH, BUFFERS) is None
+    assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2]) is None
     monkeypatch.setattr(graph_operands, "_driver", lambda: Driver([]))
-    assert graph_operands.find(SimpleNamespace(graph=0, graphExec=2), BUFFERS) is None
+    no_template = SimpleNamespace(graph=0, graphExec=2)
+    assert graph_operands.find(no_template, BUFFERS[:2], BUFFERS[2]) is None
