@@ -15,7 +15,8 @@ A ``CapturedSgemm`` is CuPy's own cuBLAS SGEMM captured and replayed the same wa
 native products.
 
 The pool is the plan's alone: the addresses the graph baked in stay the plan's until
-``release``, and nothing else allocates from it.
+``release``, and nothing else allocates from it. Under capture it gives every block once
+(``capture_allocator``): a scratch freed mid-product never lies where the output then does.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ def conditional_nodes() -> bool:
     return conditional.usable()
 
 
+def capture_allocator(pool: cp.cuda.MemoryPool, held: list[Any]) -> Any:
+    """An allocator from ``pool`` that keeps every block it gives in ``held``, so no two
+    allocations of one capture share memory: ``graph_operands`` takes an address inside the
+    output for the output, which a scratch freed before the output's allocation would break."""
+
+    def malloc(size: int) -> cp.cuda.MemoryPointer:
+        memory = pool.malloc(size)
+        held.append(memory)
+        return memory
+
+    return malloc
+
+
 class _GraphPlan:
     """What both plans hold: a graph replayed on ``stream``, its operand binding, the memory pool
     its addresses live in, and the lock that keeps one caller at a time."""
@@ -58,6 +72,7 @@ class _GraphPlan:
     _binding: graph_operands.Binding | None
     _pool: cp.cuda.MemoryPool
     _lock: threading.Lock
+    _held: list[Any]  # the blocks its capture allocated (``capture_allocator``)
     a: cp.ndarray
     b: cp.ndarray
     c: cp.ndarray
@@ -71,6 +86,7 @@ class _GraphPlan:
             self.stream.synchronize()
             self._graph = self._binding = None
             self.a = self.b = self.c = None  # type: ignore[assignment]
+            self._held.clear()
             self._pool.free_all_blocks()
 
 
@@ -111,16 +127,18 @@ class CapturedProduct(_GraphPlan):
             if fallback is not None:
                 auto_fallback.warm_deciding(self.a, self.b)
             side = cp.cuda.Stream(non_blocking=True)  # B's packs beside A's (a fork in the graph)
+            self._held = []
             capture.begin_capture()
             try:
-                if count > 1:
-                    self.c = sliced.int8_product_stack(self.a, self.b, level)
-                elif fallback is None:
-                    self.c = sliced.int8_product(self.a, self.b, level, side=side)
-                else:
-                    self.c = sliced.int8_product_deciding_on_gpu(
-                        self.a, self.b, level, fallback, side
-                    )
+                with cp.cuda.using_allocator(capture_allocator(self._pool, self._held)):
+                    if count > 1:
+                        self.c = sliced.int8_product_stack(self.a, self.b, level)
+                    elif fallback is None:
+                        self.c = sliced.int8_product(self.a, self.b, level, side=side)
+                    else:
+                        self.c = sliced.int8_product_deciding_on_gpu(
+                            self.a, self.b, level, fallback, side
+                        )
             finally:
                 self._graph = capture.end_capture()
             capture.synchronize()
@@ -186,9 +204,11 @@ class CapturedSgemm(_GraphPlan):
             self.a = random.standard_normal((m, k), dtype=cp.float32)
             self.b = random.standard_normal((k, n), dtype=cp.float32)
             direct = self.a.dot(self.b)  # (also every first-use cost, outside the capture)
+            self._held = []
             capture.begin_capture()
             try:
-                self.c = graph_gemm.matmul(self.a, self.b)
+                with cp.cuda.using_allocator(capture_allocator(self._pool, self._held)):
+                    self.c = graph_gemm.matmul(self.a, self.b)
             finally:
                 self._graph = capture.end_capture()
             self._graph.launch(capture)
@@ -196,6 +216,7 @@ class CapturedSgemm(_GraphPlan):
             faithful = bool(cp.array_equal(self.c.view(cp.uint32), direct.view(cp.uint32)))
         self._binding = graph_operands.find(self._graph, (self.a, self.b), self.c)
         if not faithful or self._binding is None:
+            self._held.clear()
             self._pool.free_all_blocks()
             raise ValueError("not the direct call's bits" if not faithful else "not rebindable")
         self.nbytes = self._pool.total_bytes()

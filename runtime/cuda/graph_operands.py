@@ -14,8 +14,12 @@ backend's kernels take their inputs as const pointers), and a memset into one re
 
 ``find`` gives None, and the caller keeps its copies, where the graph has nodes whose addresses
 it does not read (copies, conditional bodies, child graphs), where a buffer is not found among
-the parameters, where a memset writes an operand, where CuPy kept no template graph or the
-driver lacks the calls (before 12.4).
+the parameters, where a memset writes an operand or runs past the end of the buffer it starts
+in, where CuPy kept no template graph or the driver lacks the calls (before 12.4).
+
+An address inside a buffer is taken for that buffer, so the graph's scratch must never share
+memory with the operands or the output: its captures allocate without reuse
+(``captured.capture_allocator``).
 """
 
 from __future__ import annotations
@@ -172,6 +176,10 @@ def find(graph: Any, operands: Sequence[cp.ndarray], output: cp.ndarray) -> Bind
             if found is not None and found[0] < len(operands):
                 return None  # (it writes an operand: the caller's own array, once rebound)
             if found is not None:
+                if found[1] + _extent(memset) > buffers[found[0]].nbytes:
+                    # (a scratch that began where the output now lies: rebound, it would
+                    # write past the caller's output, or the driver refuses it)
+                    return None
                 memsets.append(_MemsetNode(node, memset, *found))
         elif kind.value not in _INERT:
             return None
@@ -209,6 +217,12 @@ def _param_sizes(cuda: ctypes.CDLL, params: _KernelParams) -> list[int] | None:
             return None
         sizes.append(size.value)
     return None
+
+
+def _extent(memset: _MemsetParams) -> int:
+    """The bytes from a memset's destination to the end of the last byte it writes."""
+    row = memset.width * memset.elementSize
+    return row if memset.height <= 1 else (memset.height - 1) * memset.pitch + row
 
 
 def _word(value: int | None, at: int) -> int:

@@ -163,6 +163,26 @@ def test_small_native_products_replay_with_cupys_bits(shape, level) -> None:
     assert len(plans) == 1 and plans[0] is not None  # made at the second call, used since
 
 
+@pytest.mark.parametrize("level", ["IV", "T6"])
+@pytest.mark.parametrize("shape", [(16, 65536, 16), (8, 20000, 24)])
+def test_thin_outputs_of_long_sums_replay_without_touching_other_memory(level, shape) -> None:
+    """An output smaller than the scratch its product zeroes (m, n small, k long): the capture
+    must not let the output take the freed scratch's memory, where a rebound graph would zero
+    past the caller's output (or the driver refuse the call). Each call's bits are the
+    oracle's and the arrays around it keep theirs."""
+    import cupy
+
+    for seed in range(4):  # the second call plans; later ones replay into fresh outputs
+        a, b = _operands(*shape, seed)
+        a_gpu, b_gpu = cupy.asarray(a), cupy.asarray(b)
+        guards = [cupy.full(1 << size, 7.0, dtype=cupy.float32) for size in (8, 16, 21)]
+        got = mixpert.matmul(a_gpu, b_gpu, level=level)
+        assert _same_bits(got, mixpert.matmul(a, b, level=level, backend="cpu")), seed
+        assert all(bool((guard == 7.0).all()) for guard in guards), seed
+        assert _same_bits(a_gpu, a) and _same_bits(b_gpu, b)
+        del guards, got  # (freed: the next call's output may land where they were)
+
+
 def test_two_streams_and_two_threads_at_once(monkeypatch) -> None:
     import cupy
 

@@ -69,7 +69,10 @@ class Driver:
     cuKernelGetParamInfo = cuFuncGetParamInfo
 
     def cuGraphMemsetNodeGetParams(self, node: Any, params: Any) -> int:
-        params._obj.dst = self._spec(node)["dst"]
+        spec = self._spec(node)
+        params._obj.dst, params._obj.elementSize = spec["dst"], spec.get("element", 4)
+        params._obj.width, params._obj.height = spec.get("width", 16), spec.get("height", 1)
+        params._obj.pitch = spec.get("pitch", 0)
         return 0
 
     def cuCtxGetCurrent(self, context: Any) -> int:
@@ -109,7 +112,7 @@ def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
     nodes = [
         kernel(pointer(A + 64), (5).to_bytes(4, "little"), struct),
         kernel(pointer(B)),
-        {"type": MEMSET, "dst": C},
+        {"type": MEMSET, "dst": C, "width": SIZE // 4},  # all of C, no further
         {"type": EMPTY},
         kernel(pointer(SCRATCH), pointer(A + SIZE)),  # the plan's own scratch; past A's end
     ]
@@ -141,6 +144,17 @@ def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
             [kernel(pointer(A), pointer(B), pointer(C)), {"type": MEMSET, "dst": B + 8}],
             "a memset into an operand (the caller's array, once rebound)",
         ),  # fmt: skip
+        (
+            [kernel(pointer(A), pointer(B)), {"type": MEMSET, "dst": C, "width": SIZE // 4 + 1}],
+            "a memset from the output's start past its end (a scratch where the output lies)",
+        ),  # fmt: skip
+        (
+            [
+                kernel(pointer(A), pointer(B)),
+                {"type": MEMSET, "dst": C + 64, "width": 64, "height": 16, "pitch": 256},
+            ],
+            "a 2-D memset whose last row ends past the output",
+        ),
     ],
 )
 def test_graphs_it_cannot_rebind_are_refused(monkeypatch, nodes, why) -> None:
