@@ -22,7 +22,7 @@ import traceback
 
 import cupy as cp
 
-from mixpert.runtime.cuda import wgmma_gemm
+from mixpert.runtime.cuda import hopper, wgmma_gemm
 
 POISON = 0x7F7F7F7F
 TIMING_SIZES = [4096, 8192, 16384]
@@ -157,7 +157,8 @@ def main() -> None:
         ok_avail = wgmma_gemm.available()
         print(f"wgmma_gemm.available() = {ok_avail} (build + load {time.time() - t0:.2f} s)")
         if not ok_avail:
-            wgmma_gemm._kernel(dev.id)  # raises with the reason
+            # raises with the reason
+            hopper.kernel(wgmma_gemm.SOURCE, wgmma_gemm.KERNEL, wgmma_gemm.SMEM_BYTES, dev.id)
             sys.exit("error: wgmma_gemm not available on this device")
 
         # ------------------------------------------------------------ correctness

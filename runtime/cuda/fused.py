@@ -2,11 +2,12 @@
 combine (``fused_kernel``), in place of one cuBLAS INT8 GEMM per weight class, INT32 class sums
 written to memory and read back, and an elementwise combine (``sliced``).
 
-The kernel is Triton's: Triton's compiler turns it into a cubin for the GPU at hand at first use
-(cached on disk by Triton), and CuPy launches it on the caller's stream, like every other
-kernel of this backend (Triton's own launcher would need PyTorch). Triton is optional, in the
-CUDA extras: without it, or on a GPU older than Ampere, ``serves`` says no and the class-sum
-pipeline runs. The bits are the same either way (``combine``'s formula on exact class sums).
+Level IV on Hopper runs a hand-written wgmma kernel (``fused_iv``). Every other case runs
+Triton's: Triton's compiler turns it into a cubin for the GPU at hand at first use (cached on
+disk by Triton), and CuPy launches it on the caller's stream, like every other kernel of this
+backend (Triton's own launcher would need PyTorch). Triton is optional, in the CUDA extras:
+without it, or on a GPU older than Ampere, ``serves`` says no and the class-sum pipeline runs.
+The bits are the same on every path (``combine``'s formula on exact class sums).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from ..combine import int32_k_block, overflow_slack
 from ..levels import Level, triangle
 from ..packer import pair_exponent
+from . import fused_iv
 from .geometry import batch_chunks, chunk_length
 from .packs import PackedOperand
 
@@ -84,17 +86,24 @@ def triton_installed() -> bool:
 
 
 def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
-    """Whether the fused kernel computes ``level``'s (m x k_pad) @ (k_pad x n) products here:
-    Triton installed, an Ampere or newer GPU, a triangle of pairs with at most MAX_CLASSES
-    classes, k within one INT32 block (longer k runs the class-sum pipeline, which blocks k),
-    and an output where it is the faster of the two (``pipeline_wins``)."""
+    """Whether a fused kernel computes ``level``'s (m x k_pad) @ (k_pad x n) products here, k
+    within one INT32 block (longer k runs the class-sum pipeline, which blocks k): level IV on
+    Hopper at every size (``fused_iv``); else Triton's, installed, on an Ampere or newer GPU,
+    for a triangle of pairs with at most MAX_CLASSES classes, on an output where it is the
+    faster (``pipeline_wins``)."""
     switch = mode()
-    return (
-        switch != "0"
-        and _kernel_takes(level)
-        and k_pad <= int32_k_block(level)
-        and (switch == "always" or not pipeline_wins(level, m, n))
+    if switch == "0" or k_pad > int32_k_block(level):
+        return False
+    return on_wgmma(level) or (
+        _kernel_takes(level) and (switch == "always" or not pipeline_wins(level, m, n))
     )
+
+
+def on_wgmma(level: Level) -> bool:
+    """Whether ``level``'s fused products run ``fused_iv``'s wgmma kernel here (level IV on
+    Hopper): faster than Triton's kernel and than the class-sum pipeline at every size
+    measured (benchmarks/results/NVIDIA-H200/fused-anchors.md)."""
+    return fused_iv.takes(level) and fused_iv.available()
 
 
 @functools.cache
@@ -114,13 +123,17 @@ def status() -> str:
     """One line for ``mixpert show-config``: whether the fused kernel runs here, and if not, why."""
     if mode() == "0":
         return f"off: {SWITCH}=0"
-    if not triton_installed():
-        return "off: Triton is not installed (the CUDA extras bring it)"
-    if _capability() < MIN_CAPABILITY:
-        return f"off: compute capability {_capability()} < {MIN_CAPABILITY}"
-    if mode() == "always":
-        return f"on wherever it can run ({SWITCH}=always)"
-    return "on where it beats the class-sum pipeline"
+    wgmma = fused_iv.available()
+    if not triton_installed() or _capability() < MIN_CAPABILITY:
+        why = (
+            "Triton is not installed (the CUDA extras bring it)" if not triton_installed()
+            else f"compute capability {_capability()} < {MIN_CAPABILITY}"
+        )  # fmt: skip
+        return f"level IV only (fused_iv); other levels off: {why}" if wgmma else f"off: {why}"
+    where = f"wherever it can run ({SWITCH}=always)" if mode() == "always" else (
+        "where it beats the class-sum pipeline"
+    )  # fmt: skip
+    return f"on {where}" + ("; level IV on its wgmma kernel (fused_iv) at every size" * wgmma)
 
 
 def pipeline_wins(level: Level, m: int, n: int) -> bool:
@@ -140,7 +153,11 @@ def product(
     tile: Tile | None = None,
 ) -> None:
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices): every entry
-    gets ``combine``'s value, flagged lines included (``sliced``'s bypass overwrites those)."""
+    gets ``combine``'s value, flagged lines included (``sliced``'s bypass overwrites those).
+    ``fused_iv``'s kernel where it serves, unless a Triton ``tile`` is asked for."""
+    if tile is None and on_wgmma(level):
+        fused_iv.product(a_pack, b_pack, level, c)
+        return
     count, m, n = c.shape
     tile = tile or TILE
     kernel = _kernel(level, b_pack.slots, tile, cp.cuda.Device().id)

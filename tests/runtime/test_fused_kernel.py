@@ -55,8 +55,10 @@ OTHER_TILES = [fused.Tile(64, 64, 128, 4, 4), fused.Tile(128, 32, 64, 4, 3)]
 
 @pytest.mark.parametrize("tile", [fused.TILE, *OTHER_TILES])
 def test_every_tile_gives_the_same_bits(tile, monkeypatch):
-    """The shipped tile and others, on a shape that none of them divides."""
+    """The shipped tile and others, on a shape that none of them divides (Triton's kernel,
+    which level IV runs off Hopper)."""
     monkeypatch.setattr(fused, "TILE", tile)
+    monkeypatch.setattr(fused, "on_wgmma", lambda level: False)
     rng = np.random.default_rng(5)
     a, b = operands(rng, 333, 1040, 97, phi=2.0)
     want = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
@@ -119,6 +121,8 @@ def test_k_beyond_one_int32_block_runs_the_class_sum_pipeline():
 
 
 def test_large_outputs_go_to_the_class_sum_pipeline_where_it_is_faster(monkeypatch):
+    """Triton's kernel (level IV's off Hopper) against cuBLAS's GEMMs."""
+    monkeypatch.setattr(fused, "on_wgmma", lambda level: False)
     level, side = get_level("IV"), fused.PIPELINE_MIN_SIDE
     assert fused.serves(level, side - 1, side, K_ALIGN)  # small or thin: fused
     assert fused.serves(level, 65536, 64, K_ALIGN)
@@ -132,6 +136,7 @@ def test_the_switch_turns_it_off_and_show_config_says_so(monkeypatch):
     from mixpert.config import config
 
     assert config()["fused kernel"].startswith("on where")
+    assert ("fused_iv" in config()["fused kernel"]) == fused.on_wgmma(get_level("IV"))
     monkeypatch.setenv(fused.SWITCH, "0")
     assert not fused.serves(get_level("IV"), 64, 64, K_ALIGN)
     assert config()["fused kernel"] == f"off: {fused.SWITCH}=0"

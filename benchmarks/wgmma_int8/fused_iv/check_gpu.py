@@ -23,15 +23,11 @@ import sys
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # fused_iv.py from this folder
-
 import cupy as cp  # noqa: E402
-import fused_iv  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mixpert.runtime.combine import combine, overflow_slack  # noqa: E402
-from mixpert.runtime.cuda import fused  # noqa: E402
+from mixpert.runtime.cuda import fused, fused_iv, hopper  # noqa: E402
 from mixpert.runtime.cuda.packs import (  # noqa: E402
     A_SIDE,
     a_tops,
@@ -200,7 +196,9 @@ def main() -> None:
         ok_avail = fused_iv.available()
         print(f"fused_iv.available() = {ok_avail} (build + load {time.time() - t0:.2f} s)")
         if not ok_avail:
-            fused_iv._kernel(dev.id)  # raises with the reason
+            hopper.kernel(
+                fused_iv.SOURCE, fused_iv.KERNEL, fused_iv.SMEM_BYTES, dev.id
+            )  # the reason
             sys.exit("error: fused_iv not available on this device")
 
         # ------------------------------------------------------------ correctness
@@ -213,7 +211,7 @@ def main() -> None:
             ref_buf, ref = poisoned(count, m, n)
             new_buf, new = poisoned(count, m, n)
             wait(current + " (packs)")
-            fused.product(a_pack, b_pack, LEVEL, ref)
+            fused.product(a_pack, b_pack, LEVEL, ref, fused.TILE)  # (a tile: Triton's)
             wait(current + " (Triton)")
             fused_iv.product(a_pack, b_pack, LEVEL, new)
             wait(current + " (fused_iv)")
@@ -316,7 +314,7 @@ def main() -> None:
                 _, new = poisoned(1, s, s)
                 row = {"n": s}
                 for label, fn, c in (
-                    ("triton", fused.product, ref),
+                    ("triton", lambda *x: fused.product(*x, fused.TILE), ref),
                     ("fused_iv", fused_iv.product, new),
                 ):
                     current = f"timing n={s} ({label})"

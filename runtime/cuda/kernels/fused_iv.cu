@@ -12,7 +12,7 @@
 //   v = 0; for g = 3..0: v = v + S_g * 2^-(w0 + step*g); v *= 2^(a_exp[r] + b_exp[c])
 //   C[r, c] = saturate(v): float32 nearest even with subnormals kept, +-FLT_MAX within k_slack
 //
-// Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers copied verbatim:
+// Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers shared in hopper.cuh:
 //   * persistent grid, 384 threads: WG0 producer (setmaxnreg.dec 40, one thread issues TMA),
 //     WG1/WG2 consumers (setmaxnreg.inc 232), each 64 rows of the 128 x 64 output tile.
 //   * each consumer holds 4 class accumulators of m64n64 INT32 = 4 x 32 = 128 registers.
@@ -26,17 +26,12 @@
 //   * per k-block and consumer: 8 pairs x 4 k-steps of wgmma m64n64k32 s32.s8.s8, both
 //     operands from smem descriptors (SS), into accumulator class i + j.
 //
-// Compiles with nvcc (-arch=sm_90a) and NVRTC (--gpu-architecture=sm_90a): no includes.
+// Compiles with nvcc (-arch=sm_90a) and NVRTC (--gpu-architecture=sm_90a, --include-path=<this
+// directory>); its one include is hopper.cuh (the PTX wrappers it shares with wgmma_gemm.cu).
+
+#include "hopper.cuh"
 
 namespace {
-
-typedef unsigned int u32;
-typedef unsigned long long u64;
-
-// CUtensorMap (cuda.h) is an opaque 64-byte-aligned 128-byte struct; NVRTC has no cuda.h.
-struct alignas(64) TensorMap {
-  u64 v[16];
-};
 
 constexpr int SLICES = 3;                 // level IV: A and B in 3 slices, 3 slots a line
 constexpr int CLASSES = 4;                // weight classes g = i + j = 0..3
@@ -75,104 +70,7 @@ __host__ __device__ constexpr int pair_b(int p) { return p == 0 ? 0 : p == 1 ? 1
 __host__ __device__ constexpr bool pair_first(int p) { return p == 0 || p == 1 || p == 3 || p == 6; }
 static_assert(pair_a(7) + pair_b(7) == 3 && pair_a(5) + pair_b(5) == 2, "pair table");
 
-// ---------------------------------------------------------------- PTX wrappers (wgmma_gemm.cu)
-
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-  return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ u32 dynamic_smem_size() {
-  u32 r;
-  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-// Makes the mbarrier inits visible to other threads and to the async (TMA) proxy.
-__device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-// Spin until the phase with the given parity has completed.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-  u32 done;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-__device__ __forceinline__ void tma_prefetch_desc(const TensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
-}
-
-// 3-D tiled TMA load: c0 = k (elements = bytes), c1 = slot, c2 = line.
-__device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap* map, u32 bar, int c0,
-                                            int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(dst),
-      "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-
-template <u32 N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
-}
-template <u32 N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
-// Pins accumulator registers at this point of the instruction stream (CUTLASS
-// warpgroup_fence_operand): wgmma.fence / wait_group do not name the registers.
-__device__ __forceinline__ void fence_operand(u32& r) {
-  asm volatile("" : "+r"(r)::"memory");
-}
-
-// Shared-memory matrix descriptor, K-major, 128-byte swizzle (CUTLASS GmmaDescriptor):
-//   bits 0-13 start >> 4; 16-29 LBO >> 4 = 1 (unused); 32-45 SBO >> 4 = 1024 >> 4;
-//   49-51 base offset 0; 62-63 layout 1 = SWIZZLE_128B.
-__device__ __forceinline__ u64 make_smem_desc_k128b(u32 smem_addr) {
-  u64 desc = 0;
-  desc |= static_cast<u64>((smem_addr & 0x3FFFF) >> 4);
-  desc |= static_cast<u64>(1) << 16;
-  desc |= static_cast<u64>(1024 >> 4) << 32;
-  desc |= static_cast<u64>(1) << 62;
-  return desc;
-}
+// ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
 
 // D[64 x 64] (+)= A[64 x 32] * B[64 x 32]^T, both operands from smem descriptors (the
 // m64n256k32 wrapper of wgmma_gemm.cu cut to N = 64: 32 accumulator registers).
@@ -194,23 +92,6 @@ __device__ __forceinline__ void wgmma_m64n64k32_s8(u32 (&d)[ACC_REGS], u64 desc_
         "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]),
         "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
-// Output-tile order: batch outermost; inside a problem, groups of `group` tile-rows (along
-// m) with m varying fastest, so tiles running at the same time share B tiles and a bounded
-// band of A in L2. Producer and consumers call this with the same arguments.
-__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int group,
-                                            int& tb, int& tm, int& tn) {
-  const int per_problem = tiles_m * tiles_n;
-  tb = tile / per_problem;
-  const int t = tile - tb * per_problem;
-  const int per_group = group * tiles_n;
-  const int g = t / per_group;
-  const int first_m = g * group;
-  const int gsize = min(tiles_m - first_m, group);
-  const int local = t - g * per_group;
-  tm = first_m + local % gsize;
-  tn = local / gsize;
 }
 
 // ---------------------------------------------------------------- combine (fused_kernel.py)
