@@ -6,7 +6,7 @@ accurate, 6-9 moduli; where ``gemmul8/build.sh`` built its library) and JAX's pr
 (BF16_BF16_F32_X3/X6/X9, TF32_TF32_F32_X3; where JAX is installed). Square n = 2048-16384,
 a stack of 64 pairs of 1024^3 and thin outputs. phi = 0.5 inputs; errors against float64.
 
-    python benchmarks/fused_anchors.py [--quick] [--out DIR]      (GPU only)
+    python benchmarks/fused_anchors.py [--quick | --shapes 4096x4096x4096 ...] [--out DIR]  (GPU)
 """
 
 from __future__ import annotations
@@ -118,10 +118,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--shapes", nargs="+", default=None, help="only these, as the table labels them"
+    )
     args = parser.parse_args()
     gpu = device.device_name()
     rows: list[Row] = []
-    for seed, (batch, m, k, n) in enumerate(QUICK if args.quick else SHAPES):
+    shapes = QUICK if args.quick else SHAPES
+    if args.shapes:
+        shapes = tuple(s for s in SHAPES if FAMILY.label(s) in args.shapes)
+    for seed, (batch, m, k, n) in enumerate(shapes):
         rng = cp.random.default_rng(seed)
         lead = (batch,) if batch > 1 else ()
         a = phi_matrix(cp, rng, (*lead, m, k), 0.5)
