@@ -71,7 +71,7 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
     """(call, what it runs) for a method of the tables: "sgemm" (``cp.matmul``: cuBLAS SGEMM,
     strided-batched for stacks), "tf32", "auto" or a level, on two matrices or two stacks."""
     from ..runtime import dispatch
-    from ..runtime.cuda import backend, native
+    from ..runtime.cuda import native
 
     if name == "sgemm":
         return (lambda: cp.matmul(a, b)), "sgemm"
@@ -80,11 +80,8 @@ def method_fn(cp: Any, name: str, a: Any, b: Any) -> tuple[Callable[[], Any], st
     if name == AUTO.name:  # as users call it: mixpert.matmul(a, b), backend "auto"
         chosen = dispatch.resolve_level(AUTO, a, b, "cuda")
         return (lambda: dispatch.np_matmul_at_level(a, b, AUTO)), chosen.name
-    level = get_level(name)
-    if a.ndim == 3:
-        return (lambda: backend.stack_product_at_level(a, b, level)), name
-    product = backend.PRODUCTS[level.kind]
-    return (lambda: product(a, b, level)), name
+    level = get_level(name)  # as users call it too: its plan replayed where one serves
+    return (lambda: dispatch.np_matmul_at_level(a, b, level, backend="cuda")), name
 
 
 def run(

@@ -18,7 +18,7 @@ from .. import pack_reuse, plan_cache, workspace
 from ..combine import int32_k_block
 from ..levels import Kind, Level
 from ..plan_cache import PlanCache
-from . import conditional, graph_gemm, iv_blocks
+from . import conditional, fused, graph_gemm, iv_blocks
 from .auto_fallback import unresolved_counts
 from .calibrate import crossovers  # "auto"'s crossovers as measured on this GPU's model
 from .captured import CapturedProduct, CapturedSgemm, capturable, conditional_nodes
@@ -259,7 +259,8 @@ def captured_plan(
         cache = _plans.setdefault(device, PlanCache())
     # (names and numbers: a Level's dataclass hash costs microseconds a call)
     rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
-    key = (stream.ptr, count, m, k, n, level.name, rule)
+    # (the fused kernel's switch too: a graph captured with it on would replay it when off)
+    key = (stream.ptr, count, m, k, n, level.name, rule, fused.mode())
 
     def make() -> CapturedProduct | None:
         if stream.is_capturing():  # (asked on a miss alone: a hit costs no driver call)

@@ -219,6 +219,22 @@ def test_two_streams_and_two_threads_at_once(monkeypatch) -> None:
             assert _same_bits(c, w)
 
 
+def test_the_fused_kernels_switch_gets_a_plan_of_its_own(monkeypatch) -> None:
+    """A graph captured with the fused kernel on is not replayed with it off (MIXPERT_FUSED=0
+    asks for cuBLAS's GEMMs and the combine), nor the other way: one plan each, same bits."""
+    import cupy
+
+    from mixpert.runtime.cuda import backend, fused
+
+    a, b = (cupy.asarray(x) for x in _operands(200, 300, 100, 3))
+    got = {}
+    for to in ("0", "1", "0"):
+        with fused.switched(to):
+            got[to] = mixpert.matmul(a, b, level="IV")
+    assert len(backend._plans[cupy.cuda.Device().id]) == 2
+    assert _same_bits(got["0"], got["1"])
+
+
 def test_a_cache_evicted_mid_loop_keeps_the_bits(monkeypatch) -> None:
     import cupy
 
