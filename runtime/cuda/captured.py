@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import cupy as cp
 import numpy as np
+from cupy.cuda import cublas
 
 from ..levels import Level
 from . import auto_fallback, conditional, graph_gemm, graph_operands, sliced
@@ -61,6 +62,14 @@ def capture_allocator(pool: cp.cuda.MemoryPool, held: list[Any]) -> Any:
         return memory
 
     return malloc
+
+
+def hand_back_cublas(stream: cp.cuda.Stream) -> None:
+    """CuPy's cuBLAS handle set back on ``stream`` (the caller's) after a plan is made: the
+    plan's first run and capture left it on a stream of the plan's that is gone once made,
+    where a library calling cuBLAS on CuPy's handle without setting a stream first (GEMMul8's
+    does) would crash."""
+    cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
 
 
 class _GraphPlan:
@@ -141,6 +150,7 @@ class CapturedProduct(_GraphPlan):
                         )
             finally:
                 self._graph = capture.end_capture()
+                hand_back_cublas(self.stream)
             capture.synchronize()
         self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
         # (the output read where the graph writes it: one C-contiguous array of the result)
@@ -211,6 +221,7 @@ class CapturedSgemm(_GraphPlan):
                     self.c = graph_gemm.matmul(self.a, self.b)
             finally:
                 self._graph = capture.end_capture()
+                hand_back_cublas(self.stream)
             self._graph.launch(capture)
             capture.synchronize()
             faithful = bool(cp.array_equal(self.c.view(cp.uint32), direct.view(cp.uint32)))

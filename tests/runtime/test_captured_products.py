@@ -235,6 +235,24 @@ def test_the_fused_kernels_switch_gets_a_plan_of_its_own(monkeypatch) -> None:
     assert _same_bits(got["0"], got["1"])
 
 
+@pytest.mark.parametrize("fused_kernel", ["0", "1"])
+def test_making_a_plan_leaves_cupys_cublas_handle_on_the_callers_stream(fused_kernel) -> None:
+    """A library that calls cuBLAS on CuPy's handle as CuPy left it (GEMMul8 does) must not
+    find it on a stream of the plan's, gone once the plan is made."""
+    import cupy
+    from cupy.cuda import cublas
+
+    from mixpert.runtime.cuda import fused
+
+    a, b = (cupy.asarray(x) for x in _operands(300, 200, 100, 4))
+    for stream in (cupy.cuda.Stream(non_blocking=True), cupy.cuda.get_current_stream()):
+        with stream, fused.switched(fused_kernel):
+            mixpert.matmul(a, b, level="IV")  # (the cuBLAS class sums where the switch is 0)
+            mixpert.matmul(a[:, :64], b[:64], level="T6")
+            handle_stream = cublas.getStream(cupy.cuda.device.get_cublas_handle())
+        assert handle_stream == stream.ptr
+
+
 def test_a_cache_evicted_mid_loop_keeps_the_bits(monkeypatch) -> None:
     import cupy
 
