@@ -202,6 +202,8 @@ class ReplayedCall:
             capture.synchronize()
             self._drop()
             raise
+        finally:
+            _hand_back_cublas(cp, self.stream)
         self.nbytes = self._pool.total_bytes()  # buffers, outputs and the body's temporaries
 
     def __call__(self, args: tuple[Any, ...]) -> Any:
@@ -497,6 +499,13 @@ def _bits_differ(x: Any, y: Any) -> Any:
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _hand_back_cublas(cp: Any, stream: Any) -> None:
+    """CuPy's cuBLAS handle set back on the caller's ``stream``: the body's products left it on
+    the capture stream, gone once the plan is made (``captured.hand_back_cublas`` says why)."""
+    if not stream.is_capturing():  # (CuPy's cuBLAS calls refuse a capturing stream)
+        cp.cuda.cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
 
 
 def _end_quietly(stream: Any) -> None:

@@ -194,3 +194,19 @@ def test_a_native_site_keeps_cupys_bits_and_an_int8_site_the_plans() -> None:
     for _ in range(3):
         assert same_bits(native(x, w), x @ w)
         assert same_bits(emulated(x, w), mixpert.matmul(x, w, level="IV"))
+
+
+def test_a_replayed_call_leaves_cupys_cublas_handle_on_the_callers_stream() -> None:
+    """Whole-call replay captures on a stream of its own, gone once the call's graph is made:
+    CuPy's cuBLAS handle must come back on the caller's stream (a library calling cuBLAS on it
+    without setting one, as GEMMul8 does, would crash)."""
+    cp = device.cupy_module()
+    from cupy.cuda import cublas
+
+    _, replayed = pair(mlp, ["fp32", "IV", "fp32"])
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        for seed in range(3):  # planned at a signature's first or second call
+            replayed(*mlp_args(128, seed))
+        assert graphs(replayed), "the call was not replayed"
+        assert cublas.getStream(cp.cuda.device.get_cublas_handle()) == stream.ptr
