@@ -10,7 +10,10 @@
 - ``native``: the native products (SGEMM, TF32, fp64) on cuBLAS;
 - ``transfers``: host arrays to the GPU and back through pinned staging buffers (one trip a
   call of NumPy code, a compiled product's operands and result);
-- ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, the INT8 algorithm choice);
+- ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, ``wgmma_gemm``, the INT8
+  algorithm choice);
+- ``fused``: every slice product of a level and the combine in one kernel (Triton's
+  ``fused_kernel``; level IV on Hopper ``fused_iv``'s wgmma kernel);
 - ``captured``, ``conditional``: products replayed as one CUDA graph (the plan cache's plans)
   and work run in a graph's conditional nodes; ``auto_fallback``: level "auto"'s float32 GEMM
   after packing and where it is decided (on the GPU, else the host); ``graph_gemm``: CuPy's own
@@ -19,8 +22,9 @@
   ``.cu``/``.cuh`` files of kernels/ behind a prelude of ``#define``s), ``geometry`` (the launch
   geometry compiled into the kernels, the grid limits), ``launch`` (the device's limits, operand
   layouts), ``convert`` (exact elementwise conversions), ``libraries`` (cuBLAS and cuBLASLt
-  through ctypes).
+  through ctypes), ``hopper`` (the sm_90a kernels' NVRTC build, load, launch and TMA maps),
+  ``graph_operands`` (a captured graph's addresses rewritten to a call's arrays).
 
-Importing this package needs no CuPy, nor do ``geometry``, ``sources`` and ``libraries``; the
-other modules do.
+Importing this package needs no CuPy, nor do ``geometry``, ``sources``, ``libraries``,
+``hopper``, ``wgmma_gemm`` and ``graph_operands``; the other modules do.
 """
