@@ -2,7 +2,7 @@
 combine (``fused_kernel``), in place of one cuBLAS INT8 GEMM per weight class, INT32 class sums
 written to memory and read back, and an elementwise combine (``sliced``).
 
-Level IV on Hopper runs a hand-written wgmma kernel (``fused_iv``). Every other case runs
+On Hopper, level IV runs a hand-written wgmma kernel (``fused_wgmma``). Every other case runs
 Triton's: Triton's compiler turns it into a cubin for the GPU at hand at first use (cached on
 disk by Triton), and CuPy launches it on the caller's stream, like every other kernel of this
 backend (Triton's own launcher would need PyTorch). Triton is optional, in the CUDA extras:
@@ -24,9 +24,9 @@ import cupy as cp
 import numpy as np
 
 from ..combine import int32_k_block, overflow_slack
-from ..levels import Level, triangle
+from ..levels import LEVELS, Level, triangle
 from ..packer import pair_exponent
-from . import fused_iv
+from . import fused_wgmma
 from .geometry import batch_chunks, chunk_length
 from .packs import PackedOperand
 
@@ -88,7 +88,7 @@ def triton_installed() -> bool:
 def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
     """Whether a fused kernel computes ``level``'s (m x k_pad) @ (k_pad x n) products here, k
     within one INT32 block (longer k runs the class-sum pipeline, which blocks k): level IV on
-    Hopper at every size (``fused_iv``); else Triton's, installed, on an Ampere or newer GPU,
+    Hopper at every size (``fused_wgmma``); else Triton's, installed, on an Ampere or newer GPU,
     for a triangle of pairs with at most MAX_CLASSES classes, on an output where it is the
     faster (``pipeline_wins``)."""
     switch = mode()
@@ -100,10 +100,10 @@ def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
 
 
 def on_wgmma(level: Level) -> bool:
-    """Whether ``level``'s fused products run ``fused_iv``'s wgmma kernel here (level IV on
+    """Whether ``level``'s fused products run ``fused_wgmma``'s kernel here (level IV on
     Hopper): faster than Triton's kernel and than the class-sum pipeline at every size
     measured (benchmarks/results/NVIDIA-H200/fused-anchors.md)."""
-    return fused_iv.takes(level) and fused_iv.available()
+    return fused_wgmma.routed(level)
 
 
 @functools.cache
@@ -123,17 +123,17 @@ def status() -> str:
     """One line for ``mixpert show-config``: whether the fused kernel runs here, and if not, why."""
     if mode() == "0":
         return f"off: {SWITCH}=0"
-    wgmma = fused_iv.available()
+    wgmma = fused_wgmma.routed(LEVELS["IV"])
     if not triton_installed() or _capability() < MIN_CAPABILITY:
         why = (
             "Triton is not installed (the CUDA extras bring it)" if not triton_installed()
             else f"compute capability {_capability()} < {MIN_CAPABILITY}"
         )  # fmt: skip
-        return f"level IV only (fused_iv); other levels off: {why}" if wgmma else f"off: {why}"
+        return f"level IV only (fused_wgmma); other levels off: {why}" if wgmma else f"off: {why}"
     where = f"wherever it can run ({SWITCH}=always)" if mode() == "always" else (
         "where it beats the class-sum pipeline"
     )  # fmt: skip
-    return f"on {where}" + ("; level IV on its wgmma kernel (fused_iv) at every size" * wgmma)
+    return f"on {where}" + ("; level IV on its wgmma kernel (fused_wgmma) at every size" * wgmma)
 
 
 def pipeline_wins(level: Level, m: int, n: int) -> bool:
@@ -154,9 +154,9 @@ def product(
 ) -> None:
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices): every entry
     gets ``combine``'s value, flagged lines included (``sliced``'s bypass overwrites those).
-    ``fused_iv``'s kernel where it serves, unless a Triton ``tile`` is asked for."""
+    ``fused_wgmma``'s kernel where it serves, unless a Triton ``tile`` is asked for."""
     if tile is None and on_wgmma(level):
-        fused_iv.product(a_pack, b_pack, level, c)
+        fused_wgmma.product(a_pack, b_pack, level, c)
         return
     count, m, n = c.shape
     tile = tile or TILE

@@ -136,7 +136,7 @@ def test_the_switch_turns_it_off_and_show_config_says_so(monkeypatch):
     from mixpert.config import config
 
     assert config()["fused kernel"].startswith("on where")
-    assert ("fused_iv" in config()["fused kernel"]) == fused.on_wgmma(get_level("IV"))
+    assert ("fused_wgmma" in config()["fused kernel"]) == fused.on_wgmma(get_level("IV"))
     monkeypatch.setenv(fused.SWITCH, "0")
     assert not fused.serves(get_level("IV"), 64, 64, K_ALIGN)
     assert config()["fused kernel"] == f"off: {fused.SWITCH}=0"

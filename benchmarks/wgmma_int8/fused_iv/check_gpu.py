@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""GPU check of fused_iv (H100 / H200, sm_90): the hand-written fused level-IV kernel against
-the shipped Triton kernel (mixpert.runtime.cuda.fused.product) on the same packs, bit for bit,
-then kernel timing of both.
+"""GPU check of a level's wgmma kernel (runtime/cuda/fused_wgmma.py; H100 / H200, sm_90) against
+the shipped Triton kernel (mixpert.runtime.cuda.fused.product with a Triton tile) on the same
+packs, bit for bit, then kernel timing of both.
 
-    PYTHONPATH=/path/to/mixpert-repo python check_gpu.py [--out fused_iv_gpu.json]
+    PYTHONPATH=/path/to/mixpert-repo python check_gpu.py [--level IV] [--out fused_gpu.json]
         [--quick] (timing without n = 16384)  [--skip-timing]  [--hang-timeout 60]
 
 Packs are built the way the runtime builds them (sliced._packs / int8_product_stack: tops,
@@ -27,7 +27,7 @@ import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mixpert.runtime.combine import combine, overflow_slack  # noqa: E402
-from mixpert.runtime.cuda import fused, fused_iv, hopper  # noqa: E402
+from mixpert.runtime.cuda import fused, fused_wgmma, hopper  # noqa: E402
 from mixpert.runtime.cuda.packs import (  # noqa: E402
     A_SIDE,
     a_tops,
@@ -42,13 +42,12 @@ from mixpert.runtime.cuda.packs import (  # noqa: E402
 )
 from mixpert.runtime.levels import LEVELS  # noqa: E402
 
-LEVEL = LEVELS["IV"]
+LEVEL = LEVELS["IV"]  # (--level)
 POISON = 0x7FBADBAD  # a NaN no kernel writes
 MARGIN = 61  # poisoned float32 after C
 ORACLE_MAX_OUTPUTS = 1 << 22  # combine() on the host up to this many outputs
 TIMING_SIZES = [2048, 4096, 8192, 16384]
 FLT_MAX = float(np.finfo(np.float32).max)
-PAIRS = [(i, j) for i, j in LEVEL.pairs]
 
 # name, (count, m, n, k), data kind
 CASES = [
@@ -148,7 +147,7 @@ def oracle(a_pack, b_pack, count, m, n):
         A = a_pack.data[z * m : (z + 1) * m].astype(cp.float64)
         B = b_pack.data[z * n : (z + 1) * n].astype(cp.float64)
         sums = {}
-        for i, j in PAIRS:
+        for i, j in LEVEL.pairs:
             s = A[:, i, :] @ B[:, slots - 1 - j, :].T
             sums[i + j] = sums[i + j] + s if (i + j) in sums else s
         host = {g: cp.asnumpy(v) for g, v in sums.items()}
@@ -162,12 +161,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--out", default="fused_iv_gpu.json", help="JSON results file")
+    ap.add_argument("--level", default="IV", choices=sorted(fused_wgmma.FORMS))
+    ap.add_argument("--out", default="fused_gpu.json", help="JSON results file")
     ap.add_argument("--quick", action="store_true", help="timing without n = 16384")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--hang-timeout", type=float, default=60.0)
     args = ap.parse_args()
+    global LEVEL
+    LEVEL = LEVELS[args.level]
+    form = fused_wgmma.form(LEVEL)
 
     dev = cp.cuda.Device()
     name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
@@ -193,16 +196,14 @@ def main() -> None:
 
     try:
         t0 = time.time()
-        ok_avail = fused_iv.available()
-        print(f"fused_iv.available() = {ok_avail} (build + load {time.time() - t0:.2f} s)")
+        ok_avail = fused_wgmma.available(LEVEL)
+        print(f"{form.kernel} available: {ok_avail} (build + load {time.time() - t0:.2f} s)")
         if not ok_avail:
-            hopper.kernel(
-                fused_iv.SOURCE, fused_iv.KERNEL, fused_iv.SMEM_BYTES, dev.id
-            )  # the reason
-            sys.exit("error: fused_iv not available on this device")
+            hopper.kernel(fused_wgmma.SOURCE, form.kernel, form.smem, dev.id)  # the reason
+            sys.exit(f"error: {form.kernel} not available on this device")
 
         # ------------------------------------------------------------ correctness
-        print("\n== correctness: fused_iv vs Triton fused.product, same packs, bits ==")
+        print(f"\n== correctness: {form.kernel} vs Triton fused.product, same packs, bits ==")
         for case_name, (count, m, n, k), kind in CASES:
             current = f"correctness {case_name}"
             a, b = make_data(rs, kind, count, m, n, k)
@@ -213,8 +214,8 @@ def main() -> None:
             wait(current + " (packs)")
             fused.product(a_pack, b_pack, LEVEL, ref, fused.TILE)  # (a tile: Triton's)
             wait(current + " (Triton)")
-            fused_iv.product(a_pack, b_pack, LEVEL, new)
-            wait(current + " (fused_iv)")
+            fused_wgmma.product(a_pack, b_pack, LEVEL, new)
+            wait(current + " (wgmma)")
             rb, nb = ref.view(cp.uint32), new.view(cp.uint32)
             bad = rb != nb
             nbad = int(bad.sum())
@@ -268,9 +269,9 @@ def main() -> None:
         _, c = poisoned(1, 64, 64)
         refused = []
         for what, call in [
-            ("level III", lambda: fused_iv.product(a_pack, b_pack, LEVELS["III"], c)),
-            ("c float64", lambda: fused_iv.product(a_pack, b_pack, LEVEL, c.astype(cp.float64))),
-            ("c 2-D", lambda: fused_iv.product(a_pack, b_pack, LEVEL, c[0])),
+            ("level III", lambda: fused_wgmma.product(a_pack, b_pack, LEVELS["III"], c)),
+            ("c float64", lambda: fused_wgmma.product(a_pack, b_pack, LEVEL, c.astype(cp.float64))),
+            ("c 2-D", lambda: fused_wgmma.product(a_pack, b_pack, LEVEL, c[0])),
         ]:
             try:
                 call()
@@ -315,33 +316,34 @@ def main() -> None:
                 row = {"n": s}
                 for label, fn, c in (
                     ("triton", lambda *x: fused.product(*x, fused.TILE), ref),
-                    ("fused_iv", fused_iv.product, new),
+                    ("wgmma", fused_wgmma.product, new),
                 ):
                     current = f"timing n={s} ({label})"
                     ms = bench(lambda fn=fn, c=c, a=a_pack, b=b_pack: fn(a, b, LEVEL, c), current)
                     row[f"{label}_ms"] = ms
-                    row[f"{label}_tops"] = 2.0 * 8 * s * s * s / (ms * 1e-3) / 1e12
+                    row[f"{label}_tops"] = 2.0 * len(LEVEL.pairs) * s**3 / (ms * 1e-3) / 1e12
                 row["same_bits"] = bool((ref.view(cp.uint32) == new.view(cp.uint32)).all())
                 status |= 0 if row["same_bits"] else 1
                 results["timing"].append(row)
                 print(f"n={s:6d}  Triton {row['triton_ms']:8.3f} ms {row['triton_tops']:7.1f} TOPS"
-                      f"   fused_iv {row['fused_iv_ms']:8.3f} ms {row['fused_iv_tops']:7.1f} TOPS"
+                      f"   wgmma {row['wgmma_ms']:8.3f} ms {row['wgmma_tops']:7.1f} TOPS"
                       f"   same bits: {row['same_bits']}")  # fmt: skip
                 del a_pack, b_pack, ref, new
                 cp.get_default_memory_pool().free_all_blocks()
                 dump()
 
             print(
-                f"\n{'n':>6}  {'Triton ms':>10} {'TOPS':>7}  {'fused_iv ms':>11} {'TOPS':>7}  "
+                f"\n{'n':>6}  {'Triton ms':>10} {'TOPS':>7}  {'wgmma ms':>11} {'TOPS':>7}  "
                 f"{'speed-up':>8}  bits"
             )
             for r in results["timing"]:
                 print(
                     f"{r['n']:>6}  {r['triton_ms']:10.3f} {r['triton_tops']:7.1f}  "
-                    f"{r['fused_iv_ms']:11.3f} {r['fused_iv_tops']:7.1f}  "
-                    f"{r['triton_ms'] / r['fused_iv_ms']:8.2f}  {r['same_bits']}"
+                    f"{r['wgmma_ms']:11.3f} {r['wgmma_tops']:7.1f}  "
+                    f"{r['triton_ms'] / r['wgmma_ms']:8.2f}  {r['same_bits']}"
                 )
-            print("(TOPS count level IV's 8 products: 2 * 8 * m * n * k)")
+            pairs = len(LEVEL.pairs)
+            print(f"(TOPS count level {LEVEL.name}'s {pairs} products: 2 * {pairs} * m * n * k)")
     except Hang as e:
         dump()
         print(f"\nHANG during {current}: {e}", flush=True)

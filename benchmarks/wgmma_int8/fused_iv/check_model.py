@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""CPU model (numpy) of fused_iv.cu's index logic and epilogue arithmetic, end to end on small
-shapes, against mixpert's own combine (runtime/combine.py) on class sums taken straight from
-the packs:
+"""CPU model (numpy) of fused_wgmma.cu's index logic and epilogue arithmetic, for each of its
+levels (I, T6, IV, V), end to end on small shapes, against mixpert's own combine
+(runtime/combine.py) on class sums taken straight from the packs:
 
+  0. the kernel's level table: fused_wgmma_<level> is built for the level's S slices and G
+     classes (read from the source), its pairs are the level's in the level's order, the stages
+     and dynamic smem (SMEM_BYTES, what the launcher passes) fit in 227 KB;
   1. tile enumeration over batch x tiles_m x tiles_n (each tile once, persistent grid);
-  2. the 3-D TMA boxes of fused_iv.py's maps, dims {k_pad, 3, lines}, box {128, 1, rows}: zero
-     fill past k_pad and past the last line; B's slice j from slot 2 - j;
+  2. the 3-D TMA boxes of the launcher's maps, dims {k_pad, S, lines}, box {128, 1, rows}: zero
+     fill past k_pad and past the last line; B's slice j from slot S - 1 - j;
   3. TMA SWIZZLE_128B placement into the stage (slice s of A at 16 KB * s, of B at 8 KB * s)
      and the wgmma K-major SW128 descriptor reads (start + 32 B per k-step, consumer cw's A
      rows 8 KB in, SBO 1024): the model of ../wgmma/check_layout.py, verified on the H200
@@ -15,34 +18,43 @@ the packs:
   5. the accumulator fragment (row 16 warp + lane/4 (+8), col 8 i + 2 (lane%4) (+1)), the
      masked epilogue (each in-window output written once, nothing outside), the exponent
      indexing (z*m + row, z*n + col);
-  6. the combine formula as the kernel writes it (pow2 from bits, v + S_g w_g from g = 3 down,
-     round_to_float, saturate) against combine.combine, including saturation, overflow to inf
-     and subnormal results;
-  7. the mbarrier / wait_group(1) pipeline protocol with STAGES = 3 (../wgmma/check_layout.py's
-     simulation, parameterised).
+  6. the combine formula as the kernel writes it (pow2 from bits, v + S_g w_g from g = G - 1
+     down, round_to_float, saturate) against combine.combine, including saturation, overflow to
+     inf and subnormal results;
+  7. the mbarrier / wait_group(1) pipeline protocol with the level's STAGES and 2 S loads a
+     stage (../wgmma/check_layout.py's simulation, parameterised).
 
-    PYTHONPATH=/work/main python3 check_model.py      # exits non-zero on a failure
+    PYTHONPATH=/work/main python3 check_model.py [--level IV ...]   # exits non-zero on a failure
 
 It transcribes the kernel's formulas, so it checks the logic, not the transcription; the
 fragment layout and descriptor encoding are the ones verified on hardware for wgmma_gemm.
 """
 
+from __future__ import annotations
+
+import argparse
 import random
+import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+import mixpert.runtime
 from mixpert.runtime.combine import combine, int32_k_block, overflow_slack
-from mixpert.runtime.levels import LEVELS
+from mixpert.runtime.levels import LEVELS, Level
 from mixpert.runtime.packer import pair_exponent
 
-LEVEL = LEVELS["IV"]
-BM, BN, BK, WK, SLICES, STAGES = 128, 64, 128, 32, 3, 3
+KERNEL_SOURCE = Path(mixpert.runtime.__file__).parent / "cuda" / "kernels" / "fused_wgmma.cu"
+KERNEL_LEVELS = ("I", "T6", "IV", "V")
+BM, BN, BK, WK = 128, 64, 128, 32
 A_SLICE, B_SLICE = BM * BK, BN * BK
-A_STAGE, B_STAGE = SLICES * A_SLICE, SLICES * B_SLICE
+STAGES_BY_SLICES = {2: 4, 3: 3, 4: 2}  # the kernel's Level<S, G>::STAGES
+SMEM_LIMIT = 227 * 1024
+# The launcher's dynamic smem per level: STAGES x 24 KB x S + 2 STAGES mbarriers + 1 KB
+SMEM_BYTES = {"I": 197_696, "T6": 222_256, "IV": 222_256, "V": 197_664}
 W0, STEP = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
-PAIRS = [(0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (2, 0), (1, 2), (2, 1)]  # kernel's order
-FIRST = [True, True, False, True, False, False, True, False]
 OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103
 failures = []
 
@@ -52,6 +64,73 @@ def check(cond, msg):
         failures.append(msg)
         print("  FAIL:", msg)
     return cond
+
+
+def triangle(s, classes):
+    """The kernel's triangle(s, classes): pairs (i, j), i + j < classes, by class, then i; and
+    whether each is the first of its class (it overwrites at the tile's first k-step)."""
+    pairs, first = [], []
+    for g in range(classes):
+        members = [(i, g - i) for i in range(s) if 0 <= g - i < s]
+        pairs += members
+        first += [True] + [False] * (len(members) - 1)
+    return pairs, first
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One level's kernel: its constants as fused_wgmma.cu derives them from (S, G)."""
+
+    name: str
+    level: Level
+    slices: int
+    classes: int
+    pairs: tuple
+    first: tuple
+    stages: int
+
+    @property
+    def a_stage(self):
+        return self.slices * A_SLICE
+
+    @property
+    def b_stage(self):
+        return self.slices * B_SLICE
+
+    @property
+    def smem_bytes(self):
+        return self.stages * (self.a_stage + self.b_stage) + 2 * self.stages * 8 + 1024
+
+
+def kernel_of(name):
+    level = LEVELS[name]
+    slices, classes = level.a_slices, len(level.groups)
+    pairs, first = triangle(slices, classes)
+    return Kernel(name, level, slices, classes, tuple(pairs), tuple(first),
+                  STAGES_BY_SLICES[slices])  # fmt: skip
+
+
+def source_levels():
+    """{C name: (S, G)} of the kernel source's FUSED_WGMMA_KERNEL(NAME, S, G) entry points."""
+    text = KERNEL_SOURCE.read_text()
+    found = re.findall(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+)\)", text, re.MULTILINE)
+    return {name: (int(s), int(g)) for name, s, g in found}
+
+
+def check_table(kern, built):
+    level = kern.level
+    check(level.kind == "int8" and level.a_slices == level.b_slices, "level has S x S slices")
+    check(built.get(f"fused_wgmma_{kern.name}") == (kern.slices, kern.classes),
+          f"fused_wgmma_{kern.name} is built for {built.get(f'fused_wgmma_{kern.name}')}, "
+          f"the level has S = {kern.slices}, G = {kern.classes}")  # fmt: skip
+    check(kern.pairs == tuple(level.pairs), f"pair table {kern.pairs} is not {level.pairs}")
+    check(level.groups == tuple(range(kern.classes)), "classes are not 0..G-1")
+    check([i + j for (i, j), f in zip(kern.pairs, kern.first, strict=True) if f]
+          == list(range(kern.classes)), "first-of-class marks")  # fmt: skip
+    check(kern.smem_bytes == SMEM_BYTES[kern.name] and kern.smem_bytes <= SMEM_LIMIT,
+          f"SMEM_BYTES {kern.smem_bytes} (launcher: {SMEM_BYTES[kern.name]})")  # fmt: skip
+    check((kern.stages * kern.a_stage) % 1024 == 0, "B's stages not 1024-byte aligned")
+    check(kern.a_stage + kern.b_stage < 2**20, "stage bytes exceed the mbarrier tx-count")
 
 
 # ------------------------------------------------------------------ kernel formulas
@@ -72,11 +151,11 @@ def swz128(addr):
     return addr ^ (((addr >> 7) & 7) << 4)
 
 
-def tma_box(flat, k_pad, lines, k0, slot, line0, rows):
-    """cp.async.bulk.tensor.3d on the map {k_pad, 3, lines}, strides {k_pad, 3 k_pad}, box
-    {128, 1, rows}: a rows x 128 tile, zeros outside the tensor."""
+def tma_box(flat, slots, k_pad, lines, k0, slot, line0, rows):
+    """cp.async.bulk.tensor.3d on the map {k_pad, slots, lines}, strides {k_pad, slots k_pad},
+    box {128, 1, rows}: a rows x 128 tile, zeros outside the tensor."""
     out = np.zeros((rows, BK), np.int16)
-    ld = SLICES * k_pad
+    ld = slots * k_pad
     for y in range(rows):
         line = line0 + y
         if line >= lines:
@@ -131,19 +210,20 @@ def saturate(v, scale, k_slack):
 
 
 def combine_one(s, scale, k_slack):
-    """s: 4 int32 class sums (arrays); the kernel's combine_one."""
-    w = [pow2(-(W0 + STEP * g)) for g in range(4)]
+    """s: G int32 class sums (arrays); the kernel's combine_one (set_weights, add_classes)."""
+    w = [pow2(-(W0 + STEP * g)) for g in range(len(s))]
     v = np.zeros(np.shape(s[0]), np.float64)
-    for g in (3, 2, 1, 0):
+    for g in reversed(range(len(s))):
         v = v + s[g].astype(np.int32).astype(np.float64) * w[g]
     v = v * pow2(scale)
     return saturate(v, scale, k_slack)
 
 
 # ------------------------------------------------------------------ the kernel, modelled
-def emulate(a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=16):
+def emulate(kern, a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=16):
     """C bits (batch*m*n + margin) and per-entry write counts, as the kernel computes them."""
-    k_slack = float(np.float64(k_pad * overflow_slack(LEVEL)))
+    k_slack = float(np.float64(k_pad * overflow_slack(kern.level)))
+    slices, a_stage, b_stage = kern.slices, kern.a_stage, kern.b_stage
     a_flat, b_flat = a_data.ravel(), b_data.ravel()
     tiles_m, tiles_n = -(-m // BM), -(-n // BN)
     num_tiles = batch * tiles_m * tiles_n
@@ -151,41 +231,38 @@ def emulate(a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=16):
     margin = 37
     c = np.full(batch * m * n + margin, 0x7FBADBAD, np.uint32)
     writes = np.zeros(c.size, np.int64)
-    smem = np.full(STAGES * (A_STAGE + B_STAGE), -999, np.int16)  # base 0: 1024-aligned
-    sA, sB = 0, STAGES * A_STAGE
+    smem = np.full(kern.stages * (a_stage + b_stage), -999, np.int16)  # base 0: 1024-aligned
+    sA, sB = 0, kern.stages * a_stage
     stage = 0
     seen = np.zeros(num_tiles, np.int64)
-    acc = [[np.full((64, BN), 0x5A5A5A5A, np.int64) for _ in range(4)] for _ in range(2)]  # stale
+    stale = np.full((64, BN), 0x5A5A5A5A, np.int64)  # what a previous tile would leave
+    acc = [[stale] * kern.classes for _ in range(2)]
     for cta in range(grid):
         for tile in range(cta, num_tiles, grid):
             tb, tm, tn = tile_coords(tile, tiles_m, tiles_n, group)
             seen[tb * tiles_m * tiles_n + tm * tiles_n + tn] += 1
             a_line, b_line = tb * m + tm * BM, tb * n + tn * BN
             for kb in range(num_kb):
-                for s in range(SLICES):  # producer
-                    tma_place(
-                        smem,
-                        sA + stage * A_STAGE + s * A_SLICE,
-                        tma_box(a_flat, k_pad, batch * m, kb * BK, s, a_line, BM),
+                for s in range(slices):  # producer
+                    a_box = tma_box(a_flat, slices, k_pad, batch * m, kb * BK, s, a_line, BM)
+                    tma_place(smem, sA + stage * a_stage + s * A_SLICE, a_box)
+                    b_box = tma_box(
+                        b_flat, slices, k_pad, batch * n, kb * BK, slices - 1 - s, b_line, BN
                     )
-                    tma_place(
-                        smem,
-                        sB + stage * B_STAGE + s * B_SLICE,
-                        tma_box(b_flat, k_pad, batch * n, kb * BK, SLICES - 1 - s, b_line, BN),
-                    )
+                    tma_place(smem, sB + stage * b_stage + s * B_SLICE, b_box)
                 for cw in range(2):  # consumers
-                    a_base = sA + stage * A_STAGE + cw * 64 * BK
-                    b_base = sB + stage * B_STAGE
+                    a_base = sA + stage * a_stage + cw * 64 * BK
+                    b_base = sB + stage * b_stage
                     for kk in range(BK // WK):
                         off = (kk * WK) >> 4
-                        for p, (i, j) in enumerate(PAIRS):
+                        for p, (i, j) in enumerate(kern.pairs):
                             da = make_desc(a_base + i * A_SLICE) + off
                             db = make_desc(b_base + j * B_SLICE) + off
-                            scale_d = kb > 0 or kk > 0 or not FIRST[p]
+                            scale_d = kb > 0 or kk > 0 or not kern.first[p]
                             prod = wgmma_read(smem, da, 64) @ wgmma_read(smem, db, BN).T
                             g = i + j
                             acc[cw][g] = (acc[cw][g] if scale_d else 0) + prod
-                stage = (stage + 1) % STAGES
+                stage = (stage + 1) % kern.stages
             # epilogue, per consumer / thread / register
             for cw in range(2):
                 s32 = [((x + 2**31) % 2**32 - 2**31) for x in acc[cw]]  # int32 wrap
@@ -217,7 +294,7 @@ def emulate(a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=16):
                                     cw * 64 + lr == row0 - tm * BM + 8 * h
                                     and lc == col + e - tn * BN
                                 )
-                                s = [np.int64(s32[g][lr, lc]) for g in range(4)]
+                                s = [np.int64(s32[g][lr, lc]) for g in range(kern.classes)]
                                 v = combine_one(s, ea[h] + eb[e], k_slack)
                                 idx = tb * m * n + (row0 + 8 * h) * n + col + e
                                 c[idx] = np.float32(v).view(np.uint32)
@@ -226,26 +303,29 @@ def emulate(a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=16):
     return c, writes
 
 
-def oracle(a_data, a_exp, b_data, b_exp, batch, m, n, k_pad):
-    k_slack = k_pad * overflow_slack(LEVEL)
+def oracle(kern, a_data, a_exp, b_data, b_exp, batch, m, n, k_pad):
+    """combine() on the level's class sums, B's slice j read from slot S - 1 - j."""
+    k_slack = k_pad * overflow_slack(kern.level)
+    last = kern.slices - 1
     out = []
     for z in range(batch):
         A = a_data[z * m : (z + 1) * m].astype(np.float64)
         B = b_data[z * n : (z + 1) * n].astype(np.float64)
         sums = {
-            g: sum(A[:, i, :] @ B[:, SLICES - 1 - j, :].T for i, j in PAIRS if i + j == g)
-            for g in range(4)
+            g: sum(A[:, i, :] @ B[:, last - j, :].T for i, j in kern.level.pairs if i + j == g)
+            for g in kern.level.groups
         }
         out.append(combine(sums, a_exp[z * m : (z + 1) * m], b_exp[z * n : (z + 1) * n], k_slack))
     return np.stack(out).astype(np.float32).view(np.uint32).ravel()
 
 
-def case(rng, batch, m, n, k, grid, group=16, special=False):
+def case(kern, rng, batch, m, n, k, grid, group=16, special=False):
     k_pad = max(16, -(-k // 16) * 16)
-    a = np.zeros((batch * m, SLICES, k_pad), np.int8)
-    b = np.zeros((batch * n, SLICES, k_pad), np.int8)
-    a[:, :, :k] = rng.integers(-127, 128, (batch * m, SLICES, k))  # k_pad tail: zero digits
-    b[:, :, :k] = rng.integers(-127, 128, (batch * n, SLICES, k))
+    slices = kern.slices
+    a = np.zeros((batch * m, slices, k_pad), np.int8)
+    b = np.zeros((batch * n, slices, k_pad), np.int8)
+    a[:, :, :k] = rng.integers(-127, 128, (batch * m, slices, k))  # k_pad tail: zero digits
+    b[:, :, :k] = rng.integers(-127, 128, (batch * n, slices, k))
     a_exp = rng.integers(-20, 20, batch * m).astype(np.int32)
     b_exp = rng.integers(-20, 20, batch * n).astype(np.int32)
     if special:  # rows near the float32 top (saturation / inf) and subnormal-producing rows
@@ -255,16 +335,16 @@ def case(rng, batch, m, n, k, grid, group=16, special=False):
         a_exp[1], a_exp[2] = -140, -150  # subnormal results
         a_exp[3] = 200  # overflow to inf beyond slack
         b_exp[:3] = [0, 1, -1]
-    c, writes = emulate(a, a_exp, b, b_exp, batch, m, n, k_pad, grid, group)
-    want = oracle(a, a_exp, b, b_exp, batch, m, n, k_pad)
+    c, writes = emulate(kern, a, a_exp, b, b_exp, batch, m, n, k_pad, grid, group)
+    want = oracle(kern, a, a_exp, b, b_exp, batch, m, n, k_pad)
     window = slice(0, batch * m * n)
     ok = check(
         np.array_equal(c[window], want),
-        f"C bits differ from combine() at b={batch} m={m} n={n} k={k}",
+        f"{kern.name}: C bits differ from combine() at b={batch} m={m} n={n} k={k}",
     )
     ok &= check(
         np.all(writes[window] == 1) and np.all(writes[batch * m * n :] == 0),
-        f"writes not exactly once in the window / outside it written (m={m} n={n})",
+        f"{kern.name}: writes not exactly once in the window / outside it written (m={m} n={n})",
     )
     kinds = ""
     if special:
@@ -305,13 +385,14 @@ class MBar:
         return (self.completed & 1) != parity
 
 
-def simulate(num_tiles, num_kb, seed, bug=None):
-    """The kernel's protocol with STAGES stages and 6 TMA loads a stage (3 A + 3 B slices)."""
+def simulate(num_tiles, num_kb, seed, stages, loads, bug=None):
+    """The kernel's protocol with ``stages`` stages and ``loads`` TMA loads a stage (S of A, S
+    of B)."""
     rnd = random.Random(seed)
-    full = [MBar(1) for _ in range(STAGES)]
-    empty = [MBar(8) for _ in range(STAGES)]
-    content = [None] * STAGES
-    reads = [0] * STAGES
+    full = [MBar(1) for _ in range(stages)]
+    empty = [MBar(8) for _ in range(stages)]
+    content = [None] * stages
+    reads = [0] * stages
     tma_inflight = []
 
     def producer():
@@ -321,12 +402,12 @@ def simulate(num_tiles, num_kb, seed, bug=None):
                 par = phase if bug == "empty_parity" else phase ^ 1
                 while not empty[stage].try_wait_parity(par):
                     yield
-                full[stage].arrive(expect_tx=6)
+                full[stage].arrive(expect_tx=loads)
                 assert reads[stage] == 0, f"producer overwrote stage {stage} while a wgmma reads it"
                 content[stage] = "W"
-                tma_inflight.append([stage, (tile, kb), 6])
+                tma_inflight.append([stage, (tile, kb), loads])
                 stage += 1
-                if stage == STAGES:
+                if stage == stages:
                     stage, phase = 0, phase ^ 1
                 yield
 
@@ -355,7 +436,7 @@ def simulate(num_tiles, num_kb, seed, bug=None):
                         yield
                     retire(1)
                     stage += 1
-                    if stage == STAGES:
+                    if stage == stages:
                         stage, phase = 0, phase ^ 1
                     continue
                 retire(1)
@@ -365,7 +446,7 @@ def simulate(num_tiles, num_kb, seed, bug=None):
                         yield
                 prev = stage
                 stage += 1
-                if stage == STAGES:
+                if stage == stages:
                     stage, phase = 0, phase ^ 1
             retire(0)
             if bug != "release_early":
@@ -399,32 +480,39 @@ def simulate(num_tiles, num_kb, seed, bug=None):
     return steps
 
 
-def sim_sweep(bug=None):
+def sim_sweep(stages, loads, bug=None):
     for num_tiles in (1, 2, 3, 5):
         for num_kb in (1, 2, 3, 4, 5, 7):
             for seed in range(15):
                 try:
-                    simulate(num_tiles, num_kb, seed * 1000 + num_tiles * 10 + num_kb, bug)
+                    simulate(
+                        num_tiles, num_kb, seed * 1000 + num_tiles * 10 + num_kb, stages, loads, bug
+                    )
                 except AssertionError as e:
                     return f"tiles={num_tiles} kb={num_kb} seed={seed}: {e}"
     return None
 
 
-def combine_edges():
+def combine_edges(kern):
     """The kernel's scalar combine against combine.combine on hand-made class sums: the
     saturation boundary, overflow, subnormal ties, signs, zero."""
     rng = np.random.default_rng(7)
+    classes = kern.classes
     k_pad = 1008
-    k_slack = float(np.float64(k_pad * overflow_slack(LEVEL)))
+    k_slack = float(np.float64(k_pad * overflow_slack(kern.level)))
     cases = []
     for _ in range(4000):
-        s = rng.integers(-(2**31), 2**31, 4)
-        s[rng.random(4) < 0.3] = 0
+        s = rng.integers(-(2**31), 2**31, classes)
+        s[rng.random(classes) < 0.3] = 0
         # scales around overflow (v ~ 2^31 * 2^-14 * 2^scale ~ 2^128) and underflow
         scale = int(
             rng.choice([rng.integers(105, 115), rng.integers(-170, -140), rng.integers(-30, 30)])
         )
         cases.append((s, scale))
+
+    def only(s0, s1=0):
+        return np.array([s0, s1] + [0] * (classes - 2))
+
     # exact boundary: v = OVERFLOW_THRESHOLD and just around it (S_0 * 2^-14 * 2^scale)
     for s0, scale in (
         (2**24 - 1, 118),
@@ -437,20 +525,22 @@ def combine_edges():
         (1, -164),
         (-3, -165),
     ):
-        cases.append((np.array([s0, 0, 0, 0]), scale))
+        cases.append((only(s0), scale))
     # the saturation window at scale 112: v = S_0 2^98, OVERFLOW_THRESHOLD = (2^30 - 32) 2^98,
-    # k_slack 2^112 ~ 4.0 2^98: S_0 in [2^30 - 32, 2^30 - 28] saturates, above it overflows
-    for s0 in range(2**30 - 40, 2**30 - 16):
-        cases.append((np.array([s0, 0, 0, 0]), 112))
-        cases.append((np.array([-s0, 0, 0, 0]), 112))
-        cases.append((np.array([s0 - 1, 2**8 - 1, 0, 0]), 112))  # class 1 adds < one unit
+    # the bound k_slack 2^112 = width 2^98 (width = k_slack 2^14: ~4 at IV, ~1000 at I, ~0.03
+    # at V): S_0 in [2^30 - 32, 2^30 - 32 + width) saturates, above it overflows
+    width = int(np.ceil(k_slack * 2**14))
+    for s0 in range(2**30 - 40, 2**30 - 32 + width + 8):
+        cases.append((only(s0), 112))
+        cases.append((only(-s0), 112))
+        cases.append((only(s0 - 1, 2**8 - 1), 112))  # class 1 adds < one unit
     s = np.array([c[0] for c in cases]).T
     scale = np.array([c[1] for c in cases])
     got = combine_one(list(s), scale, k_slack).astype(np.float32).view(np.uint32)
     want = np.concatenate(
         [
             combine(
-                {g: np.array([[float(s[g, t])]]) for g in range(4)},
+                {g: np.array([[float(s[g, t])]]) for g in range(classes)},
                 np.array([scale[t]]),
                 np.array([0]),
                 k_slack,
@@ -461,7 +551,7 @@ def combine_edges():
     f = want.view(np.float32)
     check(
         np.array_equal(got, want),
-        f"combine formula: {int(np.sum(got != want))} of {len(cases)} differ",
+        f"{kern.name}: combine formula: {int(np.sum(got != want))} of {len(cases)} differ",
     )
     print(
         f"  {len(cases)} hand-made outputs: "
@@ -472,39 +562,52 @@ def combine_edges():
     )
 
 
-def main():
+def check_level(kern, built):
+    level = kern.level
     print(
-        f"level IV: W0 = {W0}, STEP = {STEP}, int32_k_block = {int32_k_block(LEVEL)}, "
-        f"overflow_slack = {overflow_slack(LEVEL)!r}"
+        f"== level {kern.name}: S = {kern.slices}, G = {kern.classes}, {len(kern.pairs)} pairs, "
+        f"STAGES = {kern.stages}, SMEM_BYTES = {kern.smem_bytes:,}; W0 = {W0}, STEP = {STEP}, "
+        f"int32_k_block = {int32_k_block(level)}, overflow_slack = {overflow_slack(level)!r}"
     )
-    check(sorted(PAIRS) == sorted(LEVEL.pairs), "pair table is not level IV's")
-    check(
-        [p[0] + p[1] for p, f in zip(PAIRS, FIRST, strict=True) if f] == [0, 1, 2, 3],
-        "first-of-class marks",
-    )
+    print("[0] level table (kernel source, pairs, stages, smem)")
+    check_table(kern, built)
     print("[1] combine formula (kernel's order and rounding) vs combine.combine")
-    combine_edges()
+    combine_edges(kern)
     print(
         "[2] tiles, TMA boxes, swizzle, descriptors, pairs, fragment, masked epilogue vs combine()"
     )
     rng = np.random.default_rng(0)
-    case(rng, 1, 1, 1, 16, grid=1)
-    case(rng, 1, 7, 300, 48, grid=3)
-    case(rng, 1, 129, 257, 144, grid=5, group=2)
-    case(rng, 1, 130, 70, 272, grid=2, special=True)
-    case(rng, 3, 70, 65, 160, grid=4, group=1)
-    case(rng, 2, 200, 130, 300, grid=7, group=3)
-    print("[3] pipeline protocol, STAGES = 3 (randomised interleavings)")
-    err = sim_sweep()
-    check(err is None, f"pipeline simulation: {err}")
+    case(kern, rng, 1, 1, 1, 16, grid=1)
+    case(kern, rng, 1, 7, 300, 48, grid=3)
+    case(kern, rng, 1, 129, 257, 144, grid=5, group=2)
+    case(kern, rng, 1, 130, 70, 272, grid=2, special=True)
+    case(kern, rng, 3, 70, 65, 160, grid=4, group=1)
+    case(kern, rng, 2, 200, 130, 300, grid=7, group=3)
+    loads = 2 * kern.slices
+    print(
+        f"[3] pipeline protocol, STAGES = {kern.stages}, {loads} loads (randomised interleavings)"
+    )
+    err = sim_sweep(kern.stages, loads)
+    check(err is None, f"{kern.name}: pipeline simulation: {err}")
     for bug in ("release_early", "empty_parity"):
-        check(sim_sweep(bug) is not None, f"control: bug '{bug}' not detected")
+        check(sim_sweep(kern.stages, loads, bug) is not None, f"control: bug '{bug}' not detected")
     print("  no deadlock, no stage read early or overwritten while read; controls detected")
     print()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--level", nargs="+", choices=KERNEL_LEVELS, default=list(KERNEL_LEVELS))
+    args = ap.parse_args()
+    built = source_levels()
+    check(sorted(built) == sorted(f"fused_wgmma_{name}" for name in KERNEL_LEVELS),
+          f"kernel source's entry points {sorted(built)}")  # fmt: skip
+    for name in args.level:
+        check_level(kernel_of(name), built)
     if failures:
         print(f"check_model: {len(failures)} FAILURE(S)")
         sys.exit(1)
-    print("check_model: all checks passed")
+    print(f"check_model: all checks passed ({', '.join(args.level)})")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 // hopper.cuh -- the Hopper (sm_90a) device helpers shared by mixpert's warp-specialised wgmma
-// kernels (wgmma_gemm.cu, fused_iv.cu): inline-PTX wrappers for mbarriers, TMA loads, wgmma,
+// kernels (wgmma_gemm.cu, fused_wgmma.cu): inline-PTX wrappers for mbarriers, TMA loads, wgmma,
 // setmaxnreg and fences, the wgmma shared-memory descriptor, and the persistent tile order.
 // Only what both kernels use sits here; a kernel's own helpers (its wgmma shape, its epilogue)
 // stay in its file.

@@ -25,7 +25,7 @@
 //     consumers walk the same sequence, ring phases carry across tiles.
 //
 // Compiles with nvcc (-arch=sm_90a) and NVRTC (--gpu-architecture=sm_90a, --include-path=<this
-// directory>); its one include is hopper.cuh (the PTX wrappers it shares with fused_iv.cu).
+// directory>); its one include is hopper.cuh (the PTX wrappers it shares with fused_wgmma.cu).
 
 #include "hopper.cuh"
 

@@ -1,44 +1,80 @@
-"""Level IV's fused product on Hopper through the hand-written kernel ``kernels/fused_iv.cu``:
-the contract and bits of ``fused.product`` (Triton's kernel) for level IV, at the INT8 tensor
-cores' rate. Every slice product on wgmma (TMA loads into a 3-stage ring fed by a producer
-warpgroup, two consumer warpgroups with the four INT32 class sums in registers), ``combine``'s
-formula in the epilogue, float32 C, a persistent grid over output tiles of all pairs.
+"""The fused INT8 product on Hopper through the hand-written kernels of ``kernels/fused_wgmma.cu``,
+one a level of equal slices on both sides (I, T6, IV, V): the contract and bits of
+``fused.product`` (Triton's kernel) at the INT8 tensor cores' rate. Every slice product on wgmma
+(TMA loads into a shared-memory ring fed by a producer warpgroup, two consumer warpgroups with
+the level's INT32 class sums in registers), ``combine``'s formula in the epilogue, float32 C,
+a persistent grid over output tiles of all pairs.
 
 Built, loaded and launched as ``hopper`` says. The packs are read through 3-D tensor maps
 {k_pad, slots, lines} (innermost first), boxes of one slot's 128-byte k-block of a tile's
 lines, zeros past k_pad (not the next slot's digits).
+
+A level's kernel is routed to (``routed``) once it has given the oracle's bits and its speed
+on a GPU (``ROUTED``); the others are built and tested (``product``), not used by ``fused``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import cupy as cp
 import numpy as np
 
 from ..combine import int32_k_block, overflow_slack
-from ..levels import Level, triangle
+from ..levels import Level
 from ..packer import pair_exponent
 from . import hopper
 from .hopper import MAX_INT32, MAX_TMA_STRIDE, TMA_ALIGNMENT
 from .packs import PackedOperand
 
-SOURCE, KERNEL = "fused_iv.cu", "fused_iv"
-# The launch configuration fused_iv.cu is written for (its constants; the kernel traps on a
+SOURCE = "fused_wgmma.cu"
+# The launch configuration fused_wgmma.cu is written for (its constants; a kernel traps on a
 # block or dynamic smem that differs, rather than deadlock or overrun)
 THREADS = 384
-SMEM_BYTES = 222_256  # 3 stages x (48 + 24) KB + barriers + 1 KB for aligning the base
 BLOCK_M, BLOCK_N = 128, 64  # output tile; TMA boxes of 128 B x 1 slot x BLOCK_M | BLOCK_N lines
 BLOCK_K = 128  # k bytes per stage: the box's inner dimension, one 128-byte swizzle row
-SLICES = 3  # level IV: 3 slices of A and of B, 3 slots a line
 RASTER_GROUP = 16  # tile-rows along m visited together (L2 reuse of B)
 MAP_CACHE = 4096  # tensor maps kept (a few hundred bytes each)
+# a level's slices -> the ring stages that fit the 227 KB of shared memory (the kernel's)
+STAGES = {2: 4, 3: 3, 4: 2}
+# the levels whose kernel has run on a GPU, bits and speed: ``fused`` routes them here
+ROUTED = frozenset({"IV"})
+
+
+class Form(NamedTuple):
+    """A level's kernel: its name in the module, the level's pairs (compiled into it) and its
+    slices a side (one slot a slice in each pack line)."""
+
+    kernel: str
+    pairs: tuple[tuple[int, int], ...]
+    slices: int
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory: the ring, its barriers and 1 KB to align its base."""
+        stages = STAGES[self.slices]
+        return stages * self.slices * (BLOCK_M + BLOCK_N) * BLOCK_K + 2 * stages * 8 + 1024
+
+
+def _triangle(slices: int, top: int) -> tuple[tuple[int, int], ...]:
+    """Pairs (i, j) of ``slices`` x ``slices`` with i + j <= top, by class, then by i."""
+    return tuple(
+        (i, g - i) for g in range(top + 1) for i in range(g + 1) if i < slices and g - i < slices
+    )
+
+
+FORMS = {
+    "I": Form("fused_wgmma_I", _triangle(2, 2), 2),
+    "T6": Form("fused_wgmma_T6", _triangle(3, 2), 3),
+    "IV": Form("fused_wgmma_IV", _triangle(3, 3), 3),
+    "V": Form("fused_wgmma_V", _triangle(4, 3), 4),
+}
 
 
 class _Args(ctypes.Structure):
-    """The kernel's scalar parameters, after its two tensor maps, in its order."""
+    """A kernel's scalar parameters, after its two tensor maps, in its order."""
 
     _fields_ = [
         ("a_exp", ctypes.c_uint64),
@@ -55,40 +91,52 @@ class _Args(ctypes.Structure):
     ]
 
 
-def takes(level: Level) -> bool:
-    """Whether ``level`` is the kernel's: INT8, 3 x 3 slices, the pairs i + j <= 3 in 4 classes."""
-    return (
-        level.kind == "int8"
-        and level.a_slices == SLICES
-        and level.b_slices == SLICES
-        and tuple(level.pairs) == triangle(SLICES, SLICES, 3)
+def form(level: Level) -> Form | None:
+    """The kernel of ``level``'s form: an INT8 level of this module with its very pairs."""
+    found = FORMS.get(level.name)
+    ok = (
+        found is not None
+        and level.kind == "int8"
+        and level.a_slices == level.b_slices == found.slices
+        and tuple(level.pairs) == found.pairs
     )
+    return found if ok else None
 
 
-def available() -> bool:
-    """Whether the current device runs the kernel (compute capability 9.0, built and loaded)."""
+def routed(level: Level) -> bool:
+    """Whether ``fused`` runs ``level``'s products here: a kernel run on a GPU before
+    (``ROUTED``) and this device runs it."""
+    return level.name in ROUTED and available(level)
+
+
+def available(level: Level) -> bool:
+    """Whether the current device runs ``level``'s kernel (compute capability 9.0, built and
+    loaded)."""
+    found = form(level)
+    if found is None:
+        return False
     try:
-        return _available(cp.cuda.runtime.getDevice())
+        return _available(cp.cuda.runtime.getDevice(), found)
     except cp.cuda.runtime.CUDARuntimeError:
         return False
 
 
 @functools.cache
-def _available(device: int) -> bool:
-    return hopper.available(SOURCE, KERNEL, SMEM_BYTES)
+def _available(device: int, found: Form) -> bool:
+    return hopper.available(SOURCE, found.kernel, found.smem)
 
 
 def product(a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray) -> None:
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices), as
     ``fused.product``: every entry gets ``combine``'s value, flagged lines included (``sliced``'s
     bypass overwrites those). ValueError on anything the kernel cannot take."""
-    count, m, n = _validate(a_pack, b_pack, level, c)
+    found, (count, m, n) = _validate(a_pack, b_pack, level, c)
     if count == 0 or m == 0 or n == 0:
         return
     k_pad = a_pack.k_pad
-    kernel = hopper.kernel(SOURCE, KERNEL, SMEM_BYTES, cp.cuda.runtime.getDevice())
-    map_a = _tensor_map(a_pack.data.data.ptr, k_pad, count * m, BLOCK_M)
-    map_b = _tensor_map(b_pack.data.data.ptr, k_pad, count * n, BLOCK_N)
+    kernel = hopper.kernel(SOURCE, found.kernel, found.smem, cp.cuda.runtime.getDevice())
+    map_a = _tensor_map(a_pack.data.data.ptr, k_pad, found.slices, count * m, BLOCK_M)
+    map_b = _tensor_map(b_pack.data.data.ptr, k_pad, found.slices, count * n, BLOCK_N)
     w0, step = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
     slack = float(np.float64(k_pad * overflow_slack(level)))  # the CPU's k_slack, as its double
     args = _Args(a_pack.exponents.data.ptr, b_pack.exponents.data.ptr, c.data.ptr, slack, m, n,
@@ -99,15 +147,17 @@ def product(a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.nd
 
 def _validate(
     a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray
-) -> tuple[int, int, int]:
-    """(count, m, n) of C, or ValueError naming the rule broken."""
+) -> tuple[Form, tuple[int, int, int]]:
+    """The level's kernel and (count, m, n) of C, or ValueError naming the rule broken."""
 
     def need(ok: bool, what: str, rule: str) -> None:
         if not ok:
-            raise ValueError(f"fused_iv: {what}: {rule}")
+            raise ValueError(f"fused_wgmma: {what}: {rule}")
 
-    need(takes(level), f"level {level.name!r}",
-         "only level IV is implemented (INT8, 3 x 3 slices, pairs i + j <= 3)")  # fmt: skip
+    found = form(level)
+    if found is None:
+        kernels = ", ".join(FORMS)
+        raise ValueError(f"fused_wgmma: level {level.name!r}: has no kernel (only {kernels})")
     need(c.ndim == 3 and c.dtype == cp.float32 and c.flags.c_contiguous, f"c {c.shape} {c.dtype}",
          "must be a C-contiguous float32 (s, m, n) array")  # fmt: skip
     count, m, n = c.shape
@@ -119,13 +169,14 @@ def _validate(
     k_block = int32_k_block(level)
     rule = f"must be <= combine.int32_k_block(level) = {k_block} (class sums stay in INT32)"
     need(a_pack.k_pad <= k_block, f"k_pad = {a_pack.k_pad}", rule)
+    slices = found.slices
     for name, pack, lines in (("a_pack", a_pack, count * m), ("b_pack", b_pack, count * n)):
         data = pack.data
         need(data.dtype == cp.int8 and data.ndim == 3 and data.flags.c_contiguous,
              f"{name}.data {data.shape} {data.dtype}",
              "must be a C-contiguous int8 (lines, slots, k_pad) array")  # fmt: skip
-        need(pack.slots == SLICES and data.shape[1] == SLICES, f"{name}.slots = {pack.slots}",
-             f"must be {SLICES} (level IV's slices)")  # fmt: skip
+        need(pack.slots == slices and data.shape[1] == slices, f"{name}.slots = {pack.slots}",
+             f"must be {slices} (level {level.name}'s slices)")  # fmt: skip
         need(data.shape[0] >= lines, f"{name} lines = {data.shape[0]}",
              f"must be >= {lines} (the stack's lines)")  # fmt: skip
         need(data.shape[2] == pack.k_pad, f"{name}.k_pad = {pack.k_pad}",
@@ -141,13 +192,13 @@ def _validate(
              f"must be a contiguous int32 vector of >= {lines} entries")  # fmt: skip
     need(a_pack.k_pad == b_pack.k_pad, f"k_pad {a_pack.k_pad} / {b_pack.k_pad}",
          "A's and B's packs must have the same k_pad")  # fmt: skip
-    return count, m, n
+    return found, (count, m, n)
 
 
 @functools.lru_cache(maxsize=MAP_CACHE)
-def _tensor_map(ptr: int, k_pad: int, lines: int, box: int) -> Any:
-    """The TMA map of a pack of ``lines`` lines of SLICES slots of ``k_pad`` int8: boxes of
+def _tensor_map(ptr: int, k_pad: int, slices: int, lines: int, box: int) -> Any:
+    """The TMA map of a pack of ``lines`` lines of ``slices`` slots of ``k_pad`` int8: boxes of
     128 B x 1 slot x ``box`` lines, zeros past k_pad or the last line."""
     return hopper.int8_tensor_map(
-        ptr, (k_pad, SLICES, lines), (k_pad, SLICES * k_pad), (BLOCK_K, 1, box)
+        ptr, (k_pad, slices, lines), (k_pad, slices * k_pad), (BLOCK_K, 1, box)
     )

@@ -1,74 +1,126 @@
-// fused_iv.cu -- mixpert's fused level-IV INT8 product for Hopper (sm_90a): every slice
-// product of level IV on wgmma, the four INT32 class sums in registers, and combine's
-// formula in the epilogue, writing float32. Same bits as the Triton kernel fused_kernel.py
-// (fused.product) for level IV.
+// fused_wgmma.cu -- mixpert's fused INT8 products for Hopper (sm_90a), one kernel per level
+// (I, T6, IV, V): every slice product of the level on wgmma, the INT32 class sums in registers,
+// and combine's formula in the epilogue, writing float32. Same bits as the Triton kernel
+// fused_kernel.py (fused.product) for each of these levels.
 //
-// Operands are packs (packs.PackedOperand): int8 (lines, SLOTS = 3, k_pad), k contiguous,
-// line stride ld = 3 * k_pad bytes. A's slice i is slot i; B's slice j is slot 2 - j
-// (reversed). Pair z of a stack: A lines z*m.., B lines z*n.., C z*m*n.. (row-major, n).
+// Operands are packs (packs.PackedOperand): int8 (lines, S slots, k_pad), k contiguous, line
+// stride ld = S * k_pad bytes, S = the level's slices (as many for A as for B). A's slice i is
+// slot i; B's slice j is slot S - 1 - j (reversed). Pair z of a stack: A lines z*m.., B lines
+// z*n.., C z*m*n.. (row-major, n).
 //
-//   S_g[r, c] = sum_{(i, j) in IV, i + j = g} sum_k A_i[r, k] B_j[c, k]        (INT32, exact)
-//   IV = (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (1,2) (2,1)               (g = 0 | 1 | 2 | 3)
-//   v = 0; for g = 3..0: v = v + S_g * 2^-(w0 + step*g); v *= 2^(a_exp[r] + b_exp[c])
+//   S_g[r, c] = sum_{(i, j) in L, i + j = g} sum_k A_i[r, k] B_j[c, k]        (INT32, exact)
+//   v = 0; for g = G-1..0: v = v + S_g * 2^-(w0 + step*g); v *= 2^(a_exp[r] + b_exp[c])
 //   C[r, c] = saturate(v): float32 nearest even with subnormals kept, +-FLT_MAX within k_slack
+//
+// The levels' pairs L, in issue order: levels.triangle(S, S, G - 1), i + j < G by class, then i.
+//   fused_wgmma_I   S = 2, G = 3: (0,0) | (0,1) (1,0) | (1,1)
+//   fused_wgmma_T6  S = 3, G = 3: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0)
+//   fused_wgmma_IV  S = 3, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (1,2) (2,1)
+//   fused_wgmma_V   S = 4, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (0,3) (1,2) (2,1) (3,0)
 //
 // Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers shared in hopper.cuh:
 //   * persistent grid, 384 threads: WG0 producer (setmaxnreg.dec 40, one thread issues TMA),
 //     WG1/WG2 consumers (setmaxnreg.inc 232), each 64 rows of the 128 x 64 output tile.
-//   * each consumer holds 4 class accumulators of m64n64 INT32 = 4 x 32 = 128 registers.
-//   * stage = one 128-byte k-block of A's 3 slices (3 x 128 rows) and B's 3 slices
-//     (3 x 64 rows): 48 KB + 24 KB = 72 KB; 3 stages = 216 KB of the 227 KB.
-//   * TMA: one 3-D map per operand, dims {k_pad, 3 slots, lines} (innermost first), strides
+//   * each consumer holds G class accumulators of m64n64 INT32: G x 32 registers (128 at G = 4).
+//   * stage = one 128-byte k-block of A's S slices (S x 128 rows) and B's S slices (S x 64 rows):
+//     S x 24 KB. STAGES = 4 | 3 | 2 for S = 2 | 3 | 4 (192 | 216 | 192 KB of the 227 KB).
+//   * TMA: one 3-D map per operand, dims {k_pad, S slots, lines} (innermost first), strides
 //     {k_pad, ld} bytes, box {128, 1, rows}, 128B swizzle, zero fill. The innermost dimension
 //     is k_pad, so k >= k_pad of the last k-block reads as zeros (not the next slot's digits).
 //     Lines past the pair's m (n) read the next pair's lines (or zeros past the last line):
 //     such rows (columns) only feed outputs the epilogue does not store.
-//   * per k-block and consumer: 8 pairs x 4 k-steps of wgmma m64n64k32 s32.s8.s8, both
+//   * per k-block and consumer: |L| pairs x 4 k-steps of wgmma m64n64k32 s32.s8.s8, both
 //     operands from smem descriptors (SS), into accumulator class i + j.
 //
-// Compiles with nvcc (-arch=sm_90a) and NVRTC (--gpu-architecture=sm_90a, --include-path=<this
-// directory>); its one include is hopper.cuh (the PTX wrappers it shares with wgmma_gemm.cu).
+// Compiles with nvcc (-arch=sm_90a) and NVRTC (--gpu-architecture=sm_90a, -std=c++17,
+// --include-path=<this directory>); its one include is hopper.cuh (the PTX wrappers it shares
+// with wgmma_gemm.cu).
 
 #include "hopper.cuh"
 
 namespace {
 
-constexpr int SLICES = 3;                 // level IV: A and B in 3 slices, 3 slots a line
-constexpr int CLASSES = 4;                // weight classes g = i + j = 0..3
 constexpr int BLOCK_M = 128;              // output tile rows (2 consumer WGs x 64)
 constexpr int BLOCK_N = 64;               // output tile cols (one wgmma N)
 constexpr int BLOCK_K = 128;              // k bytes per stage = one 128B swizzle row
 constexpr int WGMMA_K = 32;               // k per wgmma for 8-bit types
 constexpr int ACC_REGS = 64 * BLOCK_N / 128;   // 32 INT32 per thread per m64n64 accumulator
-constexpr int STAGES = 3;
 constexpr int NUM_THREADS = 384;
 constexpr int NUM_CONSUMER_WARPS = 8;
-
 constexpr int A_SLICE_BYTES = BLOCK_M * BLOCK_K;          // 16384
 constexpr int B_SLICE_BYTES = BLOCK_N * BLOCK_K;          //  8192
-constexpr int A_STAGE_BYTES = SLICES * A_SLICE_BYTES;     // 49152
-constexpr int B_STAGE_BYTES = SLICES * B_SLICE_BYTES;     // 24576
-constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;   // 73728 (tx-count < 2^20)
-
-// Dynamic smem layout (offsets from a 1024-byte aligned base: the 128B swizzle pattern
-// repeats every 8 rows x 128 B, and TMA and the descriptors (base_offset 0) assume it).
-constexpr int SMEM_A_OFF = 0;
-constexpr int SMEM_B_OFF = SMEM_A_OFF + STAGES * A_STAGE_BYTES;
-constexpr int SMEM_BAR_OFF = SMEM_B_OFF + STAGES * B_STAGE_BYTES;
-constexpr int SMEM_USED = SMEM_BAR_OFF + 2 * STAGES * 8;
-static_assert(SMEM_A_OFF % 1024 == 0 && SMEM_B_OFF % 1024 == 0, "tiles must be 1024B aligned");
 static_assert(A_SLICE_BYTES % 1024 == 0 && B_SLICE_BYTES % 1024 == 0, "tiles must be 1024B aligned");
-constexpr int SMEM_ALIGN_SLACK = 1024;    // the kernel aligns the dynamic smem base itself
-constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;   // 222,256: fused_iv.py SMEM_BYTES
-static_assert(SMEM_BYTES <= 227 * 1024, "exceeds 227 KB dynamic smem");
+constexpr int SMEM_LIMIT = 227 * 1024;    // dynamic smem a block may opt in to on sm_90
 
-// Level IV's pairs, in the order they are issued: the first pair of each class (marked)
-// overwrites its accumulator at the tile's first k-step (scale_d = 0), the others add.
-constexpr int NUM_PAIRS = 8;
-__host__ __device__ constexpr int pair_a(int p) { return p == 0 ? 0 : p == 1 ? 0 : p == 2 ? 1 : p == 3 ? 0 : p == 4 ? 1 : p == 5 ? 2 : p == 6 ? 1 : 2; }
-__host__ __device__ constexpr int pair_b(int p) { return p == 0 ? 0 : p == 1 ? 1 : p == 2 ? 0 : p == 3 ? 2 : p == 4 ? 1 : p == 5 ? 0 : p == 6 ? 2 : 1; }
-__host__ __device__ constexpr bool pair_first(int p) { return p == 0 || p == 1 || p == 3 || p == 6; }
-static_assert(pair_a(7) + pair_b(7) == 3 && pair_a(5) + pair_b(5) == 2, "pair table");
+// A level's pairs in issue order. The first pair of each class overwrites its accumulator at
+// the tile's first k-step (scale_d = 0), the others add.
+constexpr int MAX_PAIRS = 10;
+struct PairTable {
+  int count;
+  int a[MAX_PAIRS];
+  int b[MAX_PAIRS];
+  bool first[MAX_PAIRS];
+};
+
+// levels.triangle(s, s, classes - 1): the pairs (i, j) with i + j < classes, by class g = i + j,
+// then by i (the order of the level's pairs, and of fused_kernel.py's class sums).
+__host__ __device__ constexpr PairTable triangle(int s, int classes) {
+  PairTable t{};
+  for (int g = 0; g < classes; ++g) {
+    bool first = true;
+    for (int i = 0; i < s; ++i) {
+      if (g - i < 0 || g - i >= s) continue;
+      t.a[t.count] = i;
+      t.b[t.count] = g - i;
+      t.first[t.count] = first;
+      first = false;
+      ++t.count;
+    }
+  }
+  return t;
+}
+
+// Whether table t holds exactly the pairs {i, j} given, in their order.
+template <int N>
+__host__ __device__ constexpr bool lists(const PairTable& t, const int (&pairs)[N][2]) {
+  if (t.count != N) return false;
+  for (int p = 0; p < N; ++p)
+    if (t.a[p] != pairs[p][0] || t.b[p] != pairs[p][1]) return false;
+  return true;
+}
+static_assert(lists(triangle(2, 3), {{0, 0}, {0, 1}, {1, 0}, {1, 1}}), "level I's pairs");
+static_assert(lists(triangle(3, 3), {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {2, 0}}),
+              "level T6's pairs");
+static_assert(lists(triangle(3, 4), {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {2, 0}, {1, 2},
+                                     {2, 1}}), "level IV's pairs");
+static_assert(lists(triangle(4, 4), {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {2, 0}, {0, 3},
+                                     {1, 2}, {2, 1}, {3, 0}}), "level V's pairs");
+
+// One level's kernel: S slices per operand (S slots a line), G weight classes g = 0..G-1 (the
+// pairs: triangle(S, G)), and its shared-memory layout.
+template <int S, int G>
+struct Level {
+  static constexpr int SLICES = S;
+  static constexpr int CLASSES = G;
+  // As many stages of S x 24 KB as fit in the 227 KB (4 | 3 | 2 for S = 2 | 3 | 4).
+  static constexpr int STAGES = S == 2 ? 4 : S == 3 ? 3 : 2;
+  static constexpr int A_STAGE_BYTES = S * A_SLICE_BYTES;
+  static constexpr int B_STAGE_BYTES = S * B_SLICE_BYTES;
+  static constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;   // < 2^20 (tx-count)
+  // Dynamic smem layout (offsets from a 1024-byte aligned base: the 128B swizzle pattern
+  // repeats every 8 rows x 128 B, and TMA and the descriptors (base_offset 0) assume it).
+  static constexpr int SMEM_A_OFF = 0;
+  static constexpr int SMEM_B_OFF = SMEM_A_OFF + STAGES * A_STAGE_BYTES;
+  static constexpr int SMEM_BAR_OFF = SMEM_B_OFF + STAGES * B_STAGE_BYTES;
+  static constexpr int SMEM_USED = SMEM_BAR_OFF + 2 * STAGES * 8;
+  static constexpr int SMEM_ALIGN_SLACK = 1024;   // the kernel aligns the dynamic smem base itself
+  // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,664.
+  static constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
+  static_assert(2 <= S && S <= 4 && (G == 3 || G == 4), "levels I, T6, IV, V");
+  static_assert(SMEM_B_OFF % 1024 == 0, "tiles must be 1024B aligned");
+  static_assert(SMEM_BYTES <= SMEM_LIMIT, "exceeds 227 KB dynamic smem");
+  static_assert(STAGE_TX_BYTES < (1 << 20), "mbarrier tx-count");
+};
 
 // ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
 
@@ -127,42 +179,66 @@ __device__ __forceinline__ float saturate(double v, int scale, double k_slack) {
   return round_to_float(v);
 }
 
-// One output: the class sums s0..s3 of it, weights w[g] = 2^-(w0 + step g), smallest first.
-__device__ __forceinline__ float combine_one(u32 s0, u32 s1, u32 s2, u32 s3, const double (&w)[4],
-                                             int scale, double k_slack) {
-  double v = 0.0;
-  v = v + static_cast<double>(static_cast<int>(s3)) * w[3];
-  v = v + static_cast<double>(static_cast<int>(s2)) * w[2];
-  v = v + static_cast<double>(static_cast<int>(s1)) * w[1];
-  v = v + static_cast<double>(static_cast<int>(s0)) * w[0];
+// The per-class steps below recurse over g at compile time rather than loop: as a loop (an
+// induction variable w0 + step, + step, ..., unrolled late) level IV's SASS differed from that
+// of its four terms written out; the recursion compiles to the same SASS as those.
+
+// w[0..g] = 2^-(w0 + step g): the class weights, exact powers of two.
+template <int g, int G>
+__device__ __forceinline__ void set_weights(double (&w)[G], int w0, int step) {
+  if constexpr (g > 0) set_weights<g - 1>(w, w0, step);
+  w[g] = pow2(-(w0 + step * g));
+}
+
+// v + acc[g][r] w[g] + ... + acc[0][r] w[0], in that order (each product exact).
+template <int g, int G>
+__device__ __forceinline__ double add_classes(double v, const u32 (&acc)[G][ACC_REGS], int r,
+                                              const double (&w)[G]) {
+  v = v + static_cast<double>(static_cast<int>(acc[g][r])) * w[g];
+  if constexpr (g > 0) return add_classes<g - 1>(v, acc, r, w);
+  return v;
+}
+
+// One output: its class sums acc[g][r] from the smallest weight (g = G - 1) to the largest, as
+// fused_kernel.py adds them (G = 3: from class 2; G = 4: from class 3), then scaled and saturated.
+template <int G>
+__device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int r,
+                                             const double (&w)[G], int scale, double k_slack) {
+  double v = add_classes<G - 1>(0.0, acc, r, w);
   v = v * pow2(scale);
   return saturate(v, scale, k_slack);
 }
 
-}  // namespace
+// ---------------------------------------------------------------- the kernel
 
+// The kernel of level L = Level<S, G>; the extern "C" entry points below are its wrappers.
 // Launch: grid = min(#SMs, batch * ceil(m/128) * ceil(n/64)), block = 384 (NUM_THREADS),
-// dynamic smem = SMEM_BYTES (222,256). k_pad > 0, a multiple of 16, small enough that no
-// class sum leaves INT32 (combine.int32_k_block).
-extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)
-fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch*m}, box {128, 1, 128}
-         const __grid_constant__ TensorMap tmap_b,   // B: dims {k_pad, 3, batch*n}, box {128, 1, 64}
-         const int* __restrict__ a_exp,              // batch*m line exponents
-         const int* __restrict__ b_exp,              // batch*n line exponents
-         float* __restrict__ C,                      // batch x m x n, row-major
-         double k_slack, int m, int n, int k_pad, int batch, int w0, int step,
-         int raster_group) {
+// dynamic smem = L::SMEM_BYTES. k_pad > 0, a multiple of 16, small enough that no class sum
+// leaves INT32 (combine.int32_k_block(level)).
+template <class L>
+__device__ __forceinline__ void fused_wgmma(
+    const TensorMap& tmap_a,                    // A: dims {k_pad, S, batch*m}, box {128, 1, 128}
+    const TensorMap& tmap_b,                    // B: dims {k_pad, S, batch*n}, box {128, 1, 64}
+    const int* __restrict__ a_exp,              // batch*m line exponents
+    const int* __restrict__ b_exp,              // batch*n line exponents
+    float* __restrict__ C,                      // batch x m x n, row-major
+    double k_slack, int m, int n, int k_pad, int batch, int w0, int step, int raster_group) {
+  constexpr int SLICES = L::SLICES;
+  constexpr int CLASSES = L::CLASSES;
+  constexpr int STAGES = L::STAGES;
+  constexpr PairTable PAIRS = triangle(SLICES, CLASSES);
+
   // A launch the kernel was not built for would hang or corrupt memory: fail loudly.
-  if (blockDim.x != NUM_THREADS || dynamic_smem_size() < static_cast<u32>(SMEM_BYTES)) __trap();
+  if (blockDim.x != NUM_THREADS || dynamic_smem_size() < static_cast<u32>(L::SMEM_BYTES)) __trap();
   if (m <= 0 || n <= 0 || k_pad <= 0 || batch <= 0 || raster_group <= 0) return;
 
   extern __shared__ unsigned char smem_raw[];
   // Align the base to 1024 B ourselves; the dynamic smem start is not guaranteed to be.
   const u32 raw_addr = smem_u32(smem_raw);
   const u32 base = (raw_addr + 1023u) & ~1023u;
-  const u32 sA = base + SMEM_A_OFF;
-  const u32 sB = base + SMEM_B_OFF;
-  const u32 bar_full = base + SMEM_BAR_OFF;        // STAGES x 8 B
+  const u32 sA = base + L::SMEM_A_OFF;
+  const u32 sB = base + L::SMEM_B_OFF;
+  const u32 bar_full = base + L::SMEM_BAR_OFF;     // STAGES x 8 B
   const u32 bar_empty = bar_full + STAGES * 8;     // STAGES x 8 B
 
   const int tiles_m = (m + BLOCK_M - 1) / BLOCK_M;
@@ -199,9 +275,9 @@ fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch
           mbar_wait(bar_empty + 8 * stage, phase ^ 1);   // passes at once on the first lap
           const u32 full = bar_full + 8 * stage;
           // Full box bytes even for boxes partly out of bounds (TMA writes the zeros too).
-          mbar_arrive_expect_tx(full, STAGE_TX_BYTES);
-          const u32 a_dst = sA + stage * A_STAGE_BYTES;
-          const u32 b_dst = sB + stage * B_STAGE_BYTES;
+          mbar_arrive_expect_tx(full, L::STAGE_TX_BYTES);
+          const u32 a_dst = sA + stage * L::A_STAGE_BYTES;
+          const u32 b_dst = sB + stage * L::B_STAGE_BYTES;
 #pragma unroll
           for (int s = 0; s < SLICES; ++s) {
             // A slice s is slot s; B slice s is slot SLICES - 1 - s (reversed in the pack).
@@ -226,9 +302,8 @@ fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch
     const int lane = t % 32;
     // float2 stores need 8-byte aligned pairs: C 8-aligned and n even (then m*n is even too).
     const bool pairs_aligned = ((reinterpret_cast<u64>(C) & 7) == 0) && ((n & 1) == 0);
-    // Class weights 2^-(w0 + step g): exact powers of two.
-    const double w[CLASSES] = {pow2(-w0), pow2(-(w0 + step)), pow2(-(w0 + 2 * step)),
-                               pow2(-(w0 + 3 * step))};
+    double w[CLASSES];   // class weights 2^-(w0 + step g)
+    set_weights<CLASSES - 1>(w, w0, step);
 
     u32 acc[CLASSES][ACC_REGS];
 #pragma unroll
@@ -247,8 +322,8 @@ fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch
         mbar_wait(bar_full + 8 * stage, phase);
 
         // This consumer's 64 rows of each A slice start 8 KB into it (swizzle phase unchanged).
-        const u32 a_base = sA + stage * A_STAGE_BYTES + cw * 64 * BLOCK_K;
-        const u32 b_base = sB + stage * B_STAGE_BYTES;
+        const u32 a_base = sA + stage * L::A_STAGE_BYTES + cw * 64 * BLOCK_K;
+        const u32 b_base = sB + stage * L::B_STAGE_BYTES;
 
 #pragma unroll
         for (int g = 0; g < CLASSES; ++g)
@@ -260,11 +335,11 @@ fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch
           // k-step kk reads bytes [32 kk, 32 kk + 32) of each row: start address + 32 B.
           const u64 off = static_cast<u64>((kk * WGMMA_K) >> 4);
 #pragma unroll
-          for (int p = 0; p < NUM_PAIRS; ++p) {
-            const u64 desc_a = make_smem_desc_k128b(a_base + pair_a(p) * A_SLICE_BYTES) + off;
-            const u64 desc_b = make_smem_desc_k128b(b_base + pair_b(p) * B_SLICE_BYTES) + off;
-            const u32 scale_d = (kb > 0 || kk > 0 || !pair_first(p)) ? 1u : 0u;
-            wgmma_m64n64k32_s8(acc[pair_a(p) + pair_b(p)], desc_a, desc_b, scale_d);
+          for (int p = 0; p < PAIRS.count; ++p) {
+            const u64 desc_a = make_smem_desc_k128b(a_base + PAIRS.a[p] * A_SLICE_BYTES) + off;
+            const u64 desc_b = make_smem_desc_k128b(b_base + PAIRS.b[p] * B_SLICE_BYTES) + off;
+            const u32 scale_d = (kb > 0 || kk > 0 || !PAIRS.first[p]) ? 1u : 0u;
+            wgmma_m64n64k32_s8(acc[PAIRS.a[p] + PAIRS.b[p]], desc_a, desc_b, scale_d);
           }
         }
         wgmma_commit();
@@ -317,11 +392,9 @@ fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch
           const int ea = h == 0 ? ea_lo : ea_hi;
           float* p = (h == 0 ? c_lo : c_hi) + 8 * i;
           const int r = 4 * i + 2 * h;
-          const float v0 = combine_one(acc[0][r], acc[1][r], acc[2][r], acc[3][r], w, ea + eb0,
-                                       k_slack);
+          const float v0 = combine_one(acc, r, w, ea + eb0, k_slack);
           if (c1_ok) {
-            const float v1 = combine_one(acc[0][r + 1], acc[1][r + 1], acc[2][r + 1],
-                                         acc[3][r + 1], w, ea + eb1, k_slack);
+            const float v1 = combine_one(acc, r + 1, w, ea + eb1, k_slack);
             // Streaming stores: C is written once, keep L2 for the packs.
             if (pairs_aligned) {
               __stcs(reinterpret_cast<float2*>(p), make_float2(v0, v1));
@@ -337,3 +410,22 @@ fused_iv(const __grid_constant__ TensorMap tmap_a,   // A: dims {k_pad, 3, batch
     }
   }
 }
+
+}  // namespace
+
+// The entry points, one a level (S slices, G classes): the same parameters for all four; the
+// host builds the maps with S slots and launches with that level's SMEM_BYTES.
+#define FUSED_WGMMA_KERNEL(NAME, S, G)                                                          \
+  extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)                                  \
+  NAME(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,      \
+       const int* __restrict__ a_exp, const int* __restrict__ b_exp, float* __restrict__ C,     \
+       double k_slack, int m, int n, int k_pad, int batch, int w0, int step,                    \
+       int raster_group) {                                                                      \
+    fused_wgmma<Level<S, G>>(tmap_a, tmap_b, a_exp, b_exp, C, k_slack, m, n, k_pad, batch, w0,  \
+                             step, raster_group);                                               \
+  }
+
+FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3)
+FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3)
+FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4)
+FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4)
