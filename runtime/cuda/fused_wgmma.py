@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import cupy as cp
 import numpy as np
 
 from ..combine import int32_k_block, overflow_slack
-from ..levels import Level
+from ..levels import Level, triangle
 from ..packer import pair_exponent
 from . import hopper
 from .hopper import MAX_INT32, MAX_TMA_STRIDE, TMA_ALIGNMENT
-from .packs import PackedOperand
+
+if TYPE_CHECKING:  # (the forms need no CuPy: their tests run on any machine)
+    import cupy as cp
+
+    from .packs import PackedOperand
 
 SOURCE = "fused_wgmma.cu"
 # The launch configuration fused_wgmma.cu is written for (its constants; a kernel traps on a
@@ -58,18 +61,11 @@ class Form(NamedTuple):
         return stages * self.slices * (BLOCK_M + BLOCK_N) * BLOCK_K + 2 * stages * 8 + 1024
 
 
-def _triangle(slices: int, top: int) -> tuple[tuple[int, int], ...]:
-    """Pairs (i, j) of ``slices`` x ``slices`` with i + j <= top, by class, then by i."""
-    return tuple(
-        (i, g - i) for g in range(top + 1) for i in range(g + 1) if i < slices and g - i < slices
-    )
-
-
 FORMS = {
-    "I": Form("fused_wgmma_I", _triangle(2, 2), 2),
-    "T6": Form("fused_wgmma_T6", _triangle(3, 2), 3),
-    "IV": Form("fused_wgmma_IV", _triangle(3, 3), 3),
-    "V": Form("fused_wgmma_V", _triangle(4, 3), 4),
+    "I": Form("fused_wgmma_I", triangle(2, 2, 2), 2),
+    "T6": Form("fused_wgmma_T6", triangle(3, 3, 2), 3),
+    "IV": Form("fused_wgmma_IV", triangle(3, 3, 3), 3),
+    "V": Form("fused_wgmma_V", triangle(4, 4, 3), 4),
 }
 
 
@@ -116,8 +112,10 @@ def available(level: Level) -> bool:
     if found is None:
         return False
     try:
+        import cupy as cp
+
         return _available(cp.cuda.runtime.getDevice(), found)
-    except cp.cuda.runtime.CUDARuntimeError:
+    except Exception:  # no CuPy, no device
         return False
 
 
@@ -130,6 +128,8 @@ def product(a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.nd
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices), as
     ``fused.product``: every entry gets ``combine``'s value, flagged lines included (``sliced``'s
     bypass overwrites those). ValueError on anything the kernel cannot take."""
+    import cupy as cp
+
     found, (count, m, n) = _validate(a_pack, b_pack, level, c)
     if count == 0 or m == 0 or n == 0:
         return
@@ -149,6 +149,7 @@ def _validate(
     a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray
 ) -> tuple[Form, tuple[int, int, int]]:
     """The level's kernel and (count, m, n) of C, or ValueError naming the rule broken."""
+    import cupy as cp
 
     def need(ok: bool, what: str, rule: str) -> None:
         if not ok:
