@@ -26,5 +26,5 @@
   ``graph_operands`` (a captured graph's addresses rewritten to a call's arrays).
 
 Importing this package needs no CuPy, nor do ``geometry``, ``sources``, ``libraries``,
-``hopper``, ``wgmma_gemm`` and ``graph_operands``; the other modules do.
+``hopper``, ``wgmma_gemm``, ``fused_wgmma`` and ``graph_operands``; the other modules do.
 """
