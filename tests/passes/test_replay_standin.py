@@ -202,6 +202,9 @@ class Stream:
     def __exit__(self, *exc: object) -> None:
         Stream.current.pop()
 
+    def is_capturing(self) -> bool:
+        return self.capturing
+
     def synchronize(self) -> None:
         if capture.ops is not None:
             capture.broken = True
@@ -209,10 +212,11 @@ class Stream:
 
     def begin_capture(self) -> None:
         capture.ops, capture.broken = [], False
+        self.capturing = True
 
     def end_capture(self) -> Graph:
         ops, broken = capture.ops, capture.broken
-        capture.ops = None
+        capture.ops, self.capturing = None, False
         if broken:
             raise CaptureError("capture invalidated")
         return Graph(ops)
@@ -243,6 +247,26 @@ class MemoryPool:
 
     def free_all_blocks(self) -> None:
         pass
+
+
+class Cublas:
+    """CuPy's cuBLAS handle: the stream its calls left it on."""
+
+    stream = 0
+
+    @staticmethod
+    def setStream(handle: int, stream: int) -> None:  # noqa: N802  (CuPy's name)
+        Cublas.stream = stream
+
+    @staticmethod
+    def getStream(handle: int) -> int:  # noqa: N802
+        return Cublas.stream
+
+
+def graph_matmul(a: ndarray, b: ndarray) -> ndarray:
+    """``graph_gemm.matmul``: cuBLAS's call, with the handle set on the current stream."""
+    Cublas.setStream(1, cuda.get_current_stream().ptr)
+    return matmul(a, b)
 
 
 def memcpy(dst: int, src: int, size: int, kind: int, stream: int) -> None:
@@ -276,6 +300,8 @@ cuda = SimpleNamespace(
     using_allocator=lambda malloc: contextlib.nullcontext(),
     get_current_stream=lambda: Stream.current[-1] if Stream.current else null,
     runtime=SimpleNamespace(memcpyAsync=memcpy, getDevice=lambda: 0),
+    cublas=Cublas,
+    device=SimpleNamespace(get_cublas_handle=lambda: 1),
 )
 cp = SimpleNamespace(
     ndarray=ndarray, cuda=cuda, empty=empty, asarray=asarray, stack=stack, matmul=matmul,
@@ -289,7 +315,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(device, "cupy_module", lambda: cp)
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: SimpleNamespace(clear_plans=lambda: None))
-    monkeypatch.setattr(cupy_sites, "_graph_gemm", lambda: SimpleNamespace(matmul=matmul))
+    monkeypatch.setattr(cupy_sites, "_graph_gemm", lambda: SimpleNamespace(matmul=graph_matmul))
     mixpert.clear_cache()
     yield
     mixpert.clear_cache()
@@ -340,6 +366,17 @@ def test_fresh_inputs_at_new_addresses_replay_the_direct_calls_results() -> None
         assert same(host(replayed(*args)), host(direct(*args)))
     (graph,) = graphs(replayed)
     assert graph is not None and Graph.launches - launches == 1 + 3  # the check, three replays
+
+
+def test_a_planned_call_leaves_cublas_on_the_callers_stream() -> None:
+    """The capture runs on a stream of the plan's, gone once the plan is made: CuPy's cuBLAS
+    handle must come back on the caller's (a library using the handle as CuPy left it, without
+    setting a stream, would crash)."""
+    _, replayed = native_pair(mlp)
+    with Stream() as stream:
+        for _ in range(3):
+            replayed(gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+    assert graphs(replayed) and Cublas.stream == stream.ptr
 
 
 def test_views_and_offsets_keep_their_layout() -> None:
