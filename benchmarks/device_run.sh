@@ -8,6 +8,8 @@
 #   bash benchmarks/device_run.sh pack-once                                (kept packs, samples)
 #   bash benchmarks/device_run.sh blocked                                  (blocks, wide-range cost)
 #   bash benchmarks/device_run.sh flagged [--quick]                        (IV-blocks, unresolved rows)
+#   bash benchmarks/device_run.sh wgmma [levels]                           (the wgmma fused kernels:
+#        tests, then each level's bits against Triton's kernel and both timed; default I T6 IV V)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -38,4 +40,12 @@ if [[ $what == flagged ]]; then
 fi
 if [[ $what == pack-once ]]; then
   python "$repo/benchmarks/pack_once.py" "$@" --out "$out/results" 2>&1 | tee "$out/pack-once.log"
+fi
+if [[ $what == wgmma ]]; then
+  python -m pytest -q -m gpu "$repo/tests/runtime/test_fused_wgmma.py" \
+    "$repo/tests/runtime/test_fused_wgmma_forms.py" -p no:cacheprovider 2>&1 | tee "$out/wgmma-tests.log"
+  for level in ${@:-I T6 IV V}; do
+    timeout -s INT 240 python "$repo/benchmarks/wgmma_int8/fused_iv/check_gpu.py" --level "$level" \
+      --quick --out "$out/wgmma-$level.json" 2>&1 | tee "$out/wgmma-$level.log"
+  done
 fi
