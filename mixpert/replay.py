@@ -503,7 +503,7 @@ _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 def _hand_back_cublas(cp: Any, stream: Any) -> None:
     """CuPy's cuBLAS handle set back on the caller's ``stream``: the body's products left it on
-    the capture stream, gone once the plan is made (``captured.hand_back_cublas`` says why)."""
+    the capture stream, gone once the plan is made (``captured.handing_back_cublas`` says why)."""
     if not stream.is_capturing():  # (CuPy's cuBLAS calls refuse a capturing stream)
         cp.cuda.cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
 

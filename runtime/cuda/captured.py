@@ -21,7 +21,9 @@ The pool is the plan's alone: the addresses the graph baked in stay the plan's u
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import cupy as cp
@@ -64,12 +66,16 @@ def capture_allocator(pool: cp.cuda.MemoryPool, held: list[Any]) -> Any:
     return malloc
 
 
-def hand_back_cublas(stream: cp.cuda.Stream) -> None:
-    """CuPy's cuBLAS handle set back on ``stream`` (the caller's) after a plan is made: the
-    plan's first run and capture left it on a stream of the plan's that is gone once made,
-    where a library calling cuBLAS on CuPy's handle without setting a stream first (GEMMul8's
-    does) would crash."""
-    cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
+@contextlib.contextmanager
+def handing_back_cublas(stream: cp.cuda.Stream) -> Iterator[None]:
+    """CuPy's cuBLAS handle set back on ``stream`` (the caller's) once the block ends, however:
+    a plan's first run and capture leave it on a stream of the plan's, gone once the plan is
+    made, where a library calling cuBLAS on CuPy's handle without setting a stream first
+    (GEMMul8's does) would crash."""
+    try:
+        yield
+    finally:
+        cublas.setStream(cp.cuda.device.get_cublas_handle(), stream.ptr)
 
 
 class _GraphPlan:
@@ -125,7 +131,7 @@ class CapturedProduct(_GraphPlan):
         self.stream.synchronize()
         stack = (count,) if count > 1 else ()
         self.out_shape = (*stack, m, n)
-        with cp.cuda.using_allocator(self._pool.malloc), capture:
+        with handing_back_cublas(self.stream), cp.cuda.using_allocator(self._pool.malloc), capture:
             self.a = cp.ones((*stack, m, k), dtype=cp.float32)  # finite: no line takes the bypass
             self.b = cp.ones((*stack, k, n), dtype=cp.float32)
             # first-use costs (builds, the GEMMs' algorithms, the pool's blocks) uncaptured
@@ -150,7 +156,6 @@ class CapturedProduct(_GraphPlan):
                         )
             finally:
                 self._graph = capture.end_capture()
-                hand_back_cublas(self.stream)
             capture.synchronize()
         self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
         # (the output read where the graph writes it: one C-contiguous array of the result)
@@ -209,7 +214,7 @@ class CapturedSgemm(_GraphPlan):
         # all on a stream of its own, on buffers of its own: the caller's stream is never
         # waited for (the plan is made at a signature's second call, which must not wait)
         capture = cp.cuda.Stream(non_blocking=True)
-        with cp.cuda.using_allocator(self._pool.malloc), capture:
+        with handing_back_cublas(self.stream), cp.cuda.using_allocator(self._pool.malloc), capture:
             random = cp.random.default_rng(0)
             self.a = random.standard_normal((m, k), dtype=cp.float32)
             self.b = random.standard_normal((k, n), dtype=cp.float32)
@@ -221,7 +226,6 @@ class CapturedSgemm(_GraphPlan):
                     self.c = graph_gemm.matmul(self.a, self.b)
             finally:
                 self._graph = capture.end_capture()
-                hand_back_cublas(self.stream)
             self._graph.launch(capture)
             capture.synchronize()
             faithful = bool(cp.array_equal(self.c.view(cp.uint32), direct.view(cp.uint32)))
