@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -66,6 +68,20 @@ _log = logging.getLogger("mixpert")
 C = TypeVar("C")  # auto's Crossovers (this module does not import auto: auto imports it)
 
 
+BACKEND: Final = Path(__file__).resolve().parent / "cuda"  # the code a calibration measures
+
+
+@functools.cache
+def backend_digest(folder: Path = BACKEND) -> str:
+    """A short digest of the CUDA backend's code (its modules and kernel sources): part of the
+    software a calibration holds for, so one measured with other kernels or routes is measured
+    again, whatever the version number says."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".cu", ".cuh")):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 @dataclass(frozen=True)
 class Identity:
     """What a calibration holds for: the GPU model and the software that ran it. A file of the
@@ -76,7 +92,7 @@ class Identity:
     driver: int  # cudaDriverGetVersion
     cuda_runtime: int  # cudaRuntimeGetVersion
     cupy: str
-    mixpert: str
+    mixpert: str  # its version, "+" the backend's code digest (``backend_digest``)
 
     def file_name(self) -> str:
         """``calibration-NVIDIA-H200-sm90.json``: one file per model (name and capability)."""

@@ -55,7 +55,7 @@ class Probe:
             driver=int(runtime.driverGetVersion()),
             cuda_runtime=int(runtime.runtimeGetVersion()),
             cupy=cp.__version__,
-            mixpert=version,
+            mixpert=f"{version}+{calibration.backend_digest()}",
         )
 
     def capturing(self) -> bool:

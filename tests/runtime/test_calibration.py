@@ -251,6 +251,21 @@ def test_another_models_file_is_not_this_ones_and_other_versions_are_measured_ag
         assert calibration.load(newer) is None
 
 
+def test_the_backend_digest_follows_its_code_and_nothing_else(tmp_path: Path) -> None:
+    """A calibration holds for the backend's code: a kernel or module edited gives another
+    digest (so the next run measures again); files that are not code do not count."""
+    backend = tmp_path / "cuda"
+    (backend / "kernels").mkdir(parents=True)
+    (backend / "fused.py").write_text("ROUTED = {'IV'}\n")
+    (backend / "kernels" / "fused.cu").write_text("// kernel\n")
+    first = calibration.backend_digest.__wrapped__(backend)
+    (backend / "notes.md").write_text("not code\n")
+    assert calibration.backend_digest.__wrapped__(backend) == first
+    (backend / "kernels" / "fused.cu").write_text("// kernel, faster\n")
+    assert calibration.backend_digest.__wrapped__(backend) != first
+    assert len(calibration.backend_digest()) == 12  # (the shipped backend's)
+
+
 def test_the_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(calibration.CACHE_DIR)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
