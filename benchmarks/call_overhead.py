@@ -142,16 +142,35 @@ def case(label: str, shape: tuple[int, ...]) -> list[dict[str, Any]]:
             except (NotImplementedError, MemoryError, ValueError) as why:
                 print(f"  {level} {when}: not run ({why})", flush=True)
                 continue
+            plans = replay_kinds()
             rows.append({
                 "n": label, "level": level, "mode": when, "host_us": host,
                 "host_us_back_to_back": back_to_back, "call_us": call,
                 "ratio_to_sgemm": sgemm_call / call, "error": err, "sgemm_error": sgemm_error,
                 "sgemm_us": sgemm_call, "tf32_ratio_to_sgemm": sgemm_call / tf32_call,
-                "tf32_error": tf32_error,
+                "tf32_error": tf32_error, "plans": plans,
             })  # fmt: skip
             print(f"  {level:9s} {when:6s} host {host:7.1f} us  call {call:8.1f} us  "
-                  f"{sgemm_call / call:5.2f}x SGEMM  err {err:.1e}", flush=True)  # fmt: skip
+                  f"{sgemm_call / call:5.2f}x SGEMM  err {err:.1e}  plans {plans}",
+                  flush=True)  # fmt: skip
     return rows
+
+
+def replay_kinds() -> list[str]:
+    """How each plan the calls made replays: "in place" (operands and output rebound), "copies"
+    (through the plan's buffers), "refused" (no plan: the product runs uncached) and its kind
+    (CapturedProduct, CapturedSgemm). What explains a host time, read beside it."""
+    from mixpert.runtime.cuda import backend
+
+    cache = backend._plans.get(cp.cuda.runtime.getDevice())
+    found = []
+    for plan in [] if cache is None else list(cache._plans.values()):
+        if plan is None:
+            found.append("refused")
+        else:
+            how = "in place" if plan.reads_in_place else "copies"
+            found.append(f"{type(plan).__name__} {how}")
+    return found
 
 
 def host_floor(n: int = 1024) -> list[dict[str, Any]]:

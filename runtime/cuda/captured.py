@@ -92,6 +92,11 @@ class _GraphPlan:
     b: cp.ndarray
     c: cp.ndarray
 
+    @property
+    def reads_in_place(self) -> bool:
+        """Whether calls point the graph at their operands and output (no copies)."""
+        return self._binding is not None
+
     def release(self) -> None:
         """Frees the graph and the plan's memory once the stream has run what it queued (a
         call enqueueing meanwhile finishes first)."""
@@ -182,11 +187,6 @@ class CapturedProduct(_GraphPlan):
             self._binding.point(sources)
             self._graph.launch(self.stream)
         return c
-
-    @property
-    def reads_in_place(self) -> bool:
-        """Whether calls point the graph at their operands and output (no copies)."""
-        return self._binding is not None
 
     def _source(self, x: cp.ndarray, buffer: cp.ndarray) -> int:
         """Where the graph reads operand ``x``: where it lies, if it lies as the plan's
