@@ -212,6 +212,14 @@ REPLAY_MAX_WORK = 4096**3
 _plans: dict[int, PlanCache] = {}  # device -> its plans
 
 
+def _device_plans(device: int) -> PlanCache:
+    """``device``'s plan cache, made at its first use."""
+    cache = _plans.get(device)
+    if cache is None:  # (an empty cache is falsy: it has a length)
+        cache = _plans.setdefault(device, PlanCache())
+    return cache
+
+
 def captured_product(
     a: cp.ndarray, b: cp.ndarray, level: Level, fallback: Fallback | None = None
 ) -> cp.ndarray | None:
@@ -254,9 +262,7 @@ def captured_plan(
         return None
     device = cp.cuda.runtime.getDevice() if device is None else device
     stream = cp.cuda.get_current_stream()
-    cache = _plans.get(device)
-    if cache is None:  # (an empty cache is falsy: it has a length)
-        cache = _plans.setdefault(device, PlanCache())
+    cache = _device_plans(device)
     # (names and numbers: a Level's dataclass hash costs microseconds a call)
     rule = None if fallback is None else (fallback.exact_share, fallback.row_entries)
     # (the fused kernel's switch too: a graph captured with it on would replay it when off)
@@ -295,9 +301,7 @@ def replayed_sgemm(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
         return None
     stream = cp.cuda.get_current_stream()
     key = (stream.ptr, m, k, n, graph_gemm.compute_type())
-    cache = _plans.get(device)
-    if cache is None:
-        cache = _plans.setdefault(device, PlanCache())
+    cache = _device_plans(device)
 
     def make() -> CapturedSgemm | None:
         if key not in _sighted or stream.is_capturing():

@@ -87,10 +87,10 @@ def triton_installed() -> bool:
 
 def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
     """Whether a fused kernel computes ``level``'s (m x k_pad) @ (k_pad x n) products here, k
-    within one INT32 block (longer k runs the class-sum pipeline, which blocks k): level IV on
-    Hopper at every size (``fused_wgmma``); else Triton's, installed, on an Ampere or newer GPU,
-    for a triangle of pairs with at most MAX_CLASSES classes, on an output where it is the
-    faster (``pipeline_wins``)."""
+    within one INT32 block (longer k runs the class-sum pipeline, which blocks k): on Hopper
+    the levels ``fused_wgmma`` routes, at every size; else Triton's, installed, on an Ampere or
+    newer GPU, for a triangle of pairs with at most MAX_CLASSES classes, on an output where it
+    is the faster (``pipeline_wins``)."""
     switch = mode()
     if switch == "0" or k_pad > int32_k_block(level):
         return False
@@ -100,9 +100,9 @@ def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
 
 
 def on_wgmma(level: Level) -> bool:
-    """Whether ``level``'s fused products run ``fused_wgmma``'s kernel here (level IV on
-    Hopper): faster than Triton's kernel and than the class-sum pipeline at every size
-    measured (benchmarks/results/NVIDIA-H200/fused-anchors.md)."""
+    """Whether ``level``'s fused products run ``fused_wgmma``'s kernel here (the levels of
+    ``fused_wgmma.ROUTED``, on Hopper): faster than Triton's kernel and than the class-sum
+    pipeline at every size measured (benchmarks/results/NVIDIA-H200/fused-anchors.md)."""
     return fused_wgmma.routed(level)
 
 
@@ -123,17 +123,21 @@ def status() -> str:
     """One line for ``mixpert show-config``: whether the fused kernel runs here, and if not, why."""
     if mode() == "0":
         return f"off: {SWITCH}=0"
-    wgmma = fused_wgmma.routed(LEVELS["IV"])
+    wgmma = ", ".join(n for n in sorted(fused_wgmma.ROUTED) if on_wgmma(LEVELS[n]))
     if not triton_installed() or _capability() < MIN_CAPABILITY:
         why = (
             "Triton is not installed (the CUDA extras bring it)" if not triton_installed()
             else f"compute capability {_capability()} < {MIN_CAPABILITY}"
         )  # fmt: skip
-        return f"level IV only (fused_wgmma); other levels off: {why}" if wgmma else f"off: {why}"
-    where = f"wherever it can run ({SWITCH}=always)" if mode() == "always" else (
-        "where it beats the class-sum pipeline"
-    )  # fmt: skip
-    return f"on {where}" + ("; level IV on its wgmma kernel (fused_wgmma) at every size" * wgmma)
+        if wgmma:
+            return f"level {wgmma} only (fused_wgmma); other levels off: {why}"
+        return f"off: {why}"
+    where = "where it beats the class-sum pipeline"
+    if mode() == "always":
+        where = f"wherever it can run ({SWITCH}=always)"
+    if wgmma:
+        return f"on {where}; level {wgmma} on its wgmma kernel (fused_wgmma) at every size"
+    return f"on {where}"
 
 
 def pipeline_wins(level: Level, m: int, n: int) -> bool:
