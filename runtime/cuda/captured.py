@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import cupy as cp
@@ -97,6 +97,17 @@ class _GraphPlan:
         """Whether calls point the graph at their operands and output (no copies)."""
         return self._binding is not None
 
+    def _capture(self, stream: cp.cuda.Stream, body: Callable[[], cp.ndarray]) -> cp.ndarray:
+        """``body``'s work on ``stream`` (current, capturable) captured as the plan's graph, its
+        allocations from the plan's pool with no reuse (``capture_allocator``); its result."""
+        self._held = []
+        stream.begin_capture()
+        try:
+            with cp.cuda.using_allocator(capture_allocator(self._pool, self._held)):
+                return body()
+        finally:
+            self._graph = stream.end_capture()
+
     def release(self) -> None:
         """Frees the graph and the plan's memory once the stream has run what it queued (a
         call enqueueing meanwhile finishes first)."""
@@ -147,20 +158,15 @@ class CapturedProduct(_GraphPlan):
             if fallback is not None:
                 auto_fallback.warm_deciding(self.a, self.b)
             side = cp.cuda.Stream(non_blocking=True)  # B's packs beside A's (a fork in the graph)
-            self._held = []
-            capture.begin_capture()
-            try:
-                with cp.cuda.using_allocator(capture_allocator(self._pool, self._held)):
-                    if count > 1:
-                        self.c = sliced.int8_product_stack(self.a, self.b, level)
-                    elif fallback is None:
-                        self.c = sliced.int8_product(self.a, self.b, level, side=side)
-                    else:
-                        self.c = sliced.int8_product_deciding_on_gpu(
-                            self.a, self.b, level, fallback, side
-                        )
-            finally:
-                self._graph = capture.end_capture()
+
+            def product() -> cp.ndarray:
+                if count > 1:
+                    return sliced.int8_product_stack(self.a, self.b, level)
+                if fallback is None:
+                    return sliced.int8_product(self.a, self.b, level, side=side)
+                return sliced.int8_product_deciding_on_gpu(self.a, self.b, level, fallback, side)
+
+            self.c = self._capture(capture, product)
             capture.synchronize()
         self.nbytes = self._pool.total_bytes()  # the buffers and the pool's blocks
         # (the output read where the graph writes it: one C-contiguous array of the result)
@@ -219,13 +225,7 @@ class CapturedSgemm(_GraphPlan):
             self.a = random.standard_normal((m, k), dtype=cp.float32)
             self.b = random.standard_normal((k, n), dtype=cp.float32)
             direct = self.a.dot(self.b)  # (also every first-use cost, outside the capture)
-            self._held = []
-            capture.begin_capture()
-            try:
-                with cp.cuda.using_allocator(capture_allocator(self._pool, self._held)):
-                    self.c = graph_gemm.matmul(self.a, self.b)
-            finally:
-                self._graph = capture.end_capture()
+            self.c = self._capture(capture, lambda: graph_gemm.matmul(self.a, self.b))
             self._graph.launch(capture)
             capture.synchronize()
             faithful = bool(cp.array_equal(self.c.view(cp.uint32), direct.view(cp.uint32)))
