@@ -1,12 +1,13 @@
 """The fused INT8 kernel beside the Hopper alternatives, in one run on the same inputs: cuBLAS
 SGEMM and TF32, mixpert's INT8 levels and "auto" as shipped (the fused kernel where it is the
-faster; IV, V and "auto" also with it everywhere, "(fused)", and nowhere, "(sums)": the
+faster; T6, IV, V and "auto" also with it everywhere, "(fused)", and nowhere, "(sums)": the
 class-sum pipeline through cuBLAS), GEMMul8's float emulation (fast and
 accurate, 6-9 moduli; where ``gemmul8/build.sh`` built its library) and JAX's presets
 (BF16_BF16_F32_X3/X6/X9, TF32_TF32_F32_X3; where JAX is installed). Square n = 2048-16384,
 a stack of 64 pairs of 1024^3 and thin outputs. phi = 0.5 inputs; errors against float64.
 
-    python benchmarks/fused_anchors.py [--quick | --shapes 4096x4096x4096 ...] [--out DIR]  (GPU)
+    python benchmarks/fused_anchors.py [--quick | --shapes 4096x4096x4096 ...] [--out DIR]
+        [--wgmma IV T6 ...]  (GPU)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import cupy as cp
 from mixpert.bench import family_report
 from mixpert.bench.batched import BatchedRow as Row  # (batch, m, k, n) rows, as stacks have
 from mixpert.bench.gemm import measure_calls, method_cells, method_fn, summary
-from mixpert.runtime.cuda import fused
+from mixpert.runtime.cuda import fused, fused_wgmma
 from mixpert.testdata import gemmul8 as phi_matrix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gemmul8"))
@@ -42,7 +43,7 @@ SHAPES = (
 )  # fmt: skip
 QUICK = ((1, 2048, 2048, 2048), (1, 8192, 8192, 8192), (64, 1024, 1024, 1024))
 LEVELS = ("I", "II", "III", "T6", "IV", "V", "auto")
-COMPARED = ("IV", "V", "auto")
+COMPARED = ("T6", "IV", "V", "auto")
 JAX_PRESETS = ("BF16_BF16_F32_X3", "BF16_BF16_F32_X6", "BF16_BF16_F32_X9", "TF32_TF32_F32_X3")
 
 
@@ -121,7 +122,16 @@ def main() -> None:
     parser.add_argument(
         "--shapes", nargs="+", default=None, help="only these, as the table labels them"
     )
+    parser.add_argument(
+        "--wgmma",
+        nargs="*",
+        default=None,
+        help="levels whose fused products run fused_wgmma's kernel in this run (default: "
+        "fused_wgmma.ROUTED): to measure a level's kernel against Triton's and the class sums",
+    )
     args = parser.parse_args()
+    if args.wgmma is not None:
+        fused_wgmma.ROUTED = dict.fromkeys(args.wgmma)  # their kernel at every size
     gpu = device.device_name()
     rows: list[Row] = []
     shapes = QUICK if args.quick else SHAPES

@@ -13,7 +13,7 @@
 - ``tn_gemm``: the TN GEMMs over packed spans (cuBLAS, cuBLASLt, ``wgmma_gemm``, the INT8
   algorithm choice);
 - ``fused``: every slice product of a level and the combine in one kernel (Triton's
-  ``fused_kernel``; level IV on Hopper ``fused_wgmma``'s);
+  ``fused_kernel``; levels T6, IV and V on Hopper ``fused_wgmma``'s);
 - ``captured``, ``conditional``: products replayed as one CUDA graph (the plan cache's plans)
   and work run in a graph's conditional nodes; ``auto_fallback``: level "auto"'s float32 GEMM
   after packing and where it is decided (on the GPU, else the host); ``graph_gemm``: CuPy's own

@@ -2,10 +2,10 @@
 combine (``fused_kernel``), in place of one cuBLAS INT8 GEMM per weight class, INT32 class sums
 written to memory and read back, and an elementwise combine (``sliced``).
 
-On Hopper, level IV runs a hand-written wgmma kernel (``fused_wgmma``). Every other case runs
-Triton's: Triton's compiler turns it into a cubin for the GPU at hand at first use (cached on
-disk by Triton), and CuPy launches it on the caller's stream, like every other kernel of this
-backend (Triton's own launcher would need PyTorch). Triton is optional, in the CUDA extras:
+On Hopper, levels T6, IV and V run hand-written wgmma kernels (``fused_wgmma``). Every other
+case runs Triton's: Triton's compiler turns it into a cubin for the GPU at hand at first use
+(cached on disk by Triton), and CuPy launches it on the caller's stream, like every other kernel
+of this backend (Triton's own launcher would need PyTorch). Triton is optional, in the CUDA extras:
 without it, or on a GPU older than Ampere, ``serves`` says no and the class-sum pipeline runs.
 The bits are the same on every path (``combine``'s formula on exact class sums).
 """
@@ -87,22 +87,23 @@ def triton_installed() -> bool:
 
 def serves(level: Level, m: int, n: int, k_pad: int) -> bool:
     """Whether a fused kernel computes ``level``'s (m x k_pad) @ (k_pad x n) products here, k
-    within one INT32 block (longer k runs the class-sum pipeline, which blocks k): on Hopper
-    the levels ``fused_wgmma`` routes, at every size; else Triton's, installed, on an Ampere or
-    newer GPU, for a triangle of pairs with at most MAX_CLASSES classes, on an output where it
-    is the faster (``pipeline_wins``)."""
+    within one INT32 block (longer k runs the class-sum pipeline, which blocks k), on an output
+    where it beats the class sums (or everywhere, with ``SWITCH`` "always"): on Hopper the
+    levels ``fused_wgmma`` routes (``fused_wgmma.pipeline_wins``); else Triton's, installed, on
+    an Ampere or newer GPU, for a triangle of pairs with at most MAX_CLASSES classes
+    (``pipeline_wins``)."""
     switch = mode()
     if switch == "0" or k_pad > int32_k_block(level):
         return False
-    return on_wgmma(level) or (
-        _kernel_takes(level) and (switch == "always" or not pipeline_wins(level, m, n))
-    )
+    if on_wgmma(level):
+        return switch == "always" or not fused_wgmma.pipeline_wins(level, m, n)
+    return _kernel_takes(level) and (switch == "always" or not pipeline_wins(level, m, n))
 
 
 def on_wgmma(level: Level) -> bool:
     """Whether ``level``'s fused products run ``fused_wgmma``'s kernel here (the levels of
-    ``fused_wgmma.ROUTED``, on Hopper): faster than Triton's kernel and than the class-sum
-    pipeline at every size measured (benchmarks/results/NVIDIA-H200/fused-anchors.md)."""
+    ``fused_wgmma.ROUTED``, on Hopper): faster than Triton's kernel at every size measured
+    (benchmarks/results/NVIDIA-H200/wgmma-*.json)."""
     return fused_wgmma.routed(level)
 
 
@@ -130,13 +131,13 @@ def status() -> str:
             else f"compute capability {_capability()} < {MIN_CAPABILITY}"
         )  # fmt: skip
         if wgmma:
-            return f"level {wgmma} only (fused_wgmma); other levels off: {why}"
+            return f"levels {wgmma} only (fused_wgmma); other levels off: {why}"
         return f"off: {why}"
     where = "where it beats the class-sum pipeline"
     if mode() == "always":
         where = f"wherever it can run ({SWITCH}=always)"
     if wgmma:
-        return f"on {where}; level {wgmma} on its wgmma kernel (fused_wgmma) at every size"
+        return f"on {where}; levels {wgmma} on their wgmma kernel (fused_wgmma)"
     return f"on {where}"
 
 

@@ -10,7 +10,8 @@ Built, loaded and launched as ``hopper`` says. The packs are read through 3-D te
 lines, zeros past k_pad (not the next slot's digits).
 
 A level's kernel is routed to (``routed``) once it has given the oracle's bits and its speed
-on a GPU (``ROUTED``); the others are built and tested (``product``), not used by ``fused``.
+on a GPU (``ROUTED``, with the output side from which the class-sum pipeline beats it); the
+others are built and tested (``product``), not used by ``fused``.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ RASTER_GROUP = 16  # tile-rows along m visited together (L2 reuse of B)
 MAP_CACHE = 4096  # tensor maps kept (a few hundred bytes each)
 # a level's slices -> the ring stages that fit the 227 KB of shared memory (the kernel's)
 STAGES = {2: 4, 3: 3, 4: 2}
-# the levels whose kernel has run on a GPU, bits and speed: ``fused`` routes them here
-ROUTED = frozenset({"IV"})
+# The levels whose kernel has given the oracle's bits and beaten Triton's on a GPU, each with
+# the side (of both output sides) from which cuBLAS's class sums beat it, None for never:
+# ``fused`` routes their fused products here (measured: wgmma-*.json, fused-anchors.md)
+ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": 2048}
 
 
 class Form(NamedTuple):
@@ -103,6 +106,13 @@ def routed(level: Level) -> bool:
     """Whether ``fused`` runs ``level``'s products here: a kernel run on a GPU before
     (``ROUTED``) and this device runs it."""
     return level.name in ROUTED and available(level)
+
+
+def pipeline_wins(level: Level, m: int, n: int) -> bool:
+    """Whether the class-sum pipeline beats a routed ``level``'s kernel on an m x n output:
+    both sides at least the level's side in ``ROUTED``."""
+    side = ROUTED.get(level.name)
+    return side is not None and min(m, n) >= side
 
 
 def available(level: Level) -> bool:

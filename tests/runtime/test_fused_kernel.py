@@ -17,7 +17,7 @@ if not device.gpu_available():
 
 import cupy as cp  # noqa: E402
 
-from mixpert.runtime.cuda import fused, sliced  # noqa: E402
+from mixpert.runtime.cuda import fused, fused_wgmma, sliced  # noqa: E402
 from mixpert.runtime.cuda.packs import K_ALIGN  # noqa: E402
 
 if not fused.triton_installed():
@@ -130,6 +130,18 @@ def test_large_outputs_go_to_the_class_sum_pipeline_where_it_is_faster(monkeypat
     assert not fused.serves(get_level("V"), fused.PIPELINE_MIN_SIDE_MANY_PAIRS, side, K_ALIGN)
     monkeypatch.setenv(fused.SWITCH, "always")
     assert fused.serves(level, side, side, K_ALIGN)
+
+
+@pytest.mark.parametrize("name", sorted(fused_wgmma.ROUTED))
+def test_on_hopper_routed_levels_run_their_kernel_where_it_beats_the_class_sums(name, monkeypatch):
+    level, side = get_level(name), fused_wgmma.ROUTED[name]
+    if not fused.on_wgmma(level):
+        pytest.skip(f"level {name}'s wgmma kernel does not run here (Hopper only)")
+    assert fused.serves(level, 65536, 64, K_ALIGN)  # thin: the kernel
+    large = side or 16384
+    assert fused.serves(level, large, large, K_ALIGN) == (side is None)
+    monkeypatch.setenv(fused.SWITCH, "always")
+    assert fused.serves(level, large, large, K_ALIGN)
 
 
 def test_the_switch_turns_it_off_and_show_config_says_so(monkeypatch):

@@ -42,6 +42,17 @@ def test_levels_of_other_forms_have_no_kernel() -> None:
     assert set(entries()) == {form.kernel for form in fused_wgmma.FORMS.values()}
 
 
+def test_routed_levels_leave_to_the_class_sums_the_outputs_both_of_whose_sides_reach_theirs():
+    for name, side in fused_wgmma.ROUTED.items():
+        level = get_level(name)
+        if side is None:
+            assert not fused_wgmma.pipeline_wins(level, 2**20, 2**20)
+            continue
+        assert fused_wgmma.pipeline_wins(level, side, side)
+        assert not fused_wgmma.pipeline_wins(level, side - 1, 2**20)
+        assert not fused_wgmma.pipeline_wins(level, 2**20, side - 1)
+
+
 def test_the_built_module_holds_every_kernel() -> None:
     pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (cuda-bindings)")
     try:
