@@ -8,8 +8,9 @@ pool's blocks, is paid outside the capture), then captures the same call into a 
 points the graph at its operands and a new output (``graph_operands``: the addresses in the
 nodes' parameters rewritten) and replays it, all on the stream, with no host synchronisation;
 an operand laid out otherwise (not C-contiguous float32, not aligned) is copied into the plan's
-buffer first, and a graph whose addresses cannot be rewritten (conditional nodes: "auto"'s
-fallback) has both operands copied in and the output copied out. The graph runs the very
+buffer first, and a graph whose addresses cannot be rewritten (e.g. a driver that will not
+rewrite the nodes of "auto"'s conditional body) has both operands copied in and the output
+copied out. The graph runs the very
 kernels the direct call runs, on the same data, so its bits are the direct call's.
 A ``CapturedSgemm`` is CuPy's own cuBLAS SGEMM captured and replayed the same way, for small
 native products.
@@ -88,6 +89,7 @@ class _GraphPlan:
     _pool: cp.cuda.MemoryPool
     _lock: threading.Lock
     _held: list[Any]  # the blocks its capture allocated (``capture_allocator``)
+    _bodies: dict[int, list[int]]  # its conditional nodes' body graphs, by parent graph
     a: cp.ndarray
     b: cp.ndarray
     c: cp.ndarray
@@ -103,7 +105,10 @@ class _GraphPlan:
         self._held = []
         stream.begin_capture()
         try:
-            with cp.cuda.using_allocator(capture_allocator(self._pool, self._held)):
+            with (
+                cp.cuda.using_allocator(capture_allocator(self._pool, self._held)),
+                conditional.recording_bodies() as self._bodies,
+            ):
                 return body()
         finally:
             self._graph = stream.end_capture()
@@ -173,7 +178,9 @@ class CapturedProduct(_GraphPlan):
         contiguous = self.c.flags.c_contiguous and self.c.shape == self.out_shape
         rebind = read_in_place and contiguous  # (False: copies always, as benchmarks compare)
         self._binding = (
-            graph_operands.find(self._graph, (self.a, self.b), self.c) if rebind else None
+            graph_operands.find(self._graph, (self.a, self.b), self.c, self._bodies)
+            if rebind
+            else None
         )
 
     def __call__(self, a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:

@@ -103,6 +103,22 @@ def handle(stream: cp.cuda.Stream) -> int:
     return int(created[0])
 
 
+_recording = threading.local()
+
+
+@contextlib.contextmanager
+def recording_bodies() -> Iterator[dict[int, list[int]]]:
+    """The body graphs of the IF nodes ``only_if`` adds in the block (on this thread), by the
+    graph each node went into: what ``graph_operands.find`` walks to rebind their nodes."""
+    bodies: dict[int, list[int]] = {}
+    saved = getattr(_recording, "bodies", None)
+    _recording.bodies = bodies
+    try:
+        yield bodies
+    finally:
+        _recording.bodies = saved
+
+
 @contextlib.contextmanager
 def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
     """Work enqueued in the block (on the current stream, a second one capturing) goes into an
@@ -128,6 +144,9 @@ def only_if(stream: cp.cuda.Stream, condition: int) -> Iterator[None]:
         )
     )
     body = params.conditional.phGraph_out[0]
+    recorded = getattr(_recording, "bodies", None)
+    if recorded is not None:
+        recorded.setdefault(int(graph), []).append(int(body))
     inner = cp.cuda.Stream(non_blocking=True)
     _checked(
         driver.cuStreamBeginCaptureToGraph(

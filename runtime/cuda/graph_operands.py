@@ -12,10 +12,14 @@ the copies' GPU time for a few microseconds of host time (``benchmarks/replay_op
 The operands are the caller's own arrays then: the graph's kernels must only read them (the
 backend's kernels take their inputs as const pointers), and a memset into one refuses.
 
-``find`` gives None, and the caller keeps its copies, where the graph has nodes whose addresses
-it does not read (copies, conditional bodies, child graphs), where a buffer is not found among
-the parameters, where a memset writes an operand or runs past the end of the buffer it starts
-in, where CuPy kept no template graph or the driver lacks the calls (before 12.4).
+The nodes of conditional bodies are read and rewritten the same way, given the bodies (the
+driver cannot list a conditional node's body before 13.2: the capture records them,
+``conditional.recording_bodies``). ``find`` gives None, and the caller keeps its copies, where
+the graph has nodes whose addresses it does not read (copies, child graphs, conditional nodes
+whose bodies it was not given), where a buffer is not found among the parameters, where a
+memset writes an operand or runs past the end of the buffer it starts in, where the driver
+refuses a rewrite (tried once, with the captured addresses), where CuPy kept no template graph
+or the driver lacks the calls (before 12.4).
 
 An address inside a buffer is taken for that buffer, so the graph's scratch must never share
 memory with the operands or the output: its captures allocate without reuse
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import libraries
@@ -35,7 +39,7 @@ if TYPE_CHECKING:  # (the module itself needs no CuPy: its tests run without one
     import cupy as cp
 
 # CUgraphNodeType (cuda.h): the nodes ``find`` reads, and those that hold no operand address
-_KERNEL, _MEMSET = 0, 2
+_KERNEL, _MEMSET, _CONDITIONAL = 0, 2, 13
 _INERT = frozenset({5, 10, 11})  # empty, memory allocation and free (a GEMM's workspace)
 _MAX_PARAMS = 4096  # (a bound on the parameter walk, far above any kernel's count)
 _INVALID_VALUE = 1  # CUDA_ERROR_INVALID_VALUE: a parameter index past the kernel's last
@@ -134,13 +138,21 @@ class Binding:
             memset.point(cuda, self._executable, bases, self._context)
 
 
-def find(graph: Any, operands: Sequence[cp.ndarray], output: cp.ndarray) -> Binding | None:
+def find(
+    graph: Any,
+    operands: Sequence[cp.ndarray],
+    output: cp.ndarray,
+    bodies: Mapping[int, Sequence[int]] | None = None,
+) -> Binding | None:
     """The binding of a CuPy ``graph`` (captured, instantiated) to its ``operands`` and its
     ``output``, each found in some node (``Binding.point`` takes their new addresses in that
-    order); None where the graph cannot be rebound (module docstring)."""
+    order), through the bodies of its conditional nodes (``bodies``: a graph's handle -> the
+    bodies of its conditional nodes); None where the graph cannot be rebound (module
+    docstring)."""
     cuda = _driver()
     if cuda is None or not getattr(graph, "graph", 0) or not getattr(graph, "graphExec", 0):
         return None
+    bodies = bodies or {}
     buffers = (*operands, output)
     spans = [(x.data.ptr, x.data.ptr + x.nbytes) for x in buffers]
 
@@ -152,43 +164,59 @@ def find(graph: Any, operands: Sequence[cp.ndarray], output: cp.ndarray) -> Bind
 
     kernels: list[_KernelNode] = []
     memsets: list[_MemsetNode] = []
-    for node in _nodes(cuda, graph.graph):
-        kind = ctypes.c_int()
-        _check(cuda.cuGraphNodeGetType(_P(node), ctypes.byref(kind)))
-        if kind.value == _KERNEL:
-            params = _KernelParams()
-            _check(cuda.cuGraphKernelNodeGetParams_v2(_P(node), ctypes.byref(params)))
-            sizes = _param_sizes(cuda, params)
-            if sizes is None or (sizes and not params.kernelParams):
-                return None
-            hits = [
-                (i, at, *found)
-                for i, size in enumerate(sizes)
-                for at in range(0, size - 7, 8)
-                if (found := inside(_word(params.kernelParams[i], at))) is not None
-            ]
-            if hits:
-                kernels.append(_KernelNode(node, params, sizes, hits))
-        elif kind.value == _MEMSET:
-            memset = _MemsetParams()
-            _check(cuda.cuGraphMemsetNodeGetParams(_P(node), ctypes.byref(memset)))
-            found = inside(memset.dst)
-            if found is not None and found[0] < len(operands):
-                return None  # (it writes an operand: the caller's own array, once rebound)
-            if found is not None:
-                if found[1] + _extent(memset) > buffers[found[0]].nbytes:
-                    # (a scratch that began where the output now lies: rebound, it would
-                    # write past the caller's output, or the driver refuses it)
-                    return None
-                memsets.append(_MemsetNode(node, memset, *found))
-        elif kind.value not in _INERT:
-            return None
+
+    def walk(handle: int) -> bool:
+        """Notes ``handle``'s nodes (and its bodies'); False where one cannot be rebound."""
+        conditionals = 0
+        for node in _nodes(cuda, handle):
+            kind = ctypes.c_int()
+            _check(cuda.cuGraphNodeGetType(_P(node), ctypes.byref(kind)))
+            if kind.value == _KERNEL:
+                params = _KernelParams()
+                _check(cuda.cuGraphKernelNodeGetParams_v2(_P(node), ctypes.byref(params)))
+                sizes = _param_sizes(cuda, params)
+                if sizes is None or (sizes and not params.kernelParams):
+                    return False
+                hits = [
+                    (i, at, *found)
+                    for i, size in enumerate(sizes)
+                    for at in range(0, size - 7, 8)
+                    if (found := inside(_word(params.kernelParams[i], at))) is not None
+                ]
+                if hits:
+                    kernels.append(_KernelNode(node, params, sizes, hits))
+            elif kind.value == _MEMSET:
+                memset = _MemsetParams()
+                _check(cuda.cuGraphMemsetNodeGetParams(_P(node), ctypes.byref(memset)))
+                found = inside(memset.dst)
+                if found is not None and found[0] < len(operands):
+                    return False  # (it writes an operand: the caller's own array, once rebound)
+                if found is not None:
+                    if found[1] + _extent(memset) > buffers[found[0]].nbytes:
+                        # (a scratch that began where the output now lies: rebound, it would
+                        # write past the caller's output, or the driver refuses it)
+                        return False
+                    memsets.append(_MemsetNode(node, memset, *found))
+            elif kind.value == _CONDITIONAL:
+                conditionals += 1
+            elif kind.value not in _INERT:
+                return False
+        inner = bodies.get(handle, ())
+        return conditionals == len(inner) and all(walk(body) for body in inner)
+
+    if not walk(graph.graph):
+        return None
     seen = {hit[2] for kernel in kernels for hit in kernel.hits} | {m.buffer for m in memsets}
     if seen != set(range(len(buffers))):
         return None
     context = _P()
     _check(cuda.cuCtxGetCurrent(ctypes.byref(context)))
-    return Binding(graph, kernels, memsets, context)
+    binding = Binding(graph, kernels, memsets, context)
+    try:  # (the addresses it was captured with: a rewrite that changes nothing)
+        binding.point([start for start, _ in spans])
+    except RuntimeError:
+        return None
+    return binding
 
 
 def _nodes(cuda: ctypes.CDLL, graph: int) -> list[int]:

@@ -366,6 +366,35 @@ def test_auto_replayed_decides_its_fallback_on_the_gpu(phi, monkeypatch) -> None
         assert _same_bits(mixpert.matmul(a, b, level="auto"), _uncached(a, b, "IV", monkeypatch))
 
 
+def test_auto_replayed_takes_each_calls_arrays_in_its_conditional_body(monkeypatch) -> None:
+    """One "auto" plan called in turn with data it emulates (phi = 0.5) and data whose
+    unresolved lines make its conditional body run the float32 GEMM (phi = 4), each at new
+    addresses: every call has the uncached call's bits, so the level's kernels and the body's
+    GEMM read that call's operands and write its output (a body left on an earlier call's
+    arrays shows); where the driver rewrites the body's nodes, the plan reads in place."""
+    import cupy
+
+    from mixpert.runtime.cuda import backend, captured
+    from mixpert.testdata import gemmul8
+
+    if not captured.conditional_nodes():
+        pytest.skip("CUDA graphs here have no conditional nodes (CUDA 12.4+)")
+    n = 3072
+    assert _auto_emulates(n)
+    rng = np.random.default_rng(46)
+    kept = []  # (alive: each call's arrays land at new addresses)
+    for phi in (0.5, 4.0, 0.5, 4.0, 4.0, 0.5):
+        a = cupy.asarray(gemmul8(np, rng, (n, n), phi))
+        b = cupy.asarray(gemmul8(np, rng, (n, n), phi))
+        want = _uncached(a, b, "auto", monkeypatch)
+        assert _same_bits(mixpert.matmul(a, b, level="auto"), want), phi
+        assert _same_bits(want, _uncached(a, b, "IV", monkeypatch)) == (phi < 1)  # body ran
+        kept.append((a, b))
+    plans = list(backend._plans[cupy.cuda.Device().id]._plans.values())
+    assert len(plans) == 1
+    print(f"auto's plan reads in place: {plans[0].reads_in_place}")
+
+
 def _decided_on_the_host(a, b, monkeypatch: pytest.MonkeyPatch):
     """ "auto" uncached, its fallback read back to the host (as where graphs have no
     conditional nodes)."""

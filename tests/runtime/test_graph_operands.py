@@ -16,7 +16,7 @@ from mixpert.runtime.cuda import graph_operands
 A, B, C, SCRATCH = 0x7F00_0000_0000, 0x7F00_0010_0000, 0x7F00_0020_0000, 0x7F00_0030_0000
 SIZE = 4096  # bytes of each plan buffer
 CONTEXT = 77
-KERNEL, MEMCPY, MEMSET, EMPTY = 0, 1, 2, 5
+KERNEL, MEMCPY, MEMSET, EMPTY, CONDITIONAL = 0, 1, 2, 5, 13
 
 
 def pointer(address: int) -> bytes:
@@ -29,20 +29,29 @@ def kernel(*params: bytes, describable: bool = True) -> dict[str, Any]:
 
 class Driver:
     """The driver calls ``graph_operands`` makes, on a graph of ``nodes`` (node i has handle
-    i + 1; a kernel node's function handle is its node's), recording what it is told to set."""
+    i + 1; a kernel node's function handle is its node's), recording what it is told to set.
+    ``graphs``: which nodes each graph holds (default: all of them, in GRAPH); ``refused``:
+    nodes whose rewrite the driver refuses."""
 
-    def __init__(self, nodes: list[dict[str, Any]]):
-        self.nodes = nodes
+    def __init__(
+        self,
+        nodes: list[dict[str, Any]],
+        graphs: dict[int, list[int]] | None = None,
+        refused: frozenset[int] = frozenset(),
+    ):
+        self.nodes, self.refused = nodes, refused
+        self.graphs = graphs or {GRAPH.graph: list(range(1, len(nodes) + 1))}
         self.kernels_set: dict[int, list[bytes]] = {}
         self.memsets_set: dict[int, tuple[int, int]] = {}
         self.current: int | None = None
         self._kept: list[Any] = []
 
     def cuGraphGetNodes(self, graph: Any, nodes: Any, count: Any) -> int:
-        count._obj.value = len(self.nodes)
+        held = self.graphs[graph.value]
+        count._obj.value = len(held)
         if nodes is not None:
-            for i in range(len(self.nodes)):
-                nodes[i] = i + 1
+            for i, node in enumerate(held):
+                nodes[i] = node
         return 0
 
     def cuGraphNodeGetType(self, node: Any, kind: Any) -> int:
@@ -84,6 +93,8 @@ class Driver:
         return 0
 
     def cuGraphExecKernelNodeSetParams_v2(self, executable: Any, node: Any, params: Any) -> int:
+        if node.value in self.refused:
+            return 1  # CUDA_ERROR_INVALID_VALUE
         sizes = [len(p) for p in self._spec(node)["params"]]
         values = [ctypes.string_at(params.kernelParams[i], n) for i, n in enumerate(sizes)]
         self.kernels_set[node.value] = values
@@ -98,6 +109,7 @@ class Driver:
 
 
 GRAPH = SimpleNamespace(graph=1, graphExec=2)
+BODY = 9  # a conditional node's body graph
 BUFFERS = [SimpleNamespace(data=SimpleNamespace(ptr=x), nbytes=SIZE) for x in (A, B, C)]
 
 
@@ -159,6 +171,33 @@ def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
 )
 def test_graphs_it_cannot_rebind_are_refused(monkeypatch, nodes, why) -> None:
     assert bound(monkeypatch, nodes)[1] is None, why
+
+
+def test_conditional_bodies_given_are_rebound_too(monkeypatch) -> None:
+    """ "auto"'s graph: the level's work, then an IF node whose body (a float32 GEMM) reads
+    both operands and writes the output."""
+    nodes = [
+        kernel(pointer(A), pointer(B), pointer(C)),
+        {"type": CONDITIONAL},
+        kernel(pointer(A + 8), pointer(B), pointer(C)),  # in the body
+    ]
+    graphs = {GRAPH.graph: [1, 2], BODY: [3]}
+    driver = Driver(nodes, graphs)
+    monkeypatch.setattr(graph_operands, "_driver", lambda: driver)
+    binding = graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2], {GRAPH.graph: [BODY]})
+    assert binding is not None
+    binding.point((0x1000_0000, 0x2000_0000, 0x3000_0000))
+    assert driver.kernels_set[3] == [
+        pointer(0x1000_0008),
+        pointer(0x2000_0000),
+        pointer(0x3000_0000),
+    ]
+    assert driver.kernels_set[1][0] == pointer(0x1000_0000)
+    # its bodies not given, or a body node the driver will not rewrite: copies
+    assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2]) is None
+    refusing = Driver(nodes, graphs, refused=frozenset({3}))
+    monkeypatch.setattr(graph_operands, "_driver", lambda: refusing)
+    assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2], {GRAPH.graph: [BODY]}) is None
 
 
 def test_without_the_driver_calls_or_a_template_graph_nothing_is_rebound(monkeypatch) -> None:
