@@ -165,8 +165,9 @@ def find(
     kernels: list[_KernelNode] = []
     memsets: list[_MemsetNode] = []
 
-    def walk(handle: int) -> bool:
-        """Notes ``handle``'s nodes (and its bodies'); False where one cannot be rebound."""
+    pending = [graph.graph]  # the graph, then the bodies of its conditional nodes (no
+    while pending:  # recursive closure: a reference cycle would keep the plan's buffers alive)
+        handle = pending.pop()
         conditionals = 0
         for node in _nodes(cuda, handle):
             kind = ctypes.c_int()
@@ -176,7 +177,7 @@ def find(
                 _check(cuda.cuGraphKernelNodeGetParams_v2(_P(node), ctypes.byref(params)))
                 sizes = _param_sizes(cuda, params)
                 if sizes is None or (sizes and not params.kernelParams):
-                    return False
+                    return None
                 hits = [
                     (i, at, *found)
                     for i, size in enumerate(sizes)
@@ -190,22 +191,21 @@ def find(
                 _check(cuda.cuGraphMemsetNodeGetParams(_P(node), ctypes.byref(memset)))
                 found = inside(memset.dst)
                 if found is not None and found[0] < len(operands):
-                    return False  # (it writes an operand: the caller's own array, once rebound)
+                    return None  # (it writes an operand: the caller's own array, once rebound)
                 if found is not None:
                     if found[1] + _extent(memset) > buffers[found[0]].nbytes:
                         # (a scratch that began where the output now lies: rebound, it would
                         # write past the caller's output, or the driver refuses it)
-                        return False
+                        return None
                     memsets.append(_MemsetNode(node, memset, *found))
             elif kind.value == _CONDITIONAL:
                 conditionals += 1
             elif kind.value not in _INERT:
-                return False
+                return None
         inner = bodies.get(handle, ())
-        return conditionals == len(inner) and all(walk(body) for body in inner)
-
-    if not walk(graph.graph):
-        return None
+        if conditionals != len(inner):
+            return None
+        pending += inner
     seen = {hit[2] for kernel in kernels for hit in kernel.hits} | {m.buffer for m in memsets}
     if seen != set(range(len(buffers))):
         return None
