@@ -4,14 +4,15 @@ one CUDA graph (``mixpert.replay``).
 
 ``product`` serves the site, or returns None and ``hook.run_site`` takes the general path:
 
-- a site the plan runs natively (level fp32) is a type check and ``cupy.matmul``: no route, no
-  kept-pack scope, no dispatch (every layer of checks shows at tens of microseconds a call);
+- a site the plan runs natively (level fp32) is a type check and CuPy's own product, replayed
+  as one graph where the backend serves one (``_native``): no route, no kept-pack scope, no
+  dispatch (every layer of checks shows at tens of microseconds a call);
 - an INT8 site goes to its op's own execution plan for the signature (m, k, n, level, device,
   stream): the plan cache's ``CapturedProduct`` (``cuda.backend.captured_plan``), looked up
   once per op and signature and kept in the op's table (``_tables``), so a call skips
   dispatch's checks and the cache's lookup;
 - an "auto" site takes the route "auto" chose for its shape the first time (``_auto``): native
-  float32 as ``cupy.matmul``, level IV by the op's plan with the route's fallback;
+  float32 as ``_native``, level IV by the op's plan with the route's fallback;
 - other levels and routes, kept packs, records and DEBUG logging take the general path.
 
 While this thread captures a whole call (``capturing``), a site runs what a graph can hold,
@@ -92,7 +93,7 @@ def product(op_index: int, a: Any, b: Any) -> Any | None:
     level = level_for(op_index)
     kind = level.kind
     if kind == "fp32":
-        return device.cupy_module().matmul(a, b)
+        return _native(a, b)
     if kind == "int8":
         keep = keep_for(op_index, a, b)
         if keep is KEEP_NOTHING and m and k and n:
@@ -111,7 +112,7 @@ def product(op_index: int, a: Any, b: Any) -> Any | None:
 def _auto(op_index: int, a: Any, b: Any, shape: tuple[int, int, int]) -> Any:
     """a @ b at "auto" by the route it took for this op and shape before (``auto.on_gpu``
     asked once: its rules read the shape alone, and the free memory, which a plan already
-    made no longer needs): native float32 as ``cupy.matmul``, an INT8 level by the op's plan
+    made no longer needs): native float32 as ``_native``, an INT8 level by the op's plan
     with the route's fallback; None for other routes (the general path)."""
     here = device.cupy_module().cuda.runtime.getDevice()
     routes = _routes.get(op_index)
@@ -124,10 +125,19 @@ def _auto(op_index: int, a: Any, b: Any, shape: tuple[int, int, int]) -> Any:
             routes.clear()
         routes[(*shape, here)] = route
     if route.level.kind == "fp32":
-        return device.cupy_module().matmul(a, b)
+        return _native(a, b)
     if route.level.kind == "int8":
         return _planned(op_index, a, b, route.level, shape, route.fallback)
     return None
+
+
+def _native(a: Any, b: Any) -> Any:
+    """CuPy's own SGEMM of two float32 matrices, replayed as one graph where the backend serves
+    one (``cuda.backend.replayed_sgemm``: small products, from a signature's second call; the
+    same bits, for less host time than CuPy's call)."""
+    replay = getattr(_backend(), "replayed_sgemm", None)
+    c = None if replay is None else replay(a, b)
+    return device.cupy_module().matmul(a, b) if c is None else c
 
 
 def _planned(

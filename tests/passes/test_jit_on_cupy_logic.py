@@ -71,6 +71,7 @@ def cp(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     monkeypatch.setattr(device, "cupy_module", lambda: module)
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: SimpleNamespace(clear_plans=lambda: None))
+    monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace())  # (nothing replays)
     mixpert.clear_cache()
     yield module
     mixpert.clear_cache()
@@ -107,6 +108,29 @@ def test_a_native_site_is_cupys_product_and_nothing_else(cp, monkeypatch) -> Non
         assert type(got) is Array
         np.testing.assert_array_equal(got.values, mlp(x, *ws))
     assert cp.products == [(8, 4, 4)] * 6
+
+
+def test_a_native_site_replays_cupys_product_where_the_backend_serves_one(cp, monkeypatch) -> None:
+    """Small products replay CuPy's very SGEMM as a graph (``replayed_sgemm``: from a shape's
+    second call); where it gives None, CuPy's own product runs."""
+    replayed: list[tuple[int, ...]] = []
+
+    def replayed_sgemm(a: Array, b: Array) -> Array | None:
+        if a.shape[0] != 8:
+            return None
+        replayed.append(a.shape + b.shape[1:])
+        return Array(a.values @ b.values)
+
+    monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace(
+        replayed_sgemm=replayed_sgemm
+    ))  # fmt: skip
+    ws = [f32(4, 4) for _ in range(3)]
+    for m, level in ((8, "fp32"), (16, "fp32"), (8, "auto")):
+        x = f32(m, 4)
+        got = at(level)(Array(x), *(Array(w) for w in ws))
+        np.testing.assert_array_equal(got.values, mlp(x, *ws))
+    assert replayed == [(8, 4, 4)] * 6
+    assert cp.products == [(16, 4, 4)] * 3
 
 
 def test_later_calls_skip_the_dispatchers_typing(cp) -> None:
