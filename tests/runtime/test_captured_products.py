@@ -371,7 +371,7 @@ def test_auto_replayed_takes_each_calls_arrays_in_its_conditional_body(monkeypat
     unresolved lines make its conditional body run the float32 GEMM (phi = 4), each at new
     addresses: every call has the uncached call's bits, so the level's kernels and the body's
     GEMM read that call's operands and write its output (a body left on an earlier call's
-    arrays shows); where the driver rewrites the body's nodes, the plan reads in place."""
+    arrays shows); on a driver that rewrites the body's nodes, the plan reads in place."""
     import cupy
 
     from mixpert.runtime.cuda import backend, captured
@@ -392,7 +392,8 @@ def test_auto_replayed_takes_each_calls_arrays_in_its_conditional_body(monkeypat
         kept.append((a, b))
     plans = list(backend._plans[cupy.cuda.Device().id]._plans.values())
     assert len(plans) == 1
-    print(f"auto's plan reads in place: {plans[0].reads_in_place}")
+    if cupy.cuda.runtime.driverGetVersion() >= 13000:  # (a driver seen to rewrite body nodes)
+        assert plans[0].reads_in_place
 
 
 def _decided_on_the_host(a, b, monkeypatch: pytest.MonkeyPatch):
