@@ -316,6 +316,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: SimpleNamespace(clear_plans=lambda: None))
     monkeypatch.setattr(cupy_sites, "_graph_gemm", lambda: SimpleNamespace(matmul=graph_matmul))
+    monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace())  # (nothing replays)
     mixpert.clear_cache()
     yield
     mixpert.clear_cache()
