@@ -9,7 +9,8 @@
 #   bash benchmarks/device_run.sh blocked                                  (blocks, wide-range cost)
 #   bash benchmarks/device_run.sh flagged [--quick]                        (IV-blocks, unresolved rows)
 #   bash benchmarks/device_run.sh wgmma [levels]                           (the wgmma fused kernels:
-#        tests, then each level's bits against Triton's kernel and both timed; default I T6 IV V)
+#        tests, then each level's bits against Triton's kernel and both timed; default I T6 IV V;
+#        a variant (fused_wgmma.VARIANTS, e.g. V_k64) is checked and timed beside its level's own)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -45,7 +46,9 @@ if [[ $what == wgmma ]]; then
   python -m pytest -q -m gpu "$repo/tests/runtime/test_fused_wgmma.py" \
     "$repo/tests/runtime/test_fused_wgmma_forms.py" -p no:cacheprovider 2>&1 | tee "$out/wgmma-tests.log"
   for level in ${@:-I T6 IV V}; do
-    timeout -s INT 240 python "$repo/benchmarks/wgmma_int8/fused_iv/check_gpu.py" --level "$level" \
+    # variants are named <level>_<change> (V_k64): three kernels to check and time, not two
+    kind=--level limit=240; [[ $level == *_* ]] && kind=--variant limit=400
+    timeout -s INT $limit python "$repo/benchmarks/wgmma_int8/fused_iv/check_gpu.py" $kind "$level" \
       --quick --out "$out/wgmma-$level.json" 2>&1 | tee "$out/wgmma-$level.log"
   done
 fi

@@ -6,12 +6,15 @@ the level's INT32 class sums in registers), ``combine``'s formula in the epilogu
 a persistent grid over output tiles of all pairs.
 
 Built, loaded and launched as ``hopper`` says. The packs are read through 3-D tensor maps
-{k_pad, slots, lines} (innermost first), boxes of one slot's 128-byte k-block of a tile's
-lines, zeros past k_pad (not the next slot's digits).
+{k_pad, slots, lines} (innermost first), boxes of one slot's k-block (128 bytes, one row of
+the 128-byte swizzle; a variant's 64) of a tile's lines, zeros past k_pad (not the next slot's
+digits).
 
 A level's kernel is routed to (``routed``) once it has given the oracle's bits and its speed
 on a GPU (``ROUTED``, with the output side from which the class-sum pipeline beats it); the
-others are built and tested (``product``), not used by ``fused``.
+others are built and tested (``product``), not used by ``fused``. ``VARIANTS`` are other builds
+of a level's kernel (the same pairs and bits, another k-block), launched only when asked for by
+name (``product(..., variant=VARIANTS[name])``): candidates measured against the level's own.
 """
 
 from __future__ import annotations
@@ -37,12 +40,14 @@ SOURCE = "fused_wgmma.cu"
 # The launch configuration fused_wgmma.cu is written for (its constants; a kernel traps on a
 # block or dynamic smem that differs, rather than deadlock or overrun)
 THREADS = 384
-BLOCK_M, BLOCK_N = 128, 64  # output tile; TMA boxes of 128 B x 1 slot x BLOCK_M | BLOCK_N lines
-BLOCK_K = 128  # k bytes per stage: the box's inner dimension, one 128-byte swizzle row
+BLOCK_M, BLOCK_N = 128, 64  # output tile; TMA boxes of k_block B x 1 slot x BLOCK_M | BLOCK_N
+BLOCK_K = 128  # k bytes per stage (a Form's default): the box's inner dimension, one swizzle row
+K_BLOCKS = (128, 64)  # the k-blocks the kernel builds: a 128B or 64B swizzle row each
 RASTER_GROUP = 16  # tile-rows along m visited together (L2 reuse of B)
 MAP_CACHE = 4096  # tensor maps kept (a few hundred bytes each)
-# a level's slices -> the ring stages that fit the 227 KB of shared memory (the kernel's)
-STAGES = {2: 4, 3: 3, 4: 2}
+SMEM_LIMIT = 227 * 1024  # dynamic shared memory a block may opt in to on sm_90
+SMEM_ALIGN = 1024  # slack the kernel aligns its ring's base with (the swizzle patterns repeat)
+BARRIERS = 2 * 8  # bytes of a stage's two mbarriers (full, empty)
 # The levels whose kernel has given the oracle's bits and beaten Triton's on a GPU, each with
 # the side (of both output sides) from which cuBLAS's class sums beat it, None for never:
 # ``fused`` routes their fused products here (measured: wgmma-*.json, fused-anchors.md)
@@ -50,18 +55,29 @@ ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": 2048}
 
 
 class Form(NamedTuple):
-    """A level's kernel: its name in the module, the level's pairs (compiled into it) and its
-    slices a side (one slot a slice in each pack line)."""
+    """A level's kernel: its name in the module, the level's pairs (compiled into it), its
+    slices a side (one slot a slice in each pack line) and its k-block in bytes (a stage's k,
+    the TMA box's inner size and the swizzle's width)."""
 
     kernel: str
     pairs: tuple[tuple[int, int], ...]
     slices: int
+    k_block: int = BLOCK_K
+
+    @property
+    def stage_bytes(self) -> int:
+        """One k-block of the slices of a 128-line tile of A and a 64-line tile of B."""
+        return self.slices * (BLOCK_M + BLOCK_N) * self.k_block
+
+    @property
+    def stages(self) -> int:
+        """The ring's stages: as many as fit in shared memory (the kernel's Level::STAGES)."""
+        return (SMEM_LIMIT - SMEM_ALIGN) // (self.stage_bytes + BARRIERS)
 
     @property
     def smem(self) -> int:
         """Dynamic shared memory: the ring, its barriers and 1 KB to align its base."""
-        stages = STAGES[self.slices]
-        return stages * self.slices * (BLOCK_M + BLOCK_N) * BLOCK_K + 2 * stages * 8 + 1024
+        return self.stages * (self.stage_bytes + BARRIERS) + SMEM_ALIGN
 
 
 FORMS = {
@@ -69,6 +85,12 @@ FORMS = {
     "T6": Form("fused_wgmma_T6", triangle(3, 3, 2), 3),
     "IV": Form("fused_wgmma_IV", triangle(3, 3, 3), 3),
     "V": Form("fused_wgmma_V", triangle(4, 4, 3), 4),
+}
+# Builds of a level's kernel not routed to, each a level's pairs and slices on another k-block:
+# V on 64-byte k-blocks holds 4 stages of 48 KB where V's own holds 2 of 96 KB (the same bytes
+# in flight, refilled twice as often): whether V's 2-stage ring starves its tensor cores.
+VARIANTS = {
+    "V_k64": Form("fused_wgmma_V_k64", triangle(4, 4, 3), 4, 64),
 }
 
 
@@ -93,13 +115,24 @@ class _Args(ctypes.Structure):
 def form(level: Level) -> Form | None:
     """The kernel of ``level``'s form: an INT8 level of this module with its very pairs."""
     found = FORMS.get(level.name)
-    ok = (
-        found is not None
-        and level.kind == "int8"
+    return found if found is not None and computes(found, level) else None
+
+
+def computes(found: Form, level: Level) -> bool:
+    """Whether kernel ``found`` computes ``level``'s products: an INT8 level of its slices and
+    its very pairs (a level's form, or a variant of it)."""
+    return (
+        level.kind == "int8"
         and level.a_slices == level.b_slices == found.slices
         and tuple(level.pairs) == found.pairs
     )
-    return found if ok else None
+
+
+def level_of(found: Form) -> str:
+    """The name of the level whose products kernel ``found`` computes (a variant's level)."""
+    return next(
+        name for name, f in FORMS.items() if (f.pairs, f.slices) == (found.pairs, found.slices)
+    )
 
 
 def routed(level: Level) -> bool:
@@ -134,19 +167,23 @@ def _available(device: int, found: Form) -> bool:
     return hopper.available(SOURCE, found.kernel, found.smem)
 
 
-def product(a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray) -> None:
+def product(
+    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray,
+    variant: Form | None = None,
+) -> None:  # fmt: skip
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices), as
     ``fused.product``: every entry gets ``combine``'s value, flagged lines included (``sliced``'s
-    bypass overwrites those). ValueError on anything the kernel cannot take."""
+    bypass overwrites those). By ``level``'s kernel, or by ``variant``, another build of it (e.g.
+    ``VARIANTS["V_k64"]``: the same bits). ValueError on anything the kernel cannot take."""
     import cupy as cp
 
-    found, (count, m, n) = _validate(a_pack, b_pack, level, c)
+    found, (count, m, n) = _validate(a_pack, b_pack, level, c, variant)
     if count == 0 or m == 0 or n == 0:
         return
-    k_pad = a_pack.k_pad
+    k_pad, k_block = a_pack.k_pad, found.k_block
     kernel = hopper.kernel(SOURCE, found.kernel, found.smem, cp.cuda.runtime.getDevice())
-    map_a = _tensor_map(a_pack.data.data.ptr, k_pad, found.slices, count * m, BLOCK_M)
-    map_b = _tensor_map(b_pack.data.data.ptr, k_pad, found.slices, count * n, BLOCK_N)
+    map_a = _tensor_map(a_pack.data.data.ptr, k_pad, found.slices, count * m, BLOCK_M, k_block)
+    map_b = _tensor_map(b_pack.data.data.ptr, k_pad, found.slices, count * n, BLOCK_N, k_block)
     w0, step = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
     slack = float(np.float64(k_pad * overflow_slack(level)))  # the CPU's k_slack, as its double
     args = _Args(a_pack.exponents.data.ptr, b_pack.exponents.data.ptr, c.data.ptr, slack, m, n,
@@ -156,19 +193,25 @@ def product(a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.nd
 
 
 def _validate(
-    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray
-) -> tuple[Form, tuple[int, int, int]]:
-    """The level's kernel and (count, m, n) of C, or ValueError naming the rule broken."""
+    a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray,
+    asked: Form | None = None,
+) -> tuple[Form, tuple[int, int, int]]:  # fmt: skip
+    """The kernel (``asked``, else the level's) and (count, m, n) of C, or ValueError naming
+    the rule broken."""
     import cupy as cp
 
     def need(ok: bool, what: str, rule: str) -> None:
         if not ok:
             raise ValueError(f"fused_wgmma: {what}: {rule}")
 
-    found = form(level)
+    found = form(level) if asked is None else asked
     if found is None:
         kernels = ", ".join(FORMS)
         raise ValueError(f"fused_wgmma: level {level.name!r}: has no kernel (only {kernels})")
+    need(computes(found, level), f"kernel {found.kernel}",
+         f"does not compute level {level.name}'s pairs")  # fmt: skip
+    need(found.k_block in K_BLOCKS, f"kernel {found.kernel}'s k_block = {found.k_block}",
+         f"must be one of {K_BLOCKS}")  # fmt: skip
     need(c.ndim == 3 and c.dtype == cp.float32 and c.flags.c_contiguous, f"c {c.shape} {c.dtype}",
          "must be a C-contiguous float32 (s, m, n) array")  # fmt: skip
     count, m, n = c.shape
@@ -207,9 +250,12 @@ def _validate(
 
 
 @functools.lru_cache(maxsize=MAP_CACHE)
-def _tensor_map(ptr: int, k_pad: int, slices: int, lines: int, box: int) -> Any:
+def _tensor_map(
+    ptr: int, k_pad: int, slices: int, lines: int, box: int, k_block: int = BLOCK_K
+) -> Any:
     """The TMA map of a pack of ``lines`` lines of ``slices`` slots of ``k_pad`` int8: boxes of
-    128 B x 1 slot x ``box`` lines, zeros past k_pad or the last line."""
+    ``k_block`` B x 1 slot x ``box`` lines, swizzled by ``k_block`` bytes (one swizzle row a
+    box line: the kernel's descriptors), zeros past k_pad or the last line."""
     return hopper.int8_tensor_map(
-        ptr, (k_pad, slices, lines), (k_pad, slices * k_pad), (BLOCK_K, 1, box)
+        ptr, (k_pad, slices, lines), (k_pad, slices * k_pad), (k_block, 1, box), swizzle=k_block
     )

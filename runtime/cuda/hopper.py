@@ -24,6 +24,7 @@ OPTIONS = (
 TMA_ALIGNMENT = 16  # bytes: TMA base addresses and strides
 MAX_TMA_STRIDE = 1 << 40
 MAX_INT32 = (1 << 31) - 1
+SWIZZLES = (128, 64)  # bytes: the TMA swizzles the kernels' wgmma descriptors read
 
 
 class Kernel(NamedTuple):
@@ -125,13 +126,20 @@ def launch(
 
 
 def int8_tensor_map(
-    ptr: int, dims: tuple[int, int, int], strides: tuple[int, int], box: tuple[int, int, int]
-) -> Any:
+    ptr: int, dims: tuple[int, int, int], strides: tuple[int, int], box: tuple[int, int, int],
+    swizzle: int = 128,
+) -> Any:  # fmt: skip
     """A 3-D TMA map of int8 data at ``ptr``: ``dims`` innermost first, byte ``strides`` of
-    dims 1 and 2, ``box`` elements a load; 128-byte swizzle (the wgmma descriptors' layout);
-    box elements past the dims read as zeros (OOB_FILL_NONE)."""
+    dims 1 and 2, ``box`` elements a load; ``swizzle``-byte swizzle, 128 or 64 (the wgmma
+    descriptors' layout: a box's inner size is at most the swizzle's); box elements past the
+    dims read as zeros (OOB_FILL_NONE)."""
     from cuda.bindings import driver as cu
 
+    if swizzle not in SWIZZLES or box[0] > swizzle:
+        raise ValueError(f"swizzle {swizzle} with a box of {box[0]} bytes: must be one of "
+                         f"{SWIZZLES}, at least the box's inner size")  # fmt: skip
+    modes = {128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+             64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B}  # fmt: skip
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # (cuda-bindings 13 refuses plain ints here)
     return check(cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # int8 bits, copied verbatim
@@ -142,7 +150,7 @@ def int8_tensor_map(
         [u32(b) for b in box],
         [u32(1), u32(1), u32(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        modes[swizzle],
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     ), "cuTensorMapEncodeTiled")  # fmt: skip

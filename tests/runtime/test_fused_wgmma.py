@@ -2,7 +2,8 @@
 oracle and the class-sum pipeline: every level's kernel called on its packs, and the levels
 ``fused`` routes to it through a product, the same bits on the tails of every tile, k not a
 multiple of the k-step, stacks, NaN/Inf, unresolved lines and the ends of the float32 range;
-the sizes they serve; the operands they refuse, by name."""
+each variant (``fused_wgmma.VARIANTS``) the bits of its level's kernel; the sizes they serve;
+the operands they refuse, by name."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ if not fused_wgmma.available(IV):
                 allow_module_level=True)  # fmt: skip
 
 KERNELS = sorted(fused_wgmma.FORMS)
+VARIANTS = sorted(fused_wgmma.VARIANTS)
 ROUTED = sorted(fused_wgmma.ROUTED)
 # one line; tails of the 128 x 64 tile on both sides; whole tiles; k of one K_ALIGN, k past one
 # and several 128-byte k-steps with a remainder
@@ -57,15 +59,24 @@ def on_gpu(a, b, level: str = "IV", monkeypatch=None, fused_off: bool = False):
     return got
 
 
-def by_kernel(a: np.ndarray, b: np.ndarray, level: str) -> cp.ndarray:
-    """a @ b at ``level`` through its wgmma kernel alone, then the bypass, as ``sliced`` runs a
-    fused product (on NaN-poisoned output: an entry the kernel skips shows)."""
+def by_kernel(
+    a: np.ndarray, b: np.ndarray, level: str, variant: fused_wgmma.Form | None = None
+) -> cp.ndarray:
+    """a @ b at ``level`` through its wgmma kernel (or ``variant``) alone, then the bypass, as
+    ``sliced`` runs a fused product (on NaN-poisoned output: an entry the kernel skips shows)."""
     x, y = cp.asarray(a), cp.asarray(b)
     a_pack, b_pack = sliced._packs(x, y, get_level(level), pack_reuse.KEEP_NOTHING)
     c = cp.full((1, a.shape[0], b.shape[1]), cp.nan, dtype=cp.float32)
-    fused_wgmma.product(a_pack, b_pack, get_level(level), c)
+    fused_wgmma.product(a_pack, b_pack, get_level(level), c, variant)
     sliced._bypass_lines(a_pack, b_pack, x[None], y[None], c)
     return c[0]
+
+
+def raw(a_pack, b_pack, level: str, c_shape, variant: fused_wgmma.Form | None = None):
+    """The kernel's own output on the packs (no bypass), on NaN-poisoned C."""
+    c = cp.full(c_shape, cp.nan, dtype=cp.float32)
+    fused_wgmma.product(a_pack, b_pack, get_level(level), c, variant)
+    return c
 
 
 @pytest.mark.parametrize("level", KERNELS)
@@ -78,6 +89,58 @@ def test_each_levels_kernel_gives_the_cpu_oracles_bits(level, shape):
         a[2, 0] = np.nan  # a line the bypass recomputes
     want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
     np.testing.assert_array_equal(bits(by_kernel(a, b, level)), bits(want))
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("shape", [*SHAPES, (130, 2048, 70)])
+def test_each_variant_gives_its_levels_kernels_bits_and_the_cpu_oracles(name, shape):
+    """A variant on the shapes of the levels' test (k_pad 16, 272, 304, 1008: a last 64-byte
+    k-block zero-filled past k_pad; 2112: whole 64-byte k-blocks, a half 128-byte one) and
+    k_pad = 2048 (whole k-blocks of either width): its raw output the same bits as its level's
+    kernel, and with the bypass the oracle's."""
+    variant = fused_wgmma.VARIANTS[name]
+    level = fused_wgmma.level_of(variant)
+    rng = np.random.default_rng(sum(shape) + 5)
+    m, k, n = shape
+    a, b = gemmul8(np, rng, (m, k), 2.0), gemmul8(np, rng, (k, n), 2.0)
+    if m > 2:
+        a[2, 0] = np.nan  # a line the bypass recomputes
+    x, y = cp.asarray(a), cp.asarray(b)
+    a_pack, b_pack = sliced._packs(x, y, get_level(level), pack_reuse.KEEP_NOTHING)
+    own = raw(a_pack, b_pack, level, (1, m, n))
+    np.testing.assert_array_equal(bits(raw(a_pack, b_pack, level, (1, m, n), variant)), bits(own))
+    want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    np.testing.assert_array_equal(bits(by_kernel(a, b, level, variant)), bits(want))
+
+
+def ends_of_the_range(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """200 x 520 @ 520 x 130 with NaN and Inf lines, FLT_MAX rows (saturation) and a row whose
+    products are subnormal."""
+    a, b = gemmul8(np, rng, (200, 520), 1.0), gemmul8(np, rng, (520, 130), 1.0)
+    a[3, 7], b[4, 11], b[2, 20] = np.nan, -np.inf, np.inf
+    a[5] = np.float32(3.4028235e38) * np.sign(a[5])
+    b[:, 6] = 1.0
+    a[9] = np.ldexp(a[9], -140).astype(np.float32)
+    return a, b
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_each_variant_has_each_pairs_bits_on_stacks_and_the_ends_of_the_range(name):
+    """NaN/Inf lines, FLT_MAX rows, subnormal products: the oracle's bits; packs read as a stack
+    of 3 pairs: its level's kernel's bits."""
+    variant = fused_wgmma.VARIANTS[name]
+    level = fused_wgmma.level_of(variant)
+    rng = np.random.default_rng(13)
+    a, b = ends_of_the_range(rng)
+    want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    np.testing.assert_array_equal(bits(by_kernel(a, b, level, variant)), bits(want))
+    x = cp.asarray(gemmul8(np, rng, (3 * 133, 300), 1.5))  # a stack of 3 pairs, as lines
+    y = cp.asarray(gemmul8(np, rng, (300, 3 * 71), 1.5))
+    a_pack, b_pack = sliced._packs(x, y, get_level(level), pack_reuse.KEEP_NOTHING)
+    own = raw(a_pack, b_pack, level, (3, 133, 71))
+    np.testing.assert_array_equal(
+        bits(raw(a_pack, b_pack, level, (3, 133, 71), variant)), bits(own)
+    )
 
 
 @pytest.mark.parametrize("level", ROUTED)
@@ -115,11 +178,7 @@ def test_special_values_and_the_ends_of_the_float32_range(level):
     """NaN/Inf lines (bypassed), an unresolved row (recomputed), FLT_MAX rows (saturation),
     subnormal products: the oracle's bits, entry for entry."""
     rng = np.random.default_rng(3)
-    a, b = gemmul8(np, rng, (200, 520), 1.0), gemmul8(np, rng, (520, 130), 1.0)
-    a[3, 7], b[4, 11], b[2, 20] = np.nan, -np.inf, np.inf
-    a[5] = np.float32(3.4028235e38) * np.sign(a[5])
-    b[:, 6] = 1.0
-    a[9] = np.ldexp(a[9], -140).astype(np.float32)
+    a, b = ends_of_the_range(rng)
     a[11, :3] = [1e30, 1e-30, -1e30]
     want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
     np.testing.assert_array_equal(bits(by_kernel(a, b, level)), bits(want))
@@ -148,6 +207,9 @@ def test_operands_it_cannot_take_are_refused_by_name():
         "a_pack.slots = 3: must be 4": lambda: product(a_pack, b_pack, get_level("V"), c),
         "c (1, 64, 64) float64": lambda: product(a_pack, b_pack, IV, c.astype(cp.float64)),
         "c (64, 64) float32": lambda: product(a_pack, b_pack, IV, c[0]),
+        "kernel fused_wgmma_V_k64: does not compute level IV's pairs": lambda: product(
+            a_pack, b_pack, IV, c, fused_wgmma.VARIANTS["V_k64"]
+        ),
     }
     for what, call in cases.items():
         with pytest.raises(ValueError, match=what.replace("(", r"\(").replace(")", r"\)")):

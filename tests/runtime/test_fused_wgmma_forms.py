@@ -1,8 +1,8 @@
 """The wgmma kernels' forms (``runtime/cuda/fused_wgmma.py``) against the level ladder and the
-kernel source, on any machine: each form is its level's (pairs, slices), each names an entry
-point of ``fused_wgmma.cu`` built for that level's slices and classes, its ring fits shared
-memory, and (where NVRTC is installed) the built module holds every kernel. The kernels' bits:
-the GPU tests of test_fused_wgmma.py."""
+kernel source, on any machine: each form (and each variant) is its level's (pairs, slices), each
+names an entry point of ``fused_wgmma.cu`` built for that level's slices and classes and its
+k-block, its ring is the most stages that fit shared memory, and (where NVRTC is installed) the
+built module holds every kernel. The kernels' bits: the GPU tests of test_fused_wgmma.py."""
 
 from __future__ import annotations
 
@@ -14,13 +14,26 @@ from mixpert.runtime import LADDER, get_level
 from mixpert.runtime.cuda import fused_wgmma, hopper
 
 SMEM_LIMIT = 227 * 1024  # Hopper's dynamic shared memory a block
-ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+)\)", re.MULTILINE)
+ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+)\)", re.MULTILINE)
+# the rings the kernels were measured with (levels) or are built to try (V_k64), in stages
+RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 2, "V_k64": 4}
+KERNELS = {**fused_wgmma.FORMS, **fused_wgmma.VARIANTS}
 
 
-def entries() -> dict[str, tuple[int, int]]:
-    """The kernel source's entry points: name -> (slices, classes)."""
+def entries() -> dict[str, tuple[int, int, int]]:
+    """The kernel source's entry points: name -> (slices, classes, k-block bytes)."""
     text = (hopper.KERNELS / fused_wgmma.SOURCE).read_text()
-    return {name: (int(s), int(g)) for name, s, g in ENTRY.findall(text)}
+    return {name: (int(s), int(g), int(bk)) for name, s, g, bk in ENTRY.findall(text)}
+
+
+def ring_fits(form: fused_wgmma.Form) -> None:
+    """The form's ring is the most stages (with their two mbarriers, and 1 KB of alignment)
+    that fit in shared memory: as the kernel sizes it, and at least 2."""
+    stage = form.slices * (fused_wgmma.BLOCK_M + fused_wgmma.BLOCK_N) * form.k_block
+    assert form.stage_bytes == stage
+    assert form.smem == form.stages * (stage + 16) + 1024
+    assert form.smem <= SMEM_LIMIT < form.smem + stage + 16  # the most stages that fit
+    assert form.stages >= 2  # (a ring of one stage would leave the tensor cores waiting on loads)
 
 
 @pytest.mark.parametrize("name", sorted(fused_wgmma.FORMS))
@@ -28,18 +41,40 @@ def test_each_form_is_its_levels_and_an_entry_of_the_kernel_source(name) -> None
     level, form = get_level(name), fused_wgmma.FORMS[name]
     assert fused_wgmma.form(level) == form
     classes = max(i + j for i, j in form.pairs) + 1
-    assert entries()[form.kernel] == (form.slices, classes)
-    stages = fused_wgmma.STAGES[form.slices]
-    stage_bytes = form.slices * (fused_wgmma.BLOCK_M + fused_wgmma.BLOCK_N) * fused_wgmma.BLOCK_K
-    assert form.smem <= SMEM_LIMIT < form.smem + stage_bytes  # the most stages that fit
-    assert stages >= 2  # (a ring of one stage would leave the tensor cores waiting on loads)
+    assert form.k_block == fused_wgmma.BLOCK_K == 128
+    assert entries()[form.kernel] == (form.slices, classes, form.k_block)
+    ring_fits(form)
+    assert form.stages == RINGS[name]
+
+
+@pytest.mark.parametrize("name", sorted(fused_wgmma.VARIANTS))
+def test_each_variant_is_a_levels_pairs_on_its_own_k_block(name) -> None:
+    variant = fused_wgmma.VARIANTS[name]
+    level = get_level(fused_wgmma.level_of(variant))
+    assert fused_wgmma.computes(variant, level) and fused_wgmma.form(level) != variant
+    assert variant.kernel not in {form.kernel for form in fused_wgmma.FORMS.values()}
+    assert variant.k_block in fused_wgmma.K_BLOCKS and variant.k_block in hopper.SWIZZLES
+    classes = max(i + j for i, j in variant.pairs) + 1
+    assert entries()[variant.kernel] == (variant.slices, classes, variant.k_block)
+    ring_fits(variant)
+    assert variant.stages == RINGS[name]
+
+
+def test_v_k64_is_level_v_on_64_byte_k_blocks_with_twice_its_stages() -> None:
+    v, v64 = fused_wgmma.FORMS["V"], fused_wgmma.VARIANTS["V_k64"]
+    assert (v64.pairs, v64.slices, v64.k_block) == (v.pairs, v.slices, 64)
+    assert fused_wgmma.level_of(v64) == "V"
+    assert (v.stages, v64.stages) == (2, 4)  # ... the same bytes in flight, refilled in halves
+    assert v.stages * v.stage_bytes == v64.stages * v64.stage_bytes == 192 * 1024
 
 
 def test_levels_of_other_forms_have_no_kernel() -> None:
     others = [level for level in LADDER if level.name not in fused_wgmma.FORMS]
     assert others and all(fused_wgmma.form(level) is None for level in others)
     assert set(fused_wgmma.ROUTED) <= set(fused_wgmma.FORMS)
-    assert set(entries()) == {form.kernel for form in fused_wgmma.FORMS.values()}
+    assert set(entries()) == {form.kernel for form in KERNELS.values()}
+    assert not set(fused_wgmma.VARIANTS) & set(fused_wgmma.FORMS)
+    assert not set(fused_wgmma.ROUTED) & set(fused_wgmma.VARIANTS)  # (variants are not routed)
 
 
 def test_routed_levels_leave_to_the_class_sums_the_outputs_both_of_whose_sides_reach_theirs():
@@ -61,5 +96,28 @@ def test_the_built_module_holds_every_kernel() -> None:
         if str(error).startswith(f"NVRTC failed on {fused_wgmma.SOURCE}"):
             raise
         pytest.skip(f"NVRTC cannot build sm_90a here: {error}")
-    for form in fused_wgmma.FORMS.values():
+    for form in KERNELS.values():
         assert form.kernel.encode() + b"\0" in image
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_the_tensor_maps_follow_the_k_block(name, monkeypatch) -> None:
+    """A kernel's maps: boxes of its k-block (one row of the swizzle of that width) x 1 slot x
+    the tile's lines, over {k_pad, slots, lines}: reads past k_pad are zeros, whatever k_block."""
+    form, calls = KERNELS[name], []
+    monkeypatch.setattr(hopper, "int8_tensor_map", lambda *a, **kw: calls.append((a, kw)))
+    fused_wgmma._tensor_map.cache_clear()
+    k_pad, lines = 1008, 300
+    fused_wgmma._tensor_map(4096, k_pad, form.slices, lines, fused_wgmma.BLOCK_M, form.k_block)
+    fused_wgmma._tensor_map.cache_clear()
+    ((args, kwargs),) = calls
+    assert args == (4096, (k_pad, form.slices, lines), (k_pad, form.slices * k_pad),
+                    (form.k_block, 1, fused_wgmma.BLOCK_M))  # fmt: skip
+    assert kwargs == {"swizzle": form.k_block}
+
+
+def test_tensor_maps_take_the_128_and_64_byte_swizzles_with_boxes_that_fit() -> None:
+    pytest.importorskip("cuda.bindings.driver", reason="needs cuda-bindings")
+    for swizzle, box in ((32, 32), (64, 128), (256, 128)):
+        with pytest.raises(ValueError, match=f"swizzle {swizzle} with a box of {box} bytes"):
+            hopper.int8_tensor_map(0, (1024, 4, 128), (1024, 4096), (box, 1, 128), swizzle)

@@ -5,6 +5,12 @@ packs, bit for bit, then kernel timing of both.
 
     PYTHONPATH=/path/to/mixpert-repo python check_gpu.py [--level IV] [--out fused_gpu.json]
         [--quick] (timing without n = 16384)  [--skip-timing]  [--hang-timeout 60]
+    ... check_gpu.py --variant V_k64 [--quick]
+
+--variant checks a build of a level's kernel that is not routed (fused_wgmma.VARIANTS, e.g.
+V_k64: level V on 64-byte k-blocks, a ring of 4 stages where V's has 2) the same way: its bits
+against Triton's kernel, the oracle and its level's own kernel, then all three timed side by
+side (is V starved by its 2-stage ring? the variant's TOPS against fused_wgmma_V's answer it).
 
 Packs are built the way the runtime builds them (sliced._packs / int8_product_stack: tops,
 k-exponents, pack_a, pack_b). Both kernels write into NaN-poisoned outputs with a poisoned
@@ -42,7 +48,8 @@ from mixpert.runtime.cuda.packs import (  # noqa: E402
 )
 from mixpert.runtime.levels import LEVELS  # noqa: E402
 
-LEVEL = LEVELS["IV"]  # (--level)
+LEVEL = LEVELS["IV"]  # (--level, or the level of --variant)
+VARIANT = None  # the fused_wgmma.Form of --variant; None: the level's own kernel
 POISON = 0x7FBADBAD  # a NaN no kernel writes
 MARGIN = 61  # poisoned float32 after C
 ORACLE_MAX_OUTPUTS = 1 << 22  # combine() on the host up to this many outputs
@@ -162,21 +169,32 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--level", default="IV", choices=sorted(fused_wgmma.FORMS))
+    ap.add_argument("--variant", choices=sorted(fused_wgmma.VARIANTS),
+                    help="check and time this build of a level's kernel (not routed) beside "
+                         "the level's own and Triton's (overrides --level)")  # fmt: skip
     ap.add_argument("--out", default="fused_gpu.json", help="JSON results file")
     ap.add_argument("--quick", action="store_true", help="timing without n = 16384")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--hang-timeout", type=float, default=60.0)
     args = ap.parse_args()
-    global LEVEL
-    LEVEL = LEVELS[args.level]
-    form = fused_wgmma.form(LEVEL)
+    global LEVEL, VARIANT
+    if args.variant:
+        VARIANT = fused_wgmma.VARIANTS[args.variant]
+        LEVEL = LEVELS[fused_wgmma.level_of(VARIANT)]
+    else:
+        LEVEL = LEVELS[args.level]
+    own = fused_wgmma.form(LEVEL)  # the level's kernel
+    form = own if VARIANT is None else VARIANT  # the kernel checked
 
     dev = cp.cuda.Device()
     name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"].decode()
     print(f"device {dev.id}: {name}, sm_{dev.compute_capability}")
     rs = cp.random.RandomState(args.seed)
-    results = {"device": name, "correctness": [], "timing": []}
+    results = {
+        "device": name, "level": LEVEL.name, "kernel": form.kernel, "k_block": form.k_block,
+        "stages": form.stages, "smem": form.smem, "correctness": [], "timing": [],
+    }  # fmt: skip
     status = 0
     current = "setup"
 
@@ -196,8 +214,11 @@ def main() -> None:
 
     try:
         t0 = time.time()
-        ok_avail = fused_wgmma.available(LEVEL)
-        print(f"{form.kernel} available: {ok_avail} (build + load {time.time() - t0:.2f} s)")
+        ok_avail = fused_wgmma.available(LEVEL) and (
+            VARIANT is None or hopper.available(fused_wgmma.SOURCE, form.kernel, form.smem)
+        )
+        print(f"{form.kernel} available: {ok_avail} (build + load {time.time() - t0:.2f} s); "
+              f"k-block {form.k_block} B, {form.stages} stages, {form.smem:,} B smem")  # fmt: skip
         if not ok_avail:
             hopper.kernel(fused_wgmma.SOURCE, form.kernel, form.smem, dev.id)  # the reason
             sys.exit(f"error: {form.kernel} not available on this device")
@@ -214,8 +235,16 @@ def main() -> None:
             wait(current + " (packs)")
             fused.product(a_pack, b_pack, LEVEL, ref, fused.TILE)  # (a tile: Triton's)
             wait(current + " (Triton)")
-            fused_wgmma.product(a_pack, b_pack, LEVEL, new)
+            fused_wgmma.product(a_pack, b_pack, LEVEL, new, VARIANT)
             wait(current + " (wgmma)")
+            own_note, own_bad = "", 0
+            if VARIANT is not None:  # the level's own kernel on the same packs: the same bits
+                own_buf, own_c = poisoned(count, m, n)
+                fused_wgmma.product(a_pack, b_pack, LEVEL, own_c)
+                wait(current + f" ({own.kernel})")
+                own_bad = int((own_buf.view(cp.uint32) != new_buf.view(cp.uint32)).sum())
+                own_note = f" vs {own.kernel}={own_bad}"
+                del own_buf, own_c
             rb, nb = ref.view(cp.uint32), new.view(cp.uint32)
             bad = rb != nb
             nbad = int(bad.sum())
@@ -243,9 +272,9 @@ def main() -> None:
             kinds = (f"FLT_MAX {int((cp.abs(f) == FLT_MAX).sum())}, inf {int(cp.isinf(f).sum())}, "
                      f"subnormal {int(((f != 0) & (cp.abs(f) < 2.0**-126)).sum())}, "
                      f"NaN {int(cp.isnan(ref).sum())}")  # fmt: skip
-            ok = nbad == 0 and margin_hit == 0 and unwritten == 0
+            ok = nbad == 0 and margin_hit == 0 and unwritten == 0 and own_bad == 0
             print(
-                f"{'PASS' if ok else 'FAIL'}  {case_name:<40} mismatches={nbad} "
+                f"{'PASS' if ok else 'FAIL'}  {case_name:<40} mismatches={nbad}{own_note} "
                 f"[{kinds}] [{oracle_note}]"
             )
             if ref_unwritten:
@@ -256,6 +285,7 @@ def main() -> None:
                 "case": case_name, "count": count, "m": m, "n": n, "k": k, "kind": kind,
                 "ok": ok, "mismatches": nbad, "unwritten": unwritten, "margin_written": margin_hit,
                 "values": kinds, "oracle": oracle_note, "detail": detail,
+                "own_kernel_mismatches": own_bad,
             })  # fmt: skip
             status |= 0 if ok else 1
             del a_pack, b_pack, ref_buf, ref, new_buf, new, rb, nb, bad
@@ -268,11 +298,15 @@ def main() -> None:
         a_pack, b_pack = build_packs(a, b)
         _, c = poisoned(1, 64, 64)
         refused = []
-        for what, call in [
+        checks = [
             ("level III", lambda: fused_wgmma.product(a_pack, b_pack, LEVELS["III"], c)),
             ("c float64", lambda: fused_wgmma.product(a_pack, b_pack, LEVEL, c.astype(cp.float64))),
             ("c 2-D", lambda: fused_wgmma.product(a_pack, b_pack, LEVEL, c[0])),
-        ]:
+        ]
+        if VARIANT is not None:  # a variant serves its level's pairs only
+            checks.append(("variant at level III", lambda: fused_wgmma.product(
+                a_pack, b_pack, LEVELS["III"], c, VARIANT)))  # fmt: skip
+        for what, call in checks:
             try:
                 call()
                 refused.append(False)
@@ -314,34 +348,54 @@ def main() -> None:
                 _, ref = poisoned(1, s, s)
                 _, new = poisoned(1, s, s)
                 row = {"n": s}
-                for label, fn, c in (
+                runs = [
                     ("triton", lambda *x: fused.product(*x, fused.TILE), ref),
-                    ("wgmma", fused_wgmma.product, new),
-                ):
+                    ("wgmma", fused_wgmma.product, new),  # the level's own kernel
+                ]
+                if VARIANT is not None:
+                    _, var = poisoned(1, s, s)
+                    runs.append(("variant", lambda *x: fused_wgmma.product(*x, VARIANT), var))
+                for label, fn, c in runs:
                     current = f"timing n={s} ({label})"
                     ms = bench(lambda fn=fn, c=c, a=a_pack, b=b_pack: fn(a, b, LEVEL, c), current)
                     row[f"{label}_ms"] = ms
                     row[f"{label}_tops"] = 2.0 * len(LEVEL.pairs) * s**3 / (ms * 1e-3) / 1e12
                 row["same_bits"] = bool((ref.view(cp.uint32) == new.view(cp.uint32)).all())
+                variant_note = ""
+                if VARIANT is not None:
+                    row["same_bits"] &= bool((var.view(cp.uint32) == new.view(cp.uint32)).all())
+                    variant_note = (f"   {form.kernel} {row['variant_ms']:8.3f} ms "
+                                    f"{row['variant_tops']:7.1f} TOPS")  # fmt: skip
+                    del var
                 status |= 0 if row["same_bits"] else 1
                 results["timing"].append(row)
                 print(f"n={s:6d}  Triton {row['triton_ms']:8.3f} ms {row['triton_tops']:7.1f} TOPS"
-                      f"   wgmma {row['wgmma_ms']:8.3f} ms {row['wgmma_tops']:7.1f} TOPS"
-                      f"   same bits: {row['same_bits']}")  # fmt: skip
+                      f"   {own.kernel} {row['wgmma_ms']:8.3f} ms {row['wgmma_tops']:7.1f} TOPS"
+                      f"{variant_note}   same bits: {row['same_bits']}")  # fmt: skip
                 del a_pack, b_pack, ref, new
                 cp.get_default_memory_pool().free_all_blocks()
                 dump()
 
+            wide = VARIANT is not None
             print(
                 f"\n{'n':>6}  {'Triton ms':>10} {'TOPS':>7}  {'wgmma ms':>11} {'TOPS':>7}  "
-                f"{'speed-up':>8}  bits"
+                f"{'speed-up':>8}"
+                + (f"  {'variant ms':>11} {'TOPS':>7}  {'vs wgmma':>8}" if wide else "")
+                + "  bits"
             )
             for r in results["timing"]:
                 print(
                     f"{r['n']:>6}  {r['triton_ms']:10.3f} {r['triton_tops']:7.1f}  "
                     f"{r['wgmma_ms']:11.3f} {r['wgmma_tops']:7.1f}  "
-                    f"{r['triton_ms'] / r['wgmma_ms']:8.2f}  {r['same_bits']}"
-                )
+                    f"{r['triton_ms'] / r['wgmma_ms']:8.2f}"
+                    + (f"  {r['variant_ms']:11.3f} {r['variant_tops']:7.1f}  "
+                       f"{r['wgmma_ms'] / r['variant_ms']:8.2f}" if wide else "")
+                    + f"  {r['same_bits']}"
+                )  # fmt: skip
+            if wide:
+                print(f"(wgmma: {own.kernel}, {own.stages} stages of {own.k_block} B k-blocks; "
+                      f"variant: {form.kernel}, {form.stages} stages of {form.k_block} B; "
+                      f"vs wgmma > 1: the variant is faster)")  # fmt: skip
             pairs = len(LEVEL.pairs)
             print(f"(TOPS count level {LEVEL.name}'s {pairs} products: 2 * {pairs} * m * n * k)")
     except Hang as e:

@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """CPU model (numpy) of fused_wgmma.cu's index logic and epilogue arithmetic, for each of its
-levels (I, T6, IV, V), end to end on small shapes, against mixpert's own combine
-(runtime/combine.py) on class sums taken straight from the packs:
+levels (I, T6, IV, V) and variants (V_k64: level V on 64-byte k-blocks), end to end on small
+shapes, against mixpert's own combine (runtime/combine.py) on class sums taken straight from the
+packs:
 
-  0. the kernel's level table: fused_wgmma_<level> is built for the level's S slices and G
-     classes (read from the source), its pairs are the level's in the level's order, the stages
-     and dynamic smem (SMEM_BYTES, what the launcher passes) fit in 227 KB;
+  0. the kernel's level table: fused_wgmma_<name> is built for the level's S slices and G
+     classes and its k-block BK (read from the source), its pairs are the level's in the level's
+     order, the stages are the most that fit and the dynamic smem (SMEM_BYTES, what the launcher
+     passes) fits in 227 KB;
   1. tile enumeration over batch x tiles_m x tiles_n (each tile once, persistent grid);
-  2. the 3-D TMA boxes of the launcher's maps, dims {k_pad, S, lines}, box {128, 1, rows}: zero
+  2. the 3-D TMA boxes of the launcher's maps, dims {k_pad, S, lines}, box {BK, 1, rows}: zero
      fill past k_pad and past the last line; B's slice j from slot S - 1 - j;
-  3. TMA SWIZZLE_128B placement into the stage (slice s of A at 16 KB * s, of B at 8 KB * s)
-     and the wgmma K-major SW128 descriptor reads (start + 32 B per k-step, consumer cw's A
-     rows 8 KB in, SBO 1024): the model of ../wgmma/check_layout.py, verified on the H200
-     for wgmma_gemm;
+  3. TMA SWIZZLE_<BK>B placement into the stage (slice s of A at 128 BK * s, of B at 64 BK * s)
+     and the wgmma K-major descriptor reads (start + 32 B per k-step, consumer cw's A rows
+     64 BK in): BK = 128: SW128, SBO 1024, the model of ../wgmma/check_layout.py, verified on
+     the H200 for wgmma_gemm; BK = 64: SW64 (16-byte chunks XORed with address bits 7-8, as
+     CUTLASS's Swizzle<2,4,3>), SBO 512, layout type 2 -- the same model for 64-byte rows, not
+     yet run on hardware; a control reads the 64-byte tiles with SW128 descriptors and must
+     fail;
   4. the pair table (class i + j) and scale_d (first pair of a class overwrites at kb = 0,
      kk = 0): a stale accumulator from the previous tile would show;
   5. the accumulator fragment (row 16 warp + lane/4 (+8), col 8 i + 2 (lane%4) (+1)), the
@@ -48,12 +53,14 @@ from mixpert.runtime.packer import pair_exponent
 
 KERNEL_SOURCE = Path(mixpert.runtime.__file__).parent / "cuda" / "kernels" / "fused_wgmma.cu"
 KERNEL_LEVELS = ("I", "T6", "IV", "V")
-BM, BN, BK, WK = 128, 64, 128, 32
-A_SLICE, B_SLICE = BM * BK, BN * BK
-STAGES_BY_SLICES = {2: 4, 3: 3, 4: 2}  # the kernel's Level<S, G>::STAGES
+VARIANTS = {"V_k64": ("V", 64)}  # fused_wgmma.VARIANTS: name -> (level, k-block bytes)
+KERNELS = (*KERNEL_LEVELS, *VARIANTS)
+BM, BN, BK, WK = 128, 64, 128, 32  # (BK: the levels' k-block; a variant's is its own)
+# the kernel's Level<S, G, BK>::STAGES (its static_assert), the most that fit
+STAGES_BY_SLICES = {(2, 128): 4, (3, 128): 3, (4, 128): 2, (4, 64): 4}
 SMEM_LIMIT = 227 * 1024
-# The launcher's dynamic smem per level: STAGES x 24 KB x S + 2 STAGES mbarriers + 1 KB
-SMEM_BYTES = {"I": 197_696, "T6": 222_256, "IV": 222_256, "V": 197_664}
+# The launcher's dynamic smem: STAGES x 192 BK x S + 2 STAGES mbarriers + 1 KB
+SMEM_BYTES = {"I": 197_696, "T6": 222_256, "IV": 222_256, "V": 197_664, "V_k64": 197_696}
 W0, STEP = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
 OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103
 failures = []
@@ -88,14 +95,23 @@ class Kernel:
     pairs: tuple
     first: tuple
     stages: int
+    k_block: int = BK
+
+    @property
+    def a_slice(self):
+        return BM * self.k_block
+
+    @property
+    def b_slice(self):
+        return BN * self.k_block
 
     @property
     def a_stage(self):
-        return self.slices * A_SLICE
+        return self.slices * self.a_slice
 
     @property
     def b_stage(self):
-        return self.slices * B_SLICE
+        return self.slices * self.b_slice
 
     @property
     def smem_bytes(self):
@@ -103,33 +119,39 @@ class Kernel:
 
 
 def kernel_of(name):
-    level = LEVELS[name]
+    level_name, k_block = VARIANTS.get(name, (name, BK))
+    level = LEVELS[level_name]
     slices, classes = level.a_slices, len(level.groups)
     pairs, first = triangle(slices, classes)
     return Kernel(name, level, slices, classes, tuple(pairs), tuple(first),
-                  STAGES_BY_SLICES[slices])  # fmt: skip
+                  STAGES_BY_SLICES[slices, k_block], k_block)  # fmt: skip
 
 
 def source_levels():
-    """{C name: (S, G)} of the kernel source's FUSED_WGMMA_KERNEL(NAME, S, G) entry points."""
+    """{C name: (S, G, BK)} of the kernel source's FUSED_WGMMA_KERNEL(NAME, S, G, BK) entry
+    points."""
     text = KERNEL_SOURCE.read_text()
-    found = re.findall(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+)\)", text, re.MULTILINE)
-    return {name: (int(s), int(g)) for name, s, g in found}
+    found = re.findall(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+)\)", text, re.MULTILINE)
+    return {name: (int(s), int(g), int(bk)) for name, s, g, bk in found}
 
 
 def check_table(kern, built):
     level = kern.level
     check(level.kind == "int8" and level.a_slices == level.b_slices, "level has S x S slices")
-    check(built.get(f"fused_wgmma_{kern.name}") == (kern.slices, kern.classes),
+    want = (kern.slices, kern.classes, kern.k_block)
+    check(built.get(f"fused_wgmma_{kern.name}") == want,
           f"fused_wgmma_{kern.name} is built for {built.get(f'fused_wgmma_{kern.name}')}, "
-          f"the level has S = {kern.slices}, G = {kern.classes}")  # fmt: skip
+          f"the level has S = {kern.slices}, G = {kern.classes}, BK = {kern.k_block}")  # fmt: skip
     check(kern.pairs == tuple(level.pairs), f"pair table {kern.pairs} is not {level.pairs}")
     check(level.groups == tuple(range(kern.classes)), "classes are not 0..G-1")
     check([i + j for (i, j), f in zip(kern.pairs, kern.first, strict=True) if f]
           == list(range(kern.classes)), "first-of-class marks")  # fmt: skip
     check(kern.smem_bytes == SMEM_BYTES[kern.name] and kern.smem_bytes <= SMEM_LIMIT,
           f"SMEM_BYTES {kern.smem_bytes} (launcher: {SMEM_BYTES[kern.name]})")  # fmt: skip
+    check(kern.smem_bytes + kern.a_stage + kern.b_stage + 16 > SMEM_LIMIT,
+          f"{kern.stages} stages: another would fit")  # fmt: skip
     check((kern.stages * kern.a_stage) % 1024 == 0, "B's stages not 1024-byte aligned")
+    check(kern.a_slice % 1024 == 0 and kern.b_slice % 1024 == 0, "slices not 1024-byte aligned")
     check(kern.a_stage + kern.b_stage < 2**20, "stage bytes exceed the mbarrier tx-count")
 
 
@@ -146,21 +168,23 @@ def tile_coords(tile, tiles_m, tiles_n, group):
     return tb, first_m + local % gsize, local // gsize
 
 
-def swz128(addr):
+def swizzle(addr, width):
+    """TMA's SWIZZLE_<width>B (= CUTLASS Swizzle<3,4,3> | <2,4,3>): the 16-byte chunk of a
+    byte address XORed with its bits 7-9 (128) or 7-8 (64), a pattern of 8 rows of ``width``."""
     addr = np.asarray(addr, dtype=np.int64)
-    return addr ^ (((addr >> 7) & 7) << 4)
+    return addr ^ (((addr >> 7) & (width // 16 - 1)) << 4)
 
 
-def tma_box(flat, slots, k_pad, lines, k0, slot, line0, rows):
+def tma_box(flat, slots, k_pad, lines, k0, slot, line0, rows, bk):
     """cp.async.bulk.tensor.3d on the map {k_pad, slots, lines}, strides {k_pad, slots k_pad},
-    box {128, 1, rows}: a rows x 128 tile, zeros outside the tensor."""
-    out = np.zeros((rows, BK), np.int16)
+    box {bk, 1, rows}: a rows x bk tile, zeros outside the tensor."""
+    out = np.zeros((rows, bk), np.int16)
     ld = slots * k_pad
     for y in range(rows):
         line = line0 + y
         if line >= lines:
             continue
-        x1 = min(k0 + BK, k_pad)
+        x1 = min(k0 + bk, k_pad)
         if x1 > k0:
             start = line * ld + slot * k_pad + k0
             out[y, : x1 - k0] = flat[start : start + x1 - k0]
@@ -168,22 +192,67 @@ def tma_box(flat, slots, k_pad, lines, k0, slot, line0, rows):
 
 
 def tma_place(smem, base, tile):
-    rows = tile.shape[0]
-    r, b = np.meshgrid(np.arange(rows), np.arange(BK), indexing="ij")
-    smem[swz128(base + r * 128 + b).ravel()] = tile.ravel()
+    """The box's rows of bk bytes at base, swizzled by bk bytes (the map's swizzle)."""
+    rows, bk = tile.shape
+    r, b = np.meshgrid(np.arange(rows), np.arange(bk), indexing="ij")
+    smem[swizzle(base + r * bk + b, bk).ravel()] = tile.ravel()
 
 
-def make_desc(addr):  # make_smem_desc_k128b
-    return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+# layout type (bits 62-63) and SBO (8 rows) of the K-major descriptors: make_smem_desc_k<BK>
+DESC_LAYOUT = {128: (1, 1024), 64: (2, 512)}
+SWIZZLE_OF_LAYOUT = {1: 128, 2: 64}
+
+
+def make_desc(addr, bk):  # make_smem_desc_k128b | make_smem_desc_k64b
+    layout, sbo = DESC_LAYOUT[bk]
+    return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((sbo >> 4) << 32) | (layout << 62)
 
 
 def wgmma_read(smem, desc, rows):
-    """Bytes a K-major SW128 descriptor names: rows x 32 k-bytes (decoded from the desc)."""
+    """Bytes a K-major swizzled descriptor names: rows x 32 k-bytes (decoded from the desc: rows
+    of the swizzle's width, 8 of them then SBO, the swizzle on the byte address)."""
     start = (desc & 0x3FFF) << 4
     sbo = ((desc >> 32) & 0x3FFF) << 4
-    assert (desc >> 62) & 3 == 1 and (desc >> 49) & 7 == 0
+    width = SWIZZLE_OF_LAYOUT[(desc >> 62) & 3]
+    assert (desc >> 49) & 7 == 0
     r, j = np.meshgrid(np.arange(rows), np.arange(WK), indexing="ij")
-    return smem[swz128(start + (r // 8) * sbo + (r % 8) * 128 + j)].astype(np.int64)
+    return smem[swizzle(start + (r // 8) * sbo + (r % 8) * width + j, width)].astype(np.int64)
+
+
+def check_descriptors(bk):
+    """One tile of 128 rows x bk bytes placed by TMA, read back by each k-step's descriptor
+    (both consumers' 64 rows): the tile; and, as a control, other swizzles' descriptors (or
+    SBO) do not read it back."""
+    rng = np.random.default_rng(bk)
+    tile = rng.integers(-128, 128, (BM, bk)).astype(np.int16)
+    smem = np.full(4 * BM * bk, -999, np.int16)
+    base = 2 * BM * bk  # a 1024-byte aligned slice further in
+    tma_place(smem, base, tile)
+
+    def read_back(make):
+        got = np.zeros((BM, bk), np.int64)
+        for cw in range(2):
+            for kk in range(bk // WK):
+                desc = make(base + cw * 64 * bk) + ((kk * WK) >> 4)
+                got[64 * cw : 64 * cw + 64, kk * WK : (kk + 1) * WK] = wgmma_read(smem, desc, 64)
+        return got
+
+    check(np.array_equal(read_back(lambda a: make_desc(a, bk)), tile),
+          f"BK = {bk}: the descriptors do not read back TMA's tile")  # fmt: skip
+    other = 64 if bk == 128 else 128
+    for what, make in (
+        (f"layout and SBO of SW{other}", lambda a: make_desc(a, other)),
+        (f"SBO of SW{other}", lambda a: make_desc(a, bk) & ~(0x3FFF << 32)
+         | ((DESC_LAYOUT[other][1] >> 4) << 32)),
+    ):  # fmt: skip
+        try:
+            wrong = read_back(make)
+        except IndexError:  # read past the model's smem: wrong too
+            wrong = None
+        check(wrong is None or not np.array_equal(wrong, tile),
+              f"control: BK = {bk} read with the {what} still gives the tile")  # fmt: skip
+    print(f"  BK = {bk}: {bk // WK} k-steps x 2 consumers read TMA's tile back; SW{other}'s "
+          "descriptors do not")  # fmt: skip
 
 
 def pow2(e):
@@ -224,10 +293,11 @@ def emulate(kern, a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=
     """C bits (batch*m*n + margin) and per-entry write counts, as the kernel computes them."""
     k_slack = float(np.float64(k_pad * overflow_slack(kern.level)))
     slices, a_stage, b_stage = kern.slices, kern.a_stage, kern.b_stage
+    bk, a_slice, b_slice = kern.k_block, kern.a_slice, kern.b_slice
     a_flat, b_flat = a_data.ravel(), b_data.ravel()
     tiles_m, tiles_n = -(-m // BM), -(-n // BN)
     num_tiles = batch * tiles_m * tiles_n
-    num_kb = -(-k_pad // BK)
+    num_kb = -(-k_pad // bk)
     margin = 37
     c = np.full(batch * m * n + margin, 0x7FBADBAD, np.uint32)
     writes = np.zeros(c.size, np.int64)
@@ -244,20 +314,20 @@ def emulate(kern, a_data, a_exp, b_data, b_exp, batch, m, n, k_pad, grid, group=
             a_line, b_line = tb * m + tm * BM, tb * n + tn * BN
             for kb in range(num_kb):
                 for s in range(slices):  # producer
-                    a_box = tma_box(a_flat, slices, k_pad, batch * m, kb * BK, s, a_line, BM)
-                    tma_place(smem, sA + stage * a_stage + s * A_SLICE, a_box)
+                    a_box = tma_box(a_flat, slices, k_pad, batch * m, kb * bk, s, a_line, BM, bk)
+                    tma_place(smem, sA + stage * a_stage + s * a_slice, a_box)
                     b_box = tma_box(
-                        b_flat, slices, k_pad, batch * n, kb * BK, slices - 1 - s, b_line, BN
+                        b_flat, slices, k_pad, batch * n, kb * bk, slices - 1 - s, b_line, BN, bk
                     )
-                    tma_place(smem, sB + stage * b_stage + s * B_SLICE, b_box)
+                    tma_place(smem, sB + stage * b_stage + s * b_slice, b_box)
                 for cw in range(2):  # consumers
-                    a_base = sA + stage * a_stage + cw * 64 * BK
+                    a_base = sA + stage * a_stage + cw * 64 * bk
                     b_base = sB + stage * b_stage
-                    for kk in range(BK // WK):
+                    for kk in range(bk // WK):
                         off = (kk * WK) >> 4
                         for p, (i, j) in enumerate(kern.pairs):
-                            da = make_desc(a_base + i * A_SLICE) + off
-                            db = make_desc(b_base + j * B_SLICE) + off
+                            da = make_desc(a_base + i * a_slice, bk) + off
+                            db = make_desc(b_base + j * b_slice, bk) + off
                             scale_d = kb > 0 or kk > 0 or not kern.first[p]
                             prod = wgmma_read(smem, da, 64) @ wgmma_read(smem, db, BN).T
                             g = i + j
@@ -565,12 +635,14 @@ def combine_edges(kern):
 def check_level(kern, built):
     level = kern.level
     print(
-        f"== level {kern.name}: S = {kern.slices}, G = {kern.classes}, {len(kern.pairs)} pairs, "
-        f"STAGES = {kern.stages}, SMEM_BYTES = {kern.smem_bytes:,}; W0 = {W0}, STEP = {STEP}, "
+        f"== {kern.name} (level {level.name}): S = {kern.slices}, G = {kern.classes}, "
+        f"{len(kern.pairs)} pairs, BK = {kern.k_block}, STAGES = {kern.stages}, "
+        f"SMEM_BYTES = {kern.smem_bytes:,}; W0 = {W0}, STEP = {STEP}, "
         f"int32_k_block = {int32_k_block(level)}, overflow_slack = {overflow_slack(level)!r}"
     )
-    print("[0] level table (kernel source, pairs, stages, smem)")
+    print("[0] level table (kernel source, pairs, stages, smem), descriptors")
     check_table(kern, built)
+    check_descriptors(kern.k_block)
     print("[1] combine formula (kernel's order and rounding) vs combine.combine")
     combine_edges(kern)
     print(
@@ -597,10 +669,11 @@ def check_level(kern, built):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--level", nargs="+", choices=KERNEL_LEVELS, default=list(KERNEL_LEVELS))
+    ap.add_argument("--level", nargs="+", choices=KERNELS, default=list(KERNELS),
+                    help="levels and variants (V_k64)")  # fmt: skip
     args = ap.parse_args()
     built = source_levels()
-    check(sorted(built) == sorted(f"fused_wgmma_{name}" for name in KERNEL_LEVELS),
+    check(sorted(built) == sorted(f"fused_wgmma_{name}" for name in KERNELS),
           f"kernel source's entry points {sorted(built)}")  # fmt: skip
     for name in args.level:
         check_level(kernel_of(name), built)

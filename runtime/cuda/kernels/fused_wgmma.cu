@@ -17,20 +17,25 @@
 //   fused_wgmma_T6  S = 3, G = 3: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0)
 //   fused_wgmma_IV  S = 3, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (1,2) (2,1)
 //   fused_wgmma_V   S = 4, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (0,3) (1,2) (2,1) (3,0)
+//   fused_wgmma_V_k64: level V's pairs and classes on 64-byte k-blocks (below); a variant to
+//     measure, not routed: V's 96 KB stages leave room for a ring of 2, its 48 KB ones for 4.
 //
 // Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers shared in hopper.cuh:
 //   * persistent grid, 384 threads: WG0 producer (setmaxnreg.dec 40, one thread issues TMA),
 //     WG1/WG2 consumers (setmaxnreg.inc 232), each 64 rows of the 128 x 64 output tile.
 //   * each consumer holds G class accumulators of m64n64 INT32: G x 32 registers (128 at G = 4).
-//   * stage = one 128-byte k-block of A's S slices (S x 128 rows) and B's S slices (S x 64 rows):
-//     S x 24 KB. STAGES = 4 | 3 | 2 for S = 2 | 3 | 4 (192 | 216 | 192 KB of the 227 KB).
+//   * stage = one BK-byte k-block of A's S slices (S x 128 rows) and B's S slices (S x 64 rows):
+//     S x 192 BK bytes, as many stages as fit in the 227 KB. BK = 128 (the levels' kernels):
+//     S x 24 KB, STAGES = 4 | 3 | 2 for S = 2 | 3 | 4 (192 | 216 | 192 KB); BK = 64 (V_k64):
+//     4 x 12 KB, STAGES = 4 (192 KB): the same bytes in flight, refilled in finer steps.
 //   * TMA: one 3-D map per operand, dims {k_pad, S slots, lines} (innermost first), strides
-//     {k_pad, ld} bytes, box {128, 1, rows}, 128B swizzle, zero fill. The innermost dimension
+//     {k_pad, ld} bytes, box {BK, 1, rows}, BK-byte swizzle, zero fill. The innermost dimension
 //     is k_pad, so k >= k_pad of the last k-block reads as zeros (not the next slot's digits).
 //     Lines past the pair's m (n) read the next pair's lines (or zeros past the last line):
 //     such rows (columns) only feed outputs the epilogue does not store.
-//   * per k-block and consumer: |L| pairs x 4 k-steps of wgmma m64n64k32 s32.s8.s8, both
-//     operands from smem descriptors (SS), into accumulator class i + j.
+//   * per k-block and consumer: |L| pairs x BK/32 k-steps of wgmma m64n64k32 s32.s8.s8, both
+//     operands from smem descriptors (SS, K-major, BK-byte swizzle), into accumulator class
+//     i + j. Over a tile the wgmma run in the same order for either BK (k-step, then pair).
 //
 // Compiles with nvcc (-arch=sm_90a) and NVRTC (--gpu-architecture=sm_90a, -std=c++17,
 // --include-path=<this directory>); its one include is hopper.cuh (the PTX wrappers it shares
@@ -42,14 +47,10 @@ namespace {
 
 constexpr int BLOCK_M = 128;              // output tile rows (2 consumer WGs x 64)
 constexpr int BLOCK_N = 64;               // output tile cols (one wgmma N)
-constexpr int BLOCK_K = 128;              // k bytes per stage = one 128B swizzle row
 constexpr int WGMMA_K = 32;               // k per wgmma for 8-bit types
 constexpr int ACC_REGS = 64 * BLOCK_N / 128;   // 32 INT32 per thread per m64n64 accumulator
 constexpr int NUM_THREADS = 384;
 constexpr int NUM_CONSUMER_WARPS = 8;
-constexpr int A_SLICE_BYTES = BLOCK_M * BLOCK_K;          // 16384
-constexpr int B_SLICE_BYTES = BLOCK_N * BLOCK_K;          //  8192
-static_assert(A_SLICE_BYTES % 1024 == 0 && B_SLICE_BYTES % 1024 == 0, "tiles must be 1024B aligned");
 constexpr int SMEM_LIMIT = 227 * 1024;    // dynamic smem a block may opt in to on sm_90
 
 // A level's pairs in issue order. The first pair of each class overwrites its accumulator at
@@ -97,32 +98,70 @@ static_assert(lists(triangle(4, 4), {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {2,
                                      {1, 2}, {2, 1}, {3, 0}}), "level V's pairs");
 
 // One level's kernel: S slices per operand (S slots a line), G weight classes g = 0..G-1 (the
-// pairs: triangle(S, G)), and its shared-memory layout.
-template <int S, int G>
+// pairs: triangle(S, G)), k-blocks of BK bytes (one row of the BK-byte swizzle: 128 or 64),
+// and its shared-memory layout.
+template <int S, int G, int BK>
 struct Level {
   static constexpr int SLICES = S;
   static constexpr int CLASSES = G;
-  // As many stages of S x 24 KB as fit in the 227 KB (4 | 3 | 2 for S = 2 | 3 | 4).
-  static constexpr int STAGES = S == 2 ? 4 : S == 3 ? 3 : 2;
+  static constexpr int BLOCK_K = BK;                         // k bytes per stage
+  static constexpr int A_SLICE_BYTES = BLOCK_M * BK;         // 16384 | 8192
+  static constexpr int B_SLICE_BYTES = BLOCK_N * BK;         //  8192 | 4096
   static constexpr int A_STAGE_BYTES = S * A_SLICE_BYTES;
   static constexpr int B_STAGE_BYTES = S * B_SLICE_BYTES;
   static constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;   // < 2^20 (tx-count)
-  // Dynamic smem layout (offsets from a 1024-byte aligned base: the 128B swizzle pattern
-  // repeats every 8 rows x 128 B, and TMA and the descriptors (base_offset 0) assume it).
+  static constexpr int SMEM_ALIGN_SLACK = 1024;   // the kernel aligns the dynamic smem base itself
+  // As many stages (and their two mbarriers) as fit in the 227 KB beside the slack.
+  static constexpr int STAGES = (SMEM_LIMIT - SMEM_ALIGN_SLACK) / (STAGE_TX_BYTES + 2 * 8);
+  // Dynamic smem layout (offsets from a 1024-byte aligned base: the swizzle pattern repeats
+  // every 8 rows x BK B (1024 | 512 B), and TMA and the descriptors (base_offset 0) assume it).
   static constexpr int SMEM_A_OFF = 0;
   static constexpr int SMEM_B_OFF = SMEM_A_OFF + STAGES * A_STAGE_BYTES;
   static constexpr int SMEM_BAR_OFF = SMEM_B_OFF + STAGES * B_STAGE_BYTES;
   static constexpr int SMEM_USED = SMEM_BAR_OFF + 2 * STAGES * 8;
-  static constexpr int SMEM_ALIGN_SLACK = 1024;   // the kernel aligns the dynamic smem base itself
-  // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,664.
+  // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,664;
+  // V_k64 197,696.
   static constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
   static_assert(2 <= S && S <= 4 && (G == 3 || G == 4), "levels I, T6, IV, V");
-  static_assert(SMEM_B_OFF % 1024 == 0, "tiles must be 1024B aligned");
+  static_assert(BK == 128 || BK == 64, "k-blocks of one 128B or 64B swizzle row");
+  static_assert(A_SLICE_BYTES % 1024 == 0 && B_SLICE_BYTES % 1024 == 0 && SMEM_B_OFF % 1024 == 0,
+                "tiles must be 1024B aligned");
+  static_assert(STAGES >= 2, "a ring of one stage would leave the tensor cores waiting on loads");
   static_assert(SMEM_BYTES <= SMEM_LIMIT, "exceeds 227 KB dynamic smem");
   static_assert(STAGE_TX_BYTES < (1 << 20), "mbarrier tx-count");
 };
+static_assert(Level<2, 3, 128>::STAGES == 4 && Level<3, 3, 128>::STAGES == 3 &&
+              Level<3, 4, 128>::STAGES == 3 && Level<4, 4, 128>::STAGES == 2 &&
+              Level<4, 4, 64>::STAGES == 4, "the rings fused_wgmma.py sizes the launches for");
 
 // ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
+
+// Shared-memory matrix descriptor, K-major, 64-byte swizzle: hopper.cuh's make_smem_desc_k128b
+// for rows of 64 B. CUTLASS GmmaDescriptor (cute/arch/mma_sm90_desc.hpp) and make_gmma_desc
+// (cute/atom/mma_traits_sm90_gmma.hpp: K-major B64 = Swizzle<2,4,3> o ((8,n),2):((4,SBO),1) in
+// 16-byte units, i.e. rows 64 B apart, SBO between groups of 8 rows, the 16-byte chunks of a row
+// XORed with address bits 7-8, as TMA's SWIZZLE_64B writes them):
+//   bits 0-13 start >> 4; 16-29 LBO >> 4 = 1 (unused); 32-45 SBO >> 4 = (8 x 64) >> 4;
+//   49-51 base offset 0 (tiles 512B aligned); 62-63 layout 2 = SWIZZLE_64B.
+__device__ __forceinline__ u64 make_smem_desc_k64b(u32 smem_addr) {
+  u64 desc = 0;
+  desc |= static_cast<u64>((smem_addr & 0x3FFFF) >> 4);
+  desc |= static_cast<u64>(1) << 16;
+  desc |= static_cast<u64>(512 >> 4) << 32;
+  desc |= static_cast<u64>(2) << 62;
+  return desc;
+}
+
+// The descriptor of a tile of BK-byte rows swizzled by BK bytes (TMA's layout for a box of BK).
+template <int BK>
+__device__ __forceinline__ u64 make_smem_desc_k(u32 smem_addr) {
+  if constexpr (BK == 128) {
+    return make_smem_desc_k128b(smem_addr);
+  } else {
+    static_assert(BK == 64, "128B or 64B swizzle");
+    return make_smem_desc_k64b(smem_addr);
+  }
+}
 
 // D[64 x 64] (+)= A[64 x 32] * B[64 x 32]^T, both operands from smem descriptors (the
 // m64n256k32 wrapper of wgmma_gemm.cu cut to N = 64: 32 accumulator registers).
@@ -211,14 +250,14 @@ __device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int 
 
 // ---------------------------------------------------------------- the kernel
 
-// The kernel of level L = Level<S, G>; the extern "C" entry points below are its wrappers.
+// The kernel of level L = Level<S, G, BK>; the extern "C" entry points below are its wrappers.
 // Launch: grid = min(#SMs, batch * ceil(m/128) * ceil(n/64)), block = 384 (NUM_THREADS),
 // dynamic smem = L::SMEM_BYTES. k_pad > 0, a multiple of 16, small enough that no class sum
 // leaves INT32 (combine.int32_k_block(level)).
 template <class L>
 __device__ __forceinline__ void fused_wgmma(
-    const TensorMap& tmap_a,                    // A: dims {k_pad, S, batch*m}, box {128, 1, 128}
-    const TensorMap& tmap_b,                    // B: dims {k_pad, S, batch*n}, box {128, 1, 64}
+    const TensorMap& tmap_a,                    // A: dims {k_pad, S, batch*m}, box {BK, 1, 128}
+    const TensorMap& tmap_b,                    // B: dims {k_pad, S, batch*n}, box {BK, 1, 64}
     const int* __restrict__ a_exp,              // batch*m line exponents
     const int* __restrict__ b_exp,              // batch*n line exponents
     float* __restrict__ C,                      // batch x m x n, row-major
@@ -226,6 +265,9 @@ __device__ __forceinline__ void fused_wgmma(
   constexpr int SLICES = L::SLICES;
   constexpr int CLASSES = L::CLASSES;
   constexpr int STAGES = L::STAGES;
+  constexpr int BLOCK_K = L::BLOCK_K;
+  constexpr int A_SLICE_BYTES = L::A_SLICE_BYTES;
+  constexpr int B_SLICE_BYTES = L::B_SLICE_BYTES;
   constexpr PairTable PAIRS = triangle(SLICES, CLASSES);
 
   // A launch the kernel was not built for would hang or corrupt memory: fail loudly.
@@ -321,7 +363,8 @@ __device__ __forceinline__ void fused_wgmma(
       for (int kb = 0; kb < num_kb; ++kb) {
         mbar_wait(bar_full + 8 * stage, phase);
 
-        // This consumer's 64 rows of each A slice start 8 KB into it (swizzle phase unchanged).
+        // This consumer's 64 rows of each A slice start 64 BK bytes into it (8 | 4 KB: a whole
+        // number of swizzle patterns, phase unchanged).
         const u32 a_base = sA + stage * L::A_STAGE_BYTES + cw * 64 * BLOCK_K;
         const u32 b_base = sB + stage * L::B_STAGE_BYTES;
 
@@ -336,8 +379,8 @@ __device__ __forceinline__ void fused_wgmma(
           const u64 off = static_cast<u64>((kk * WGMMA_K) >> 4);
 #pragma unroll
           for (int p = 0; p < PAIRS.count; ++p) {
-            const u64 desc_a = make_smem_desc_k128b(a_base + PAIRS.a[p] * A_SLICE_BYTES) + off;
-            const u64 desc_b = make_smem_desc_k128b(b_base + PAIRS.b[p] * B_SLICE_BYTES) + off;
+            const u64 desc_a = make_smem_desc_k<BLOCK_K>(a_base + PAIRS.a[p] * A_SLICE_BYTES) + off;
+            const u64 desc_b = make_smem_desc_k<BLOCK_K>(b_base + PAIRS.b[p] * B_SLICE_BYTES) + off;
             const u32 scale_d = (kb > 0 || kk > 0 || !PAIRS.first[p]) ? 1u : 0u;
             wgmma_m64n64k32_s8(acc[PAIRS.a[p] + PAIRS.b[p]], desc_a, desc_b, scale_d);
           }
@@ -413,19 +456,22 @@ __device__ __forceinline__ void fused_wgmma(
 
 }  // namespace
 
-// The entry points, one a level (S slices, G classes): the same parameters for all four; the
-// host builds the maps with S slots and launches with that level's SMEM_BYTES.
-#define FUSED_WGMMA_KERNEL(NAME, S, G)                                                          \
+// The entry points, one a level (S slices, G classes) and k-block (BK bytes), and one variant:
+// the same parameters for all; the host builds the maps with S slots, boxes of BK bytes and the
+// BK-byte swizzle, and launches with that kernel's SMEM_BYTES.
+#define FUSED_WGMMA_KERNEL(NAME, S, G, BK)                                                      \
   extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)                                  \
   NAME(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,      \
        const int* __restrict__ a_exp, const int* __restrict__ b_exp, float* __restrict__ C,     \
        double k_slack, int m, int n, int k_pad, int batch, int w0, int step,                    \
        int raster_group) {                                                                      \
-    fused_wgmma<Level<S, G>>(tmap_a, tmap_b, a_exp, b_exp, C, k_slack, m, n, k_pad, batch, w0,  \
-                             step, raster_group);                                               \
+    fused_wgmma<Level<S, G, BK>>(tmap_a, tmap_b, a_exp, b_exp, C, k_slack, m, n, k_pad, batch,  \
+                                 w0, step, raster_group);                                       \
   }
 
-FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3)
-FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3)
-FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4)
-FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4)
+FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128)
+FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3, 128)
+FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4, 128)
+FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 128)
+// Level V on 64-byte k-blocks: a ring of 4 stages where V's has 2 (fused_wgmma.VARIANTS).
+FUSED_WGMMA_KERNEL(fused_wgmma_V_k64, 4, 4, 64)
