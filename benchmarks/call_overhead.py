@@ -238,7 +238,7 @@ def mlp_case(w: int) -> list[dict[str, Any]]:
     plan = mixpert.tune(mlp, (x, *ws), tol=MLP_TOL, target="cuda")
     jitted = mixpert.jit(mlp, plan=plan)
     plain_call = timed(lambda: mlp(x, *ws), 50)[1]
-    plain_host = host_us(lambda: mlp(x, *ws))  # (the jit's own host cost: the difference)
+    plain_host = host_us(lambda: mlp(x, *ws))  # (beside the jit's: what its layers add, net)
     rows = []
     for when in ("before", "after"):
         mode(when)

@@ -126,8 +126,10 @@ def main() -> None:
         "--wgmma",
         nargs="*",
         default=None,
-        help="levels whose fused products run fused_wgmma's kernel in this run (default: "
-        "fused_wgmma.ROUTED): to measure a level's kernel against Triton's and the class sums",
+        choices=sorted(fused_wgmma.FORMS),
+        help="levels whose fused products run fused_wgmma's kernel at every size in this run "
+        "(default: as fused_wgmma.ROUTED says; none given: no level): to measure a level's "
+        "kernel against Triton's and the class sums",
     )
     args = parser.parse_args()
     if args.wgmma is not None:

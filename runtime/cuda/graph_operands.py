@@ -13,13 +13,16 @@ The operands are the caller's own arrays then: the graph's kernels must only rea
 backend's kernels take their inputs as const pointers), and a memset into one refuses.
 
 The nodes of conditional bodies are read and rewritten the same way, given the bodies (the
-driver cannot list a conditional node's body before 13.2: the capture records them,
-``conditional.recording_bodies``). ``find`` gives None, and the caller keeps its copies, where
-the graph has nodes whose addresses it does not read (copies, child graphs, conditional nodes
-whose bodies it was not given), where a buffer is not found among the parameters, where a
-memset writes an operand or runs past the end of the buffer it starts in, where the driver
-refuses a rewrite (tried once, with the captured addresses), where CuPy kept no template graph
-or the driver lacks the calls (before 12.4).
+capture records them, ``conditional.recording_bodies``: the driver lists a conditional node's
+bodies only from 13.2, per cuda.core's docs), on drivers from BODIES_FROM (a 13.0 driver was
+seen to apply such rewrites: tests/runtime/test_captured_products.py; older ones are untried,
+and one that took a rewrite without applying it would go unnoticed). ``find`` gives None, and
+the caller keeps its copies, where the graph has nodes whose addresses it does not read
+(copies, child graphs, conditional nodes whose bodies it was not given or on older drivers),
+where a buffer is not found among the parameters, where a memset writes an operand or runs
+past the end of the buffer it starts in, where the driver refuses a rewrite (tried once, with
+the captured addresses), where CuPy kept no template graph or the driver lacks the calls
+(before 12.4).
 
 An address inside a buffer is taken for that buffer, so the graph's scratch must never share
 memory with the operands or the output: its captures allocate without reuse
@@ -41,6 +44,7 @@ if TYPE_CHECKING:  # (the module itself needs no CuPy: its tests run without one
 # CUgraphNodeType (cuda.h): the nodes ``find`` reads, and those that hold no operand address
 _KERNEL, _MEMSET, _CONDITIONAL = 0, 2, 13
 _INERT = frozenset({5, 10, 11})  # empty, memory allocation and free (a GEMM's workspace)
+BODIES_FROM = 13000  # the driver version from which conditional bodies are rebound
 _MAX_PARAMS = 4096  # (a bound on the parameter walk, far above any kernel's count)
 _INVALID_VALUE = 1  # CUDA_ERROR_INVALID_VALUE: a parameter index past the kernel's last
 
@@ -80,6 +84,7 @@ _SIGNATURES: dict[str, list[Any]] = {
     "cuGraphExecMemsetNodeSetParams": [_P, _P, ctypes.POINTER(_MemsetParams), _P],
     "cuCtxGetCurrent": [ctypes.POINTER(_P)],
     "cuCtxSetCurrent": [_P],
+    "cuDriverGetVersion": [ctypes.POINTER(ctypes.c_int)],
 }
 
 # (parameter index, byte offset in it, buffer index, offset from the buffer's start)
@@ -199,11 +204,13 @@ def find(
                         return None
                     memsets.append(_MemsetNode(node, memset, *found))
             elif kind.value == _CONDITIONAL:
+                if _version(cuda) < BODIES_FROM:
+                    return None
                 conditionals += 1
             elif kind.value not in _INERT:
                 return None
         inner = bodies.get(handle, ())
-        if conditionals != len(inner):
+        if conditionals != len(inner):  # (IF nodes of one body each: ``conditional.only_if``'s)
             return None
         pending += inner
     seen = {hit[2] for kernel in kernels for hit in kernel.hits} | {m.buffer for m in memsets}
@@ -251,6 +258,12 @@ def _extent(memset: _MemsetParams) -> int:
     """The bytes from a memset's destination to the end of the last byte it writes."""
     row = memset.width * memset.elementSize
     return row if memset.height <= 1 else (memset.height - 1) * memset.pitch + row
+
+
+def _version(cuda: ctypes.CDLL) -> int:
+    version = ctypes.c_int()
+    _check(cuda.cuDriverGetVersion(ctypes.byref(version)))
+    return version.value
 
 
 def _word(value: int | None, at: int) -> int:

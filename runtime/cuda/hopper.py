@@ -133,11 +133,11 @@ def int8_tensor_map(
     dims 1 and 2, ``box`` elements a load; ``swizzle``-byte swizzle, 128 or 64 (the wgmma
     descriptors' layout: a box's inner size is at most the swizzle's); box elements past the
     dims read as zeros (OOB_FILL_NONE)."""
-    from cuda.bindings import driver as cu
-
     if swizzle not in SWIZZLES or box[0] > swizzle:
         raise ValueError(f"swizzle {swizzle} with a box of {box[0]} bytes: must be one of "
                          f"{SWIZZLES}, at least the box's inner size")  # fmt: skip
+    from cuda.bindings import driver as cu
+
     modes = {128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
              64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B}  # fmt: skip
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # (cuda-bindings 13 refuses plain ints here)

@@ -96,6 +96,8 @@ def at(level: str, func: Any = mlp, **options: Any) -> Any:
 
 
 def test_a_native_site_is_cupys_product_and_nothing_else(cp, monkeypatch) -> None:
+    """Where the backend replays nothing (the fixture's), a native site is one ``cupy.matmul``."""
+
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a native CuPy site went through dispatch")
 

@@ -374,7 +374,7 @@ def test_auto_replayed_takes_each_calls_arrays_in_its_conditional_body(monkeypat
     arrays shows); on a driver that rewrites the body's nodes, the plan reads in place."""
     import cupy
 
-    from mixpert.runtime.cuda import backend, captured
+    from mixpert.runtime.cuda import backend, captured, graph_operands
     from mixpert.testdata import gemmul8
 
     if not captured.conditional_nodes():
@@ -392,7 +392,7 @@ def test_auto_replayed_takes_each_calls_arrays_in_its_conditional_body(monkeypat
         kept.append((a, b))
     plans = list(backend._plans[cupy.cuda.Device().id]._plans.values())
     assert len(plans) == 1
-    if cupy.cuda.runtime.driverGetVersion() >= 13000:  # (a driver seen to rewrite body nodes)
+    if cupy.cuda.runtime.driverGetVersion() >= graph_operands.BODIES_FROM:
         assert plans[0].reads_in_place
 
 

@@ -40,6 +40,7 @@ class Driver:
         refused: frozenset[int] = frozenset(),
     ):
         self.nodes, self.refused = nodes, refused
+        self.version = 13000
         self.graphs = graphs or {GRAPH.graph: list(range(1, len(nodes) + 1))}
         self.kernels_set: dict[int, list[bytes]] = {}
         self.memsets_set: dict[int, tuple[int, int]] = {}
@@ -86,6 +87,10 @@ class Driver:
 
     def cuCtxGetCurrent(self, context: Any) -> int:
         context._obj.value = CONTEXT
+        return 0
+
+    def cuDriverGetVersion(self, version: Any) -> int:
+        version._obj.value = self.version
         return 0
 
     def cuCtxSetCurrent(self, context: Any) -> int:
@@ -193,8 +198,10 @@ def test_conditional_bodies_given_are_rebound_too(monkeypatch) -> None:
         pointer(0x3000_0000),
     ]
     assert driver.kernels_set[1][0] == pointer(0x1000_0000)
-    # its bodies not given, or a body node the driver will not rewrite: copies
+    # its bodies not given, a driver older than 13.0, or a body node it will not rewrite: copies
     assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2]) is None
+    driver.version = 12080
+    assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2], {GRAPH.graph: [BODY]}) is None
     refusing = Driver(nodes, graphs, refused=frozenset({3}))
     monkeypatch.setattr(graph_operands, "_driver", lambda: refusing)
     assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2], {GRAPH.graph: [BODY]}) is None
