@@ -11,6 +11,8 @@
 #   bash benchmarks/device_run.sh wgmma [levels]                           (the wgmma fused kernels:
 #        tests, then each level's bits against Triton's kernel and both timed; default I T6 IV V;
 #        a variant (fused_wgmma.VARIANTS, e.g. V_k64) is checked and timed beside its level's own)
+#   bash benchmarks/device_run.sh ncu [n]                                  (Nsight Compute: the fused
+#        kernels of IV and V, V_k64, and the class sums' GEMMs at n, default 8192)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -51,4 +53,12 @@ if [[ $what == wgmma ]]; then
     timeout -s INT $limit python "$repo/benchmarks/wgmma_int8/fused_iv/check_gpu.py" $kind "$level" \
       --quick --out "$out/wgmma-$level.json" 2>&1 | tee "$out/wgmma-$level.log"
   done
+fi
+if [[ $what == ncu ]]; then
+  metrics=gpu__time_duration.sum,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum
+  metrics=$metrics,sm__pipe_tensor_op_imma_cycles_active.avg.pct_of_peak_sustained_active
+  metrics=$metrics,sm__warps_active.avg.pct_of_peak_sustained_active
+  timeout -s INT 500 ncu --clock-control none --kernel-name regex:'fused|i8|imma|combine' \
+    --metrics "$metrics" python "$repo/benchmarks/fused_profile.py" "${1:-8192}" --levels IV V \
+    --variant V_k64 2>&1 | tee "$out/fused-ncu-wgmma.txt"
 fi
