@@ -203,7 +203,7 @@ DESC_LAYOUT = {128: (1, 1024), 64: (2, 512)}
 SWIZZLE_OF_LAYOUT = {1: 128, 2: 64}
 
 
-def make_desc(addr, bk):  # make_smem_desc_k128b | make_smem_desc_k64b
+def make_desc(addr, bk):  # hopper.cuh make_smem_desc_k<bk>
     layout, sbo = DESC_LAYOUT[bk]
     return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((sbo >> 4) << 32) | (layout << 62)
 

@@ -136,33 +136,6 @@ static_assert(Level<2, 3, 128>::STAGES == 4 && Level<3, 3, 128>::STAGES == 3 &&
 
 // ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
 
-// Shared-memory matrix descriptor, K-major, 64-byte swizzle: hopper.cuh's make_smem_desc_k128b
-// for rows of 64 B. CUTLASS GmmaDescriptor (cute/arch/mma_sm90_desc.hpp) and make_gmma_desc
-// (cute/atom/mma_traits_sm90_gmma.hpp: K-major B64 = Swizzle<2,4,3> o ((8,n),2):((4,SBO),1) in
-// 16-byte units, i.e. rows 64 B apart, SBO between groups of 8 rows, the 16-byte chunks of a row
-// XORed with address bits 7-8, as TMA's SWIZZLE_64B writes them):
-//   bits 0-13 start >> 4; 16-29 LBO >> 4 = 1 (unused); 32-45 SBO >> 4 = (8 x 64) >> 4;
-//   49-51 base offset 0 (tiles 512B aligned); 62-63 layout 2 = SWIZZLE_64B.
-__device__ __forceinline__ u64 make_smem_desc_k64b(u32 smem_addr) {
-  u64 desc = 0;
-  desc |= static_cast<u64>((smem_addr & 0x3FFFF) >> 4);
-  desc |= static_cast<u64>(1) << 16;
-  desc |= static_cast<u64>(512 >> 4) << 32;
-  desc |= static_cast<u64>(2) << 62;
-  return desc;
-}
-
-// The descriptor of a tile of BK-byte rows swizzled by BK bytes (TMA's layout for a box of BK).
-template <int BK>
-__device__ __forceinline__ u64 make_smem_desc_k(u32 smem_addr) {
-  if constexpr (BK == 128) {
-    return make_smem_desc_k128b(smem_addr);
-  } else {
-    static_assert(BK == 64, "128B or 64B swizzle");
-    return make_smem_desc_k64b(smem_addr);
-  }
-}
-
 // D[64 x 64] (+)= A[64 x 32] * B[64 x 32]^T, both operands from smem descriptors (the
 // m64n256k32 wrapper of wgmma_gemm.cu cut to N = 64: 32 accumulator registers).
 // scale_d == 0 overwrites D, 1 accumulates.

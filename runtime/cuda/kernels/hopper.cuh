@@ -124,15 +124,20 @@ __device__ __forceinline__ void fence_operand(u32& r) {
   asm volatile("" : "+r"(r)::"memory");
 }
 
-// Shared-memory matrix descriptor, K-major, 128-byte swizzle (CUTLASS GmmaDescriptor):
-//   bits 0-13 start >> 4; 16-29 LBO >> 4 = 1 (unused); 32-45 SBO >> 4 = 1024 >> 4;
-//   49-51 base offset 0; 62-63 layout 1 = SWIZZLE_128B.
-__device__ __forceinline__ u64 make_smem_desc_k128b(u32 smem_addr) {
+// Shared-memory matrix descriptor of a K-major tile whose rows are SWIZZLE bytes (128 or 64),
+// swizzled as TMA's SWIZZLE_128B / SWIZZLE_64B writes them (CUTLASS GmmaDescriptor,
+// cute/arch/mma_sm90_desc.hpp; make_gmma_desc in cute/atom/mma_traits_sm90_gmma.hpp):
+//   bits 0-13 start >> 4; 16-29 LBO >> 4 = 1 (unused); 32-45 SBO >> 4 = (8 rows x SWIZZLE) >> 4;
+//   49-51 base offset 0 (tiles aligned to the pattern); 62-63 layout 1 = SWIZZLE_128B,
+//   2 = SWIZZLE_64B.
+template <int SWIZZLE>
+__device__ __forceinline__ u64 make_smem_desc_k(u32 smem_addr) {
+  static_assert(SWIZZLE == 128 || SWIZZLE == 64, "128B or 64B swizzle");
   u64 desc = 0;
   desc |= static_cast<u64>((smem_addr & 0x3FFFF) >> 4);
   desc |= static_cast<u64>(1) << 16;
-  desc |= static_cast<u64>(1024 >> 4) << 32;
-  desc |= static_cast<u64>(1) << 62;
+  desc |= static_cast<u64>(8 * SWIZZLE >> 4) << 32;
+  desc |= static_cast<u64>(SWIZZLE == 128 ? 1 : 2) << 62;
   return desc;
 }
 

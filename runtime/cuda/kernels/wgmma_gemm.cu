@@ -206,8 +206,8 @@ wgmma_gemm(const __grid_constant__ TensorMap tmap_a,   // A: dims {depth, m, bat
         mbar_wait(bar_full + 8 * stage, phase);
 
         // This consumer's 64 rows of A start 8 KB into the A tile (swizzle phase unchanged).
-        const u64 desc_a = make_smem_desc_k128b(sA + stage * A_STAGE_BYTES + cw * 64 * BLOCK_K);
-        const u64 desc_b = make_smem_desc_k128b(sB + stage * B_STAGE_BYTES);
+        const u64 desc_a = make_smem_desc_k<128>(sA + stage * A_STAGE_BYTES + cw * 64 * BLOCK_K);
+        const u64 desc_b = make_smem_desc_k<128>(sB + stage * B_STAGE_BYTES);
 
 #pragma unroll
         for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
