@@ -8,10 +8,10 @@ pool's blocks, is paid outside the capture), then captures the same call into a 
 points the graph at its operands and a new output (``graph_operands``: the addresses in the
 nodes' parameters rewritten) and replays it, all on the stream, with no host synchronisation;
 an operand laid out otherwise (not C-contiguous float32, not aligned) is copied into the plan's
-buffer first, and a graph whose addresses cannot be rewritten (e.g. a driver that will not
-rewrite the nodes of "auto"'s conditional body) has both operands copied in and the output
-copied out. The graph runs the very
-kernels the direct call runs, on the same data, so its bits are the direct call's.
+buffer first, and a graph whose addresses cannot be rewritten (e.g. "auto"'s, on a driver that
+will not rewrite the nodes of its conditional body) has both operands copied in and the output
+copied out. The graph runs the very kernels the direct call runs, on the same data, so its bits
+are the direct call's.
 A ``CapturedSgemm`` is CuPy's own cuBLAS SGEMM captured and replayed the same way, for small
 native products.
 

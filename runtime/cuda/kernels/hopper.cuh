@@ -141,6 +141,28 @@ __device__ __forceinline__ u64 make_smem_desc_k(u32 smem_addr) {
   return desc;
 }
 
+// The dynamic shared memory's base rounded up to 1024 B (the start is not guaranteed to be; the
+// 128B swizzle pattern repeats every 1024 B, and TMA and the descriptors assume its phase).
+__device__ __forceinline__ u32 smem_base_1024(const void* smem_raw) {
+  return (smem_u32(smem_raw) + 1023u) & ~1023u;
+}
+
+// A TMA ring's set-up, by thread 0 before the block's __syncthreads: both tensor maps
+// prefetched, and per stage a "full" barrier (the producer's one arrive.expect_tx) and an
+// "empty" one (one arrive per consumer warp).
+template <int STAGES>
+__device__ __forceinline__ void init_ring(const TensorMap* tmap_a, const TensorMap* tmap_b,
+                                          u32 bar_full, u32 bar_empty, u32 consumer_warps) {
+  tma_prefetch_desc(tmap_a);
+  tma_prefetch_desc(tmap_b);
+#pragma unroll
+  for (int s = 0; s < STAGES; ++s) {
+    mbar_init(bar_full + 8 * s, 1);
+    mbar_init(bar_empty + 8 * s, consumer_warps);
+  }
+  fence_barrier_init();
+}
+
 // Output-tile order: batch outermost; inside a problem, groups of `group` tile-rows (along
 // m) with m varying fastest, so tiles running at the same time share B tiles and a bounded
 // band of A in L2. Producer and consumers call this with the same arguments.

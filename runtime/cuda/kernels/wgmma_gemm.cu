@@ -129,9 +129,7 @@ wgmma_gemm(const __grid_constant__ TensorMap tmap_a,   // A: dims {depth, m, bat
   if (m <= 0 || n <= 0 || depth <= 0 || batch <= 0 || raster_group <= 0) return;
 
   extern __shared__ unsigned char smem_raw[];
-  // Align the base to 1024 B ourselves; the dynamic smem start is not guaranteed to be.
-  const u32 raw_addr = smem_u32(smem_raw);
-  const u32 base = (raw_addr + 1023u) & ~1023u;
+  const u32 base = smem_base_1024(smem_raw);
   const u32 sA = base + SMEM_A_OFF;
   const u32 sB = base + SMEM_B_OFF;
   const u32 bar_full = base + SMEM_BAR_OFF;        // STAGES x 8 B
@@ -145,14 +143,7 @@ wgmma_gemm(const __grid_constant__ TensorMap tmap_a,   // A: dims {depth, m, bat
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    tma_prefetch_desc(&tmap_a);
-    tma_prefetch_desc(&tmap_b);
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bar_full + 8 * s, 1);                     // the producer's arrive.expect_tx
-      mbar_init(bar_empty + 8 * s, NUM_CONSUMER_WARPS);   // one arrive per consumer warp
-    }
-    fence_barrier_init();
+    init_ring<STAGES>(&tmap_a, &tmap_b, bar_full, bar_empty, NUM_CONSUMER_WARPS);
   }
   __syncthreads();
 
