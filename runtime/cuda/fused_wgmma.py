@@ -6,9 +6,8 @@ the level's INT32 class sums in registers), ``combine``'s formula in the epilogu
 a persistent grid over output tiles of all pairs.
 
 Built, loaded and launched as ``hopper`` says. The packs are read through 3-D tensor maps
-{k_pad, slots, lines} (innermost first), boxes of one slot's k-block (128 bytes, one row of
-the 128-byte swizzle; a variant's 64) of a tile's lines, zeros past k_pad (not the next slot's
-digits).
+{k_pad, slots, lines} (innermost first), boxes of one slot's k-block (128 or 64 bytes, one row
+of that swizzle) of a tile's lines, zeros past k_pad (not the next slot's digits).
 
 A level's kernel is routed to (``routed``) once it has given the oracle's bits and its speed
 on a GPU (``ROUTED``, with the output side from which the class-sum pipeline beats it); the
@@ -84,13 +83,17 @@ FORMS = {
     "I": Form("fused_wgmma_I", triangle(2, 2, 2), 2),
     "T6": Form("fused_wgmma_T6", triangle(3, 3, 2), 3),
     "IV": Form("fused_wgmma_IV", triangle(3, 3, 3), 3),
-    "V": Form("fused_wgmma_V", triangle(4, 4, 3), 4),
+    # V on 64-byte k-blocks: 4 stages of 48 KB, where 128-byte ones leave room for 2 of 96 KB
+    # (the same bytes in flight, refilled twice as often; measured: wgmma-V_k64.json)
+    "V": Form("fused_wgmma_V", triangle(4, 4, 3), 4, 64),
 }
 # Builds of a level's kernel not routed to, each a level's pairs and slices on another k-block:
-# V on 64-byte k-blocks holds 4 stages of 48 KB where V's own holds 2 of 96 KB (the same bytes
-# in flight, refilled twice as often): whether V's 2-stage ring starves its tensor cores.
+# rings of more, smaller stages (the change that sped V's kernel up), measured against the
+# level's own (``check_gpu.py --variant``).
 VARIANTS = {
-    "V_k64": Form("fused_wgmma_V_k64", triangle(4, 4, 3), 4, 64),
+    "I_k64": Form("fused_wgmma_I_k64", triangle(2, 2, 2), 2, 64),
+    "T6_k64": Form("fused_wgmma_T6_k64", triangle(3, 3, 2), 3, 64),
+    "IV_k64": Form("fused_wgmma_IV_k64", triangle(3, 3, 3), 3, 64),
 }
 
 
@@ -174,7 +177,7 @@ def product(
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices), as
     ``fused.product``: every entry gets ``combine``'s value, flagged lines included (``sliced``'s
     bypass overwrites those). By ``level``'s kernel, or by ``variant``, another build of it (e.g.
-    ``VARIANTS["V_k64"]``: the same bits). ValueError on anything the kernel cannot take."""
+    ``VARIANTS["IV_k64"]``: the same bits). ValueError on anything the kernel cannot take."""
     import cupy as cp
 
     found, (count, m, n) = _validate(a_pack, b_pack, level, c, variant)

@@ -15,8 +15,9 @@ from mixpert.runtime.cuda import fused_wgmma, hopper
 
 SMEM_LIMIT = 227 * 1024  # Hopper's dynamic shared memory a block
 ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+)\)", re.MULTILINE)
-# the rings the kernels were measured with (levels) or are built to try (V_k64), in stages
-RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 2, "V_k64": 4}
+# the rings the kernels were measured with (levels) or are built to try (variants), in stages
+RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 4, "I_k64": 9, "T6_k64": 6, "IV_k64": 6}
+K_BLOCKS = {"I": 128, "T6": 128, "IV": 128, "V": 64}  # (V's 128-byte ring held 2 stages)
 KERNELS = {**fused_wgmma.FORMS, **fused_wgmma.VARIANTS}
 
 
@@ -41,7 +42,7 @@ def test_each_form_is_its_levels_and_an_entry_of_the_kernel_source(name) -> None
     level, form = get_level(name), fused_wgmma.FORMS[name]
     assert fused_wgmma.form(level) == form
     classes = max(i + j for i, j in form.pairs) + 1
-    assert form.k_block == fused_wgmma.BLOCK_K == 128
+    assert form.k_block == K_BLOCKS[name]
     assert entries()[form.kernel] == (form.slices, classes, form.k_block)
     ring_fits(form)
     assert form.stages == RINGS[name]
@@ -60,12 +61,17 @@ def test_each_variant_is_a_levels_pairs_on_its_own_k_block(name) -> None:
     assert variant.stages == RINGS[name]
 
 
-def test_v_k64_is_level_v_on_64_byte_k_blocks_with_twice_its_stages() -> None:
-    v, v64 = fused_wgmma.FORMS["V"], fused_wgmma.VARIANTS["V_k64"]
-    assert (v64.pairs, v64.slices, v64.k_block) == (v.pairs, v.slices, 64)
-    assert fused_wgmma.level_of(v64) == "V"
-    assert (v.stages, v64.stages) == (2, 4)  # ... the same bytes in flight, refilled in halves
-    assert v.stages * v.stage_bytes == v64.stages * v64.stage_bytes == 192 * 1024
+def test_v_on_128_byte_k_blocks_would_hold_half_its_stages() -> None:
+    v = fused_wgmma.FORMS["V"]
+    v128 = v._replace(k_block=128)
+    assert (v.k_block, v.stages, v128.stages) == (64, 4, 2)  # the same bytes in flight
+    assert v.stages * v.stage_bytes == v128.stages * v128.stage_bytes == 192 * 1024
+
+
+def test_each_variant_holds_more_stages_than_its_levels_kernel() -> None:
+    for variant in fused_wgmma.VARIANTS.values():
+        own = fused_wgmma.FORMS[fused_wgmma.level_of(variant)]
+        assert variant.k_block < own.k_block and variant.stages > own.stages
 
 
 def test_levels_of_other_forms_have_no_kernel() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """CPU model (numpy) of fused_wgmma.cu's index logic and epilogue arithmetic, for each of its
-levels (I, T6, IV, V) and variants (V_k64: level V on 64-byte k-blocks), end to end on small
+levels (I, T6, IV, V) and variants (I_k64, T6_k64, IV_k64: on 64-byte k-blocks), end to end on small
 shapes, against mixpert's own combine (runtime/combine.py) on class sums taken straight from the
 packs:
 
@@ -15,8 +15,8 @@ packs:
      and the wgmma K-major descriptor reads (start + 32 B per k-step, consumer cw's A rows
      64 BK in): BK = 128: SW128, SBO 1024, the model of ../wgmma/check_layout.py, verified on
      the H200 for wgmma_gemm; BK = 64: SW64 (16-byte chunks XORed with address bits 7-8, as
-     CUTLASS's Swizzle<2,4,3>), SBO 512, layout type 2 -- the same model for 64-byte rows, not
-     yet run on hardware; a control reads the 64-byte tiles with SW128 descriptors and must
+     CUTLASS's Swizzle<2,4,3>), SBO 512, layout type 2 -- the same model for 64-byte rows,
+     level V's on the H200; a control reads the 64-byte tiles with SW128 descriptors and must
      fail;
   4. the pair table (class i + j) and scale_d (first pair of a class overwrites at kb = 0,
      kk = 0): a stale accumulator from the previous tile would show;
@@ -52,15 +52,17 @@ from mixpert.runtime.levels import LEVELS, Level
 from mixpert.runtime.packer import pair_exponent
 
 KERNEL_SOURCE = Path(mixpert.runtime.__file__).parent / "cuda" / "kernels" / "fused_wgmma.cu"
-KERNEL_LEVELS = ("I", "T6", "IV", "V")
-VARIANTS = {"V_k64": ("V", 64)}  # fused_wgmma.VARIANTS: name -> (level, k-block bytes)
+# fused_wgmma.FORMS and VARIANTS: name -> (level, k-block bytes)
+KERNEL_LEVELS = {"I": ("I", 128), "T6": ("T6", 128), "IV": ("IV", 128), "V": ("V", 64)}
+VARIANTS = {"I_k64": ("I", 64), "T6_k64": ("T6", 64), "IV_k64": ("IV", 64)}
 KERNELS = (*KERNEL_LEVELS, *VARIANTS)
-BM, BN, BK, WK = 128, 64, 128, 32  # (BK: the levels' k-block; a variant's is its own)
+BM, BN, WK = 128, 64, 32
 # the kernel's Level<S, G, BK>::STAGES (its static_assert), the most that fit
-STAGES_BY_SLICES = {(2, 128): 4, (3, 128): 3, (4, 128): 2, (4, 64): 4}
+STAGES_BY_SLICES = {(2, 128): 4, (3, 128): 3, (4, 64): 4, (2, 64): 9, (3, 64): 6}
 SMEM_LIMIT = 227 * 1024
 # The launcher's dynamic smem: STAGES x 192 BK x S + 2 STAGES mbarriers + 1 KB
-SMEM_BYTES = {"I": 197_696, "T6": 222_256, "IV": 222_256, "V": 197_664, "V_k64": 197_696}
+SMEM_BYTES = {"I": 197_696, "T6": 222_256, "IV": 222_256, "V": 197_696,
+              "I_k64": 222_352, "T6_k64": 222_304, "IV_k64": 222_304}  # fmt: skip
 W0, STEP = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
 OVERFLOW_THRESHOLD = 2.0**128 - 2.0**103
 failures = []
@@ -95,7 +97,7 @@ class Kernel:
     pairs: tuple
     first: tuple
     stages: int
-    k_block: int = BK
+    k_block: int = 128
 
     @property
     def a_slice(self):
@@ -119,7 +121,7 @@ class Kernel:
 
 
 def kernel_of(name):
-    level_name, k_block = VARIANTS.get(name, (name, BK))
+    level_name, k_block = {**KERNEL_LEVELS, **VARIANTS}[name]
     level = LEVELS[level_name]
     slices, classes = level.a_slices, len(level.groups)
     pairs, first = triangle(slices, classes)
@@ -670,7 +672,7 @@ def check_level(kern, built):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--level", nargs="+", choices=KERNELS, default=list(KERNELS),
-                    help="levels and variants (V_k64)")  # fmt: skip
+                    help="levels and variants (IV_k64)")  # fmt: skip
     args = ap.parse_args()
     built = source_levels()
     check(sorted(built) == sorted(f"fused_wgmma_{name}" for name in KERNELS),

@@ -17,17 +17,18 @@
 //   fused_wgmma_T6  S = 3, G = 3: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0)
 //   fused_wgmma_IV  S = 3, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (1,2) (2,1)
 //   fused_wgmma_V   S = 4, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (0,3) (1,2) (2,1) (3,0)
-//   fused_wgmma_V_k64: level V's pairs and classes on 64-byte k-blocks (below); a variant to
-//     measure, not routed: V's 96 KB stages leave room for a ring of 2, its 48 KB ones for 4.
+//   fused_wgmma_{I,T6,IV}_k64: those levels' pairs and classes on 64-byte k-blocks (below),
+//     variants to measure, not routed (V's kernel is on 64-byte k-blocks: 96 KB stages would
+//     leave room for a ring of 2, its 48 KB ones leave room for 4).
 //
 // Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers shared in hopper.cuh:
 //   * persistent grid, 384 threads: WG0 producer (setmaxnreg.dec 40, one thread issues TMA),
 //     WG1/WG2 consumers (setmaxnreg.inc 232), each 64 rows of the 128 x 64 output tile.
 //   * each consumer holds G class accumulators of m64n64 INT32: G x 32 registers (128 at G = 4).
 //   * stage = one BK-byte k-block of A's S slices (S x 128 rows) and B's S slices (S x 64 rows):
-//     S x 192 BK bytes, as many stages as fit in the 227 KB. BK = 128 (the levels' kernels):
-//     S x 24 KB, STAGES = 4 | 3 | 2 for S = 2 | 3 | 4 (192 | 216 | 192 KB); BK = 64 (V_k64):
-//     4 x 12 KB, STAGES = 4 (192 KB): the same bytes in flight, refilled in finer steps.
+//     S x 192 BK bytes, as many stages as fit in the 227 KB. BK = 128 (I, T6, IV): S x 24 KB,
+//     STAGES = 4 | 3 for S = 2 | 3 (192 | 216 KB); BK = 64 (V; the variants): S x 12 KB,
+//     STAGES = 9 | 6 | 4 for S = 2 | 3 | 4 (216 | 216 | 192 KB): refilled in finer steps.
 //   * TMA: one 3-D map per operand, dims {k_pad, S slots, lines} (innermost first), strides
 //     {k_pad, ld} bytes, box {BK, 1, rows}, BK-byte swizzle, zero fill. The innermost dimension
 //     is k_pad, so k >= k_pad of the last k-block reads as zeros (not the next slot's digits).
@@ -119,8 +120,8 @@ struct Level {
   static constexpr int SMEM_B_OFF = SMEM_A_OFF + STAGES * A_STAGE_BYTES;
   static constexpr int SMEM_BAR_OFF = SMEM_B_OFF + STAGES * B_STAGE_BYTES;
   static constexpr int SMEM_USED = SMEM_BAR_OFF + 2 * STAGES * 8;
-  // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,664;
-  // V_k64 197,696.
+  // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,696;
+  // I_k64 222,352; T6_k64 and IV_k64 222,304.
   static constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
   static_assert(2 <= S && S <= 4 && (G == 3 || G == 4), "levels I, T6, IV, V");
   static_assert(BK == 128 || BK == 64, "k-blocks of one 128B or 64B swizzle row");
@@ -131,8 +132,9 @@ struct Level {
   static_assert(STAGE_TX_BYTES < (1 << 20), "mbarrier tx-count");
 };
 static_assert(Level<2, 3, 128>::STAGES == 4 && Level<3, 3, 128>::STAGES == 3 &&
-              Level<3, 4, 128>::STAGES == 3 && Level<4, 4, 128>::STAGES == 2 &&
-              Level<4, 4, 64>::STAGES == 4, "the rings fused_wgmma.py sizes the launches for");
+              Level<3, 4, 128>::STAGES == 3 && Level<4, 4, 64>::STAGES == 4 &&
+              Level<2, 3, 64>::STAGES == 9 && Level<3, 3, 64>::STAGES == 6 &&
+              Level<3, 4, 64>::STAGES == 6, "the rings fused_wgmma.py sizes the launches for");
 
 // ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
 
@@ -436,6 +438,8 @@ __device__ __forceinline__ void fused_wgmma(
 FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128)
 FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3, 128)
 FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4, 128)
-FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 128)
-// Level V on 64-byte k-blocks: a ring of 4 stages where V's has 2 (fused_wgmma.VARIANTS).
-FUSED_WGMMA_KERNEL(fused_wgmma_V_k64, 4, 4, 64)
+FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 64)
+// The other levels on 64-byte k-blocks, rings of 9 | 6 | 6 stages (fused_wgmma.VARIANTS).
+FUSED_WGMMA_KERNEL(fused_wgmma_I_k64, 2, 3, 64)
+FUSED_WGMMA_KERNEL(fused_wgmma_T6_k64, 3, 3, 64)
+FUSED_WGMMA_KERNEL(fused_wgmma_IV_k64, 3, 4, 64)
