@@ -10,9 +10,9 @@
 #   bash benchmarks/device_run.sh flagged [--quick]                        (IV-blocks, unresolved rows)
 #   bash benchmarks/device_run.sh wgmma [levels]                           (the wgmma fused kernels:
 #        tests, then each level's bits against Triton's kernel and both timed; default I T6 IV V;
-#        a variant (fused_wgmma.VARIANTS, e.g. IV_k64) is checked and timed beside its level's own)
+#        a variant (fused_wgmma.VARIANTS, e.g. V_k128) is checked and timed beside its level's own)
 #   bash benchmarks/device_run.sh ncu [n]                                  (Nsight Compute: the fused
-#        kernels of IV and V, IV_k64, and the class sums' GEMMs at n, default 8192)
+#        kernels of IV and V, V_k128, and the class sums' GEMMs at n, default 8192)
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH=$repo${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -48,7 +48,7 @@ if [[ $what == wgmma ]]; then
   python -m pytest -q -m gpu "$repo/tests/runtime/test_fused_wgmma.py" \
     "$repo/tests/runtime/test_fused_wgmma_forms.py" -p no:cacheprovider 2>&1 | tee "$out/wgmma-tests.log"
   for level in ${@:-I T6 IV V}; do
-    # variants are named <level>_<change> (IV_k64): three kernels to check and time, not two
+    # variants are named <level>_<change> (V_k128): three kernels to check and time, not two
     kind=--level limit=240; [[ $level == *_* ]] && kind=--variant limit=400
     timeout -s INT $limit python "$repo/benchmarks/wgmma_int8/fused_iv/check_gpu.py" $kind "$level" \
       --quick --out "$out/wgmma-$level.json" 2>&1 | tee "$out/wgmma-$level.log"
@@ -60,5 +60,5 @@ if [[ $what == ncu ]]; then
   metrics=$metrics,sm__warps_active.avg.pct_of_peak_sustained_active
   timeout -s INT 500 ncu --clock-control none --kernel-name regex:'fused|i8|imma|combine' \
     --metrics "$metrics" python "$repo/benchmarks/fused_profile.py" "${1:-8192}" --levels IV V \
-    --variant IV_k64 2>&1 | tee "$out/fused-ncu-wgmma.txt"
+    --variant V_k128 2>&1 | tee "$out/fused-ncu-wgmma.txt"
 fi

@@ -7,9 +7,9 @@ routes, else Triton's) and the class-sum pipeline (cuBLAS INT8 GEMMs and the com
         --metrics gpu__time_duration.sum,launch__registers_per_thread,\\
     sm__pipe_tensor_op_imma_cycles_active.avg.pct_of_peak_sustained_active,\\
     sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum \\
-        python benchmarks/fused_profile.py [n] [--levels IV V] [--variant IV_k64]
+        python benchmarks/fused_profile.py [n] [--levels IV V] [--variant V_k128]
 
-(``bash benchmarks/device_run.sh ncu`` runs that, IV and V at 8192 and IV_k64, into $OUT.)
+(``bash benchmarks/device_run.sh ncu`` runs that, IV and V at 8192 and V_k128, into $OUT.)
 """
 
 from __future__ import annotations

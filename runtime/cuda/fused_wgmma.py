@@ -50,7 +50,7 @@ BARRIERS = 2 * 8  # bytes of a stage's two mbarriers (full, empty)
 # The levels whose kernel has given the oracle's bits and beaten Triton's on a GPU, each with
 # the side (of both output sides) from which cuBLAS's class sums beat it, None for never:
 # ``fused`` routes their fused products here (measured: wgmma-*.json, fused-anchors.md)
-ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": 2048}
+ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": None}
 
 
 class Form(NamedTuple):
@@ -84,16 +84,15 @@ FORMS = {
     "T6": Form("fused_wgmma_T6", triangle(3, 3, 2), 3),
     "IV": Form("fused_wgmma_IV", triangle(3, 3, 3), 3),
     # V on 64-byte k-blocks: 4 stages of 48 KB, where 128-byte ones leave room for 2 of 96 KB
-    # (the same bytes in flight, refilled twice as often; measured: wgmma-V_k64.json)
+    # (the same bytes in flight, refilled twice as often; measured: wgmma-fused-V_k64.json)
     "V": Form("fused_wgmma_V", triangle(4, 4, 3), 4, 64),
 }
-# Builds of a level's kernel not routed to, each a level's pairs and slices on another k-block:
-# rings of more, smaller stages (the change that sped V's kernel up), measured against the
-# level's own (``check_gpu.py --variant``).
+# Builds of a level's kernel not routed to, each a level's pairs and slices on another k-block,
+# measured against the level's own (``check_gpu.py --variant``): V on 128-byte k-blocks, the ring
+# of 2 its kernel had. (I, T6 and IV on 64-byte k-blocks, rings of 9, 6, 6, ran 0.81-0.94x their
+# kernels at 4096 and 8192: wgmma-fused-*_k64.json.)
 VARIANTS = {
-    "I_k64": Form("fused_wgmma_I_k64", triangle(2, 2, 2), 2, 64),
-    "T6_k64": Form("fused_wgmma_T6_k64", triangle(3, 3, 2), 3, 64),
-    "IV_k64": Form("fused_wgmma_IV_k64", triangle(3, 3, 3), 3, 64),
+    "V_k128": Form("fused_wgmma_V_k128", triangle(4, 4, 3), 4, 128),
 }
 
 
@@ -177,7 +176,7 @@ def product(
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices), as
     ``fused.product``: every entry gets ``combine``'s value, flagged lines included (``sliced``'s
     bypass overwrites those). By ``level``'s kernel, or by ``variant``, another build of it (e.g.
-    ``VARIANTS["IV_k64"]``: the same bits). ValueError on anything the kernel cannot take."""
+    ``VARIANTS["V_k128"]``: the same bits). ValueError on anything the kernel cannot take."""
     import cupy as cp
 
     found, (count, m, n) = _validate(a_pack, b_pack, level, c, variant)

@@ -207,8 +207,8 @@ def test_operands_it_cannot_take_are_refused_by_name():
         "a_pack.slots = 3: must be 4": lambda: product(a_pack, b_pack, get_level("V"), c),
         "c (1, 64, 64) float64": lambda: product(a_pack, b_pack, IV, c.astype(cp.float64)),
         "c (64, 64) float32": lambda: product(a_pack, b_pack, IV, c[0]),
-        "kernel fused_wgmma_T6_k64: does not compute level IV's pairs": lambda: product(
-            a_pack, b_pack, IV, c, fused_wgmma.VARIANTS["T6_k64"]
+        "kernel fused_wgmma_V_k128: does not compute level IV's pairs": lambda: product(
+            a_pack, b_pack, IV, c, fused_wgmma.VARIANTS["V_k128"]
         ),
     }
     for what, call in cases.items():

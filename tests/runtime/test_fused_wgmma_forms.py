@@ -16,7 +16,7 @@ from mixpert.runtime.cuda import fused_wgmma, hopper
 SMEM_LIMIT = 227 * 1024  # Hopper's dynamic shared memory a block
 ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+)\)", re.MULTILINE)
 # the rings the kernels were measured with (levels) or are built to try (variants), in stages
-RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 4, "I_k64": 9, "T6_k64": 6, "IV_k64": 6}
+RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 4, "V_k128": 2}
 K_BLOCKS = {"I": 128, "T6": 128, "IV": 128, "V": 64}  # (V's 128-byte ring held 2 stages)
 KERNELS = {**fused_wgmma.FORMS, **fused_wgmma.VARIANTS}
 
@@ -61,17 +61,12 @@ def test_each_variant_is_a_levels_pairs_on_its_own_k_block(name) -> None:
     assert variant.stages == RINGS[name]
 
 
-def test_v_on_128_byte_k_blocks_would_hold_half_its_stages() -> None:
-    v = fused_wgmma.FORMS["V"]
-    v128 = v._replace(k_block=128)
-    assert (v.k_block, v.stages, v128.stages) == (64, 4, 2)  # the same bytes in flight
+def test_v_k128_is_level_v_on_128_byte_k_blocks_with_half_its_stages() -> None:
+    v, v128 = fused_wgmma.FORMS["V"], fused_wgmma.VARIANTS["V_k128"]
+    assert (v128.pairs, v128.slices, v.k_block, v128.k_block) == (v.pairs, v.slices, 64, 128)
+    assert fused_wgmma.level_of(v128) == "V"
+    assert (v.stages, v128.stages) == (4, 2)  # ... the same bytes in flight
     assert v.stages * v.stage_bytes == v128.stages * v128.stage_bytes == 192 * 1024
-
-
-def test_each_variant_holds_more_stages_than_its_levels_kernel() -> None:
-    for variant in fused_wgmma.VARIANTS.values():
-        own = fused_wgmma.FORMS[fused_wgmma.level_of(variant)]
-        assert variant.k_block < own.k_block and variant.stages > own.stages
 
 
 def test_levels_of_other_forms_have_no_kernel() -> None:

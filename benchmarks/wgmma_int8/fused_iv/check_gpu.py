@@ -5,12 +5,12 @@ packs, bit for bit, then kernel timing of both.
 
     PYTHONPATH=/path/to/mixpert-repo python check_gpu.py [--level IV] [--out fused_gpu.json]
         [--quick] (timing without n = 16384)  [--skip-timing]  [--hang-timeout 60]
-    ... check_gpu.py --variant IV_k64 [--quick]
+    ... check_gpu.py --variant V_k128 [--quick]
 
 --variant checks a build of a level's kernel that is not routed (fused_wgmma.VARIANTS, e.g.
-IV_k64: level IV on 64-byte k-blocks, a ring of 6 stages where IV's has 3) the same way: its
+V_k128: level V on 128-byte k-blocks, a ring of 2 stages where V's has 4) the same way: its
 bits against Triton's kernel, the oracle and its level's own kernel, then all three timed side
-by side (does a longer ring of smaller stages feed the tensor cores better?).
+by side (the k-block a level's kernel is built with is chosen that way).
 
 Packs are built the way the runtime builds them (sliced._packs / int8_product_stack: tops,
 k-exponents, pack_a, pack_b). Both kernels write into NaN-poisoned outputs with a poisoned

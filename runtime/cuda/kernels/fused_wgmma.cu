@@ -17,9 +17,9 @@
 //   fused_wgmma_T6  S = 3, G = 3: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0)
 //   fused_wgmma_IV  S = 3, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (1,2) (2,1)
 //   fused_wgmma_V   S = 4, G = 4: (0,0) | (0,1) (1,0) | (0,2) (1,1) (2,0) | (0,3) (1,2) (2,1) (3,0)
-//   fused_wgmma_{I,T6,IV}_k64: those levels' pairs and classes on 64-byte k-blocks (below),
-//     variants to measure, not routed (V's kernel is on 64-byte k-blocks: 96 KB stages would
-//     leave room for a ring of 2, its 48 KB ones leave room for 4).
+//   V's kernel is on 64-byte k-blocks: 96 KB stages would leave room for a ring of 2, its
+//     48 KB ones leave room for 4. fused_wgmma_V_k128, V on 128-byte k-blocks, is a variant
+//     kept to measure that choice again, not routed.
 //
 // Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers shared in hopper.cuh:
 //   * persistent grid, 384 threads: WG0 producer (setmaxnreg.dec 40, one thread issues TMA),
@@ -27,8 +27,8 @@
 //   * each consumer holds G class accumulators of m64n64 INT32: G x 32 registers (128 at G = 4).
 //   * stage = one BK-byte k-block of A's S slices (S x 128 rows) and B's S slices (S x 64 rows):
 //     S x 192 BK bytes, as many stages as fit in the 227 KB. BK = 128 (I, T6, IV): S x 24 KB,
-//     STAGES = 4 | 3 for S = 2 | 3 (192 | 216 KB); BK = 64 (V; the variants): S x 12 KB,
-//     STAGES = 9 | 6 | 4 for S = 2 | 3 | 4 (216 | 216 | 192 KB): refilled in finer steps.
+//     STAGES = 4 | 3 for S = 2 | 3 (192 | 216 KB); BK = 64 (V): 4 x 12 KB, STAGES = 4 (192 KB),
+//     where 128 would give 2.
 //   * TMA: one 3-D map per operand, dims {k_pad, S slots, lines} (innermost first), strides
 //     {k_pad, ld} bytes, box {BK, 1, rows}, BK-byte swizzle, zero fill. The innermost dimension
 //     is k_pad, so k >= k_pad of the last k-block reads as zeros (not the next slot's digits).
@@ -121,7 +121,7 @@ struct Level {
   static constexpr int SMEM_BAR_OFF = SMEM_B_OFF + STAGES * B_STAGE_BYTES;
   static constexpr int SMEM_USED = SMEM_BAR_OFF + 2 * STAGES * 8;
   // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,696;
-  // I_k64 222,352; T6_k64 and IV_k64 222,304.
+  // V_k128 197,664.
   static constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
   static_assert(2 <= S && S <= 4 && (G == 3 || G == 4), "levels I, T6, IV, V");
   static_assert(BK == 128 || BK == 64, "k-blocks of one 128B or 64B swizzle row");
@@ -133,8 +133,7 @@ struct Level {
 };
 static_assert(Level<2, 3, 128>::STAGES == 4 && Level<3, 3, 128>::STAGES == 3 &&
               Level<3, 4, 128>::STAGES == 3 && Level<4, 4, 64>::STAGES == 4 &&
-              Level<2, 3, 64>::STAGES == 9 && Level<3, 3, 64>::STAGES == 6 &&
-              Level<3, 4, 64>::STAGES == 6, "the rings fused_wgmma.py sizes the launches for");
+              Level<4, 4, 128>::STAGES == 2, "the rings fused_wgmma.py sizes the launches for");
 
 // ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
 
@@ -439,7 +438,5 @@ FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128)
 FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3, 128)
 FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4, 128)
 FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 64)
-// The other levels on 64-byte k-blocks, rings of 9 | 6 | 6 stages (fused_wgmma.VARIANTS).
-FUSED_WGMMA_KERNEL(fused_wgmma_I_k64, 2, 3, 64)
-FUSED_WGMMA_KERNEL(fused_wgmma_T6_k64, 3, 3, 64)
-FUSED_WGMMA_KERNEL(fused_wgmma_IV_k64, 3, 4, 64)
+// Level V on 128-byte k-blocks, a ring of 2 stages (fused_wgmma.VARIANTS).
+FUSED_WGMMA_KERNEL(fused_wgmma_V_k128, 4, 4, 128)
