@@ -50,7 +50,7 @@ BARRIERS = 2 * 8  # bytes of a stage's two mbarriers (full, empty)
 # The levels whose kernel has given the oracle's bits and beaten Triton's on a GPU, each with
 # the side (of both output sides) from which cuBLAS's class sums beat it, None for never:
 # ``fused`` routes their fused products here (measured: wgmma-*.json, fused-anchors.md)
-ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": None}
+ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": 16384}
 
 
 class Form(NamedTuple):
