@@ -103,7 +103,7 @@ def test_a_side_is_taken_only_if_every_longer_one_wins_too() -> None:
     assert min_dim(s4096=1.001 / margin) == NEVER  # just under it: never
     wins = {f"s{s}": 0.5 for s in calibration.LADDER}
     assert min_dim(**wins) == 1024
-    assert min_dim(**{**wins, "s2048": 0.9}) == 3072  # 1536 wins, 2048 does not
+    assert min_dim(**{**wins, "s2048": 1.001 / margin}) == 3072  # 1536 wins, 2048 does not
     assert min_dim(**{**wins, "s4096": None}) == NEVER  # the longest not measured
 
 
