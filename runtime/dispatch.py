@@ -25,6 +25,7 @@ from . import (
     numpy_meaning,
     ordered,
     pack_reuse,
+    plan_cache,
 )
 from .auto import DASK, Route
 from .auto import choose_backend as choose_backend  # (public here: the benchmarks ask it)
@@ -117,15 +118,37 @@ def cupy_matrix_product(
     if level.kind == "fp32" or (level.kind == "policy" and auto.native_by_shape(*shape)):
         return _native(a, b)
     if level.kind == "policy":
-        return _on_gpu(a, b, auto_route_on_gpu(*shape), keep, on_native, plain=True)
+        return _on_gpu(a, b, kept_auto_route_on_gpu(*shape), keep, on_native, plain=True)
     replayed = _replayed(a, b, level, keep)
     return replayed if replayed is not None else run(a, b, route(a, b, level), keep, on_native)
 
 
 def auto_route_on_gpu(m: int, k: int, n: int) -> Route:
-    """The route "auto" takes for an m x k x n product of two float32 CuPy matrices (as
-    ``cupy_matrix_product`` asks it)."""
+    """The route "auto" takes for an m x k x n product of two float32 CuPy matrices."""
     return auto.on_gpu(m, k, n, 1, "matrix", _gpu())
+
+
+# "auto"'s routes of float32 CuPy matrices per (m, k, n, device), kept while plans are: the
+# rules read the shape and the free memory (a product's workspace must fit), and asking the
+# driver and sizing the workspace each call costs the host more than a replayed product of
+# 1024^3 does, where a route's plan, once made, owns its memory. Cleared with the plans.
+_kept_routes: dict[tuple[int, int, int, int], Route] = {}
+KEPT_ROUTES = 4096  # shapes kept (past it the table starts again)
+
+
+def kept_auto_route_on_gpu(m: int, k: int, n: int) -> Route:
+    """``auto_route_on_gpu``, asked once per shape and device while plans are kept
+    (``plan_cache.enabled``), else each call."""
+    if not plan_cache.enabled():
+        return auto_route_on_gpu(m, k, n)
+    key = (m, k, n, device.cupy_module().cuda.runtime.getDevice())
+    found = _kept_routes.get(key)
+    if found is None:
+        found = auto_route_on_gpu(m, k, n)
+        if len(_kept_routes) >= KEPT_ROUTES:
+            _kept_routes.clear()
+        _kept_routes[key] = found
+    return found
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> Route:
@@ -338,6 +361,7 @@ def clear_cache() -> None:
     whole calls of jitted functions kept as graphs (``mixpert.jit(replay=True)``)."""
     for hook in _clear_hooks:
         hook()
+    _kept_routes.clear()
     if device.gpu_available():
         _cuda().clear_plans()
 

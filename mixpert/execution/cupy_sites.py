@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from mixpert.runtime import device, dispatch, plan_cache
-from mixpert.runtime.auto import Fallback, Route
+from mixpert.runtime.auto import Fallback
 from mixpert.runtime.levels import Level
 from mixpert.runtime.pack_reuse import KEEP_NOTHING
 
@@ -49,8 +49,6 @@ _MISSING = object()
 # op index -> (m, k, n, level name, device, stream) -> the CapturedProduct serving it, or None
 # where none does (the product runs on the general path)
 _tables: dict[int, dict[tuple[Any, ...], Any]] = {}
-# op index -> (m, k, n, device) -> the route "auto" took there (``_auto``)
-_routes: dict[int, dict[tuple[int, ...], Route]] = {}
 
 
 class _Mode(threading.local):
@@ -110,20 +108,10 @@ def product(op_index: int, a: Any, b: Any) -> Any | None:
 
 
 def _auto(op_index: int, a: Any, b: Any, shape: tuple[int, int, int]) -> Any:
-    """a @ b at "auto" by the route it took for this op and shape before (``auto.on_gpu``
-    asked once: its rules read the shape alone, and the free memory, which a plan already
-    made no longer needs): native float32 as ``_native``, an INT8 level by the op's plan
-    with the route's fallback; None for other routes (the general path)."""
-    here = device.cupy_module().cuda.runtime.getDevice()
-    routes = _routes.get(op_index)
-    if routes is None:
-        routes = _routes.setdefault(op_index, {})
-    route = routes.get((*shape, here))
-    if route is None:
-        route = dispatch.auto_route_on_gpu(*shape)
-        if len(routes) >= TABLE_ENTRIES:
-            routes.clear()
-        routes[(*shape, here)] = route
+    """a @ b at "auto" by the route it took for this shape before
+    (``dispatch.kept_auto_route_on_gpu``): native float32 as ``_native``, an INT8 level by the
+    op's plan with the route's fallback; None for other routes (the general path)."""
+    route = dispatch.kept_auto_route_on_gpu(*shape)
     if route.level.kind == "fp32":
         return _native(a, b)
     if route.level.kind == "int8":
@@ -222,10 +210,8 @@ def _captured_stack(op_index: int, a: Any, b: Any) -> Any:
 
 
 def clear() -> None:
-    """Forgets every op's plans and routes (``mixpert.clear_cache``: the cache releases the
-    plans)."""
+    """Forgets every op's plans (``mixpert.clear_cache``: the cache releases them)."""
     _tables.clear()
-    _routes.clear()
 
 
 dispatch.on_clear_cache(clear)

@@ -271,6 +271,35 @@ def test_an_auto_site_asks_its_route_once_a_shape(cp, monkeypatch) -> None:
     assert asked[-1] == (4, 4, 4) and len(asked) == 4
 
 
+def test_autos_route_is_asked_once_a_shape_and_device_while_plans_are_kept(cp, monkeypatch) -> None:
+    """``dispatch.kept_auto_route_on_gpu`` (what ``mixpert.matmul`` and a jit site at "auto"
+    ask): the rules once per shape and device; each call with the plan cache off (the free
+    memory they read matters then); again after ``clear_cache``."""
+    from mixpert.runtime import auto, plan_cache
+
+    asked: list[tuple[int, ...]] = []
+    here = [0]
+    cp.cuda.runtime.getDevice = lambda: here[0]
+
+    def route(m: int, k: int, n: int) -> auto.Route:
+        asked.append((m, k, n, here[0]))
+        return auto.EMULATED_ON_GPU
+
+    monkeypatch.setattr(dispatch, "auto_route_on_gpu", route)
+    for shape in ((64, 32, 16), (64, 32, 16), (16, 32, 64)):
+        assert dispatch.kept_auto_route_on_gpu(*shape) is auto.EMULATED_ON_GPU
+    here[0] = 1
+    dispatch.kept_auto_route_on_gpu(64, 32, 16)
+    assert asked == [(64, 32, 16, 0), (16, 32, 64, 0), (64, 32, 16, 1)]
+    mixpert.clear_cache()
+    dispatch.kept_auto_route_on_gpu(64, 32, 16)
+    assert asked[-1] == (64, 32, 16, 1) and len(asked) == 4
+    monkeypatch.setenv(plan_cache.SWITCH, "0")
+    for _ in range(2):
+        dispatch.kept_auto_route_on_gpu(64, 32, 16)
+    assert len(asked) == 6
+
+
 def test_without_the_backends_lookup_an_int8_site_takes_the_general_path(cp, monkeypatch) -> None:
     monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace())  # (no captured_plan)
     general = general_path(monkeypatch)
