@@ -7,7 +7,8 @@ nodes once and notes every parameter holding an address inside one of the plan's
 kernel nodes' parameters, read with the kernel's own parameter layout (``cuFuncGetParamInfo``),
 and memset nodes' destinations. ``Binding.point`` then rewrites those addresses in the
 executable graph before a launch (``cuGraphExecKernelNodeSetParams``: launches already queued
-keep the addresses they were given). Measured against copying into the buffers, this saves
+keep the addresses they were given), those of nodes whose addresses moved since the last call
+alone. Measured against copying into the buffers, this saves
 the copies' GPU time for a few microseconds of host time (``benchmarks/replay_operands.py``).
 The operands are the caller's own arrays then: the graph's kernels must only read them (the
 backend's kernels take their inputs as const pointers), and a memset into one refuses.
@@ -105,10 +106,20 @@ class _KernelNode:
         self.params.extra = None
         self._words = [ctypes.c_uint64.from_buffer(self.args[i], at) for i, at, _, _ in hits]
 
-    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int]) -> None:
+    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], force: bool) -> None:
+        changed = force
         for word, (_, _, buffer, delta) in zip(self._words, self.hits, strict=True):
-            word.value = bases[buffer] + delta
-        _check(cuda.cuGraphExecKernelNodeSetParams_v2(executable, self.node, self.params))
+            address = bases[buffer] + delta
+            changed |= word.value != address
+            word.value = address
+        if not changed:  # (the executable graph holds these words already: ours, last set)
+            return
+        try:
+            _check(cuda.cuGraphExecKernelNodeSetParams_v2(executable, self.node, self.params))
+        except RuntimeError:
+            for word in self._words:
+                word.value = 0  # (what the graph holds is unknown now: the next call rewrites)
+            raise
 
 
 class _MemsetNode:
@@ -117,9 +128,18 @@ class _MemsetNode:
     def __init__(self, node: int, params: _MemsetParams, buffer: int, delta: int):
         self.node, self.params, self.buffer, self.delta = _P(node), params, buffer, delta
 
-    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], context: _P) -> None:
-        self.params.dst = bases[self.buffer] + self.delta
-        _check(cuda.cuGraphExecMemsetNodeSetParams(executable, self.node, self.params, context))
+    def point(
+        self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], context: _P, force: bool
+    ) -> None:
+        address = bases[self.buffer] + self.delta
+        if address == self.params.dst and not force:
+            return
+        self.params.dst = address
+        try:
+            _check(cuda.cuGraphExecMemsetNodeSetParams(executable, self.node, self.params, context))
+        except RuntimeError:
+            self.params.dst = 0  # (unknown now: the next call rewrites)
+            raise
 
 
 class Binding:
@@ -132,15 +152,17 @@ class Binding:
         self._executable = _P(graph.graphExec)
         self._kernels, self._memsets, self._context = kernels, memsets, context
 
-    def point(self, bases: Sequence[int]) -> None:
-        """The graph's next launches use ``bases[i]`` where it used buffer i's address."""
+    def point(self, bases: Sequence[int], force: bool = False) -> None:
+        """The graph's next launches use ``bases[i]`` where it used buffer i's address: the
+        nodes whose addresses change are rewritten (all of them with ``force``; a loop whose
+        operands and output stay where they were costs no driver call)."""
         cuda = _driver()
         # (a thread that made no runtime call yet has no current context: the driver needs it)
         _check(cuda.cuCtxSetCurrent(self._context))
         for kernel in self._kernels:
-            kernel.point(cuda, self._executable, bases)
+            kernel.point(cuda, self._executable, bases, force)
         for memset in self._memsets:
-            memset.point(cuda, self._executable, bases, self._context)
+            memset.point(cuda, self._executable, bases, self._context, force)
 
 
 def find(
@@ -220,7 +242,7 @@ def find(
     _check(cuda.cuCtxGetCurrent(ctypes.byref(context)))
     binding = Binding(graph, kernels, memsets, context)
     try:  # (the addresses it was captured with: a rewrite that changes nothing)
-        binding.point([start for start, _ in spans])
+        binding.point([start for start, _ in spans], force=True)
     except RuntimeError:
         return None
     return binding

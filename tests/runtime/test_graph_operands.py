@@ -44,6 +44,7 @@ class Driver:
         self.graphs = graphs or {GRAPH.graph: list(range(1, len(nodes) + 1))}
         self.kernels_set: dict[int, list[bytes]] = {}
         self.memsets_set: dict[int, tuple[int, int]] = {}
+        self.sets: list[int] = []  # the nodes rewritten, call by call
         self.current: int | None = None
         self._kept: list[Any] = []
 
@@ -98,6 +99,7 @@ class Driver:
         return 0
 
     def cuGraphExecKernelNodeSetParams_v2(self, executable: Any, node: Any, params: Any) -> int:
+        self.sets.append(node.value)
         if node.value in self.refused:
             return 1  # CUDA_ERROR_INVALID_VALUE
         sizes = [len(p) for p in self._spec(node)["params"]]
@@ -106,6 +108,7 @@ class Driver:
         return 0
 
     def cuGraphExecMemsetNodeSetParams(self, executable: Any, node: Any, p: Any, c: Any) -> int:
+        self.sets.append(node.value)
         self.memsets_set[node.value] = (p.dst, c.value)
         return 0
 
@@ -145,6 +148,34 @@ def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
     assert driver.memsets_set == {3: (c2, CONTEXT)}
     binding.point((A, B, C))  # and back: each call sets every address afresh
     assert driver.kernels_set[1][0] == pointer(A + 64) and driver.memsets_set[3][0] == C
+
+
+def test_only_nodes_whose_addresses_moved_are_rewritten(monkeypatch) -> None:
+    """A call at the addresses of the last one costs no rewrite; a new output rewrites the
+    nodes holding it alone; a refused rewrite leaves its node to be rewritten next call."""
+    nodes = [
+        kernel(pointer(A), pointer(B)),
+        kernel(pointer(C)),
+        {"type": MEMSET, "dst": C, "width": SIZE // 4},
+    ]
+    driver, binding = bound(monkeypatch, nodes)
+    assert binding is not None
+    assert driver.sets == [1, 2, 3]  # (find's trial, at the captured addresses: forced)
+    a2, b2, c2 = 0x1000_0000, 0x2000_0000, 0x3000_0000
+    driver.sets.clear()
+    binding.point((a2, b2, c2))
+    binding.point((a2, b2, c2))
+    assert driver.sets == [1, 2, 3]
+    binding.point((a2, b2, c2 + 256))
+    assert driver.sets == [1, 2, 3, 2, 3]
+    assert driver.kernels_set[2] == [pointer(c2 + 256)] and driver.memsets_set[3][0] == c2 + 256
+    driver.refused = frozenset({1})
+    with pytest.raises(RuntimeError):
+        binding.point((A, b2, c2 + 256))
+    driver.refused = frozenset()
+    driver.sets.clear()
+    binding.point((A, b2, c2 + 256))  # (the same addresses: the refused node rewritten again)
+    assert driver.sets == [1] and driver.kernels_set[1] == [pointer(A), pointer(b2)]
 
 
 @pytest.mark.parametrize(
