@@ -202,7 +202,8 @@ def test_one_route_per_call(monkeypatch) -> None:
 def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     """Two float32 CuPy matrices under "auto" skip the general checks but not the rules: a
     shape no rule takes goes to CuPy's product at once (``auto.native_by_shape``), any other
-    asks ``auto.on_gpu`` once, whose route says what runs (a stand-in CuPy here)."""
+    asks ``auto.on_gpu`` once a shape while plans are kept, whose route says what runs (a
+    stand-in CuPy here)."""
     ran: list[str] = []
 
     class Matrix:  # what the hot path reads of a CuPy array
@@ -214,8 +215,11 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
             return "C"
 
     Matrix.__module__ = "cupy._core.core"
-    cp = SimpleNamespace(ndarray=Matrix)
+    cp = SimpleNamespace(
+        ndarray=Matrix, cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=int))
+    )
     cuda = SimpleNamespace(
+        clear_plans=lambda: None,
         ordered_product=lambda a, b: ran.append("fp32-ordered") or "C",
         product_at_level=lambda a, b, level, *rest, **kw: ran.append(level.name) or "C",
         captured_product=lambda a, b, level, fallback=None: None,  # (a stand-in: no graphs)
@@ -225,6 +229,7 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
     monkeypatch.setattr(dispatch.device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: cuda)
+    mixpert.clear_cache()  # (no route kept from another test)
     asked: list[auto.Route] = []
     on_gpu = auto.on_gpu
     monkeypatch.setattr(auto, "on_gpu", lambda *args: asked.append(on_gpu(*args)) or asked[-1])
@@ -234,10 +239,13 @@ def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     assert [r.level.name for r in asked] == ["IV", "IV-blocks", "fp32-ordered"]
     assert ran == ["sgemm", "IV", "IV-blocks", "fp32-ordered"]
     asked.clear()
-    for m, k, n in shapes:  # mixpert.matmul: the same way, the same routes
+    for m, k, n in shapes:  # mixpert.matmul: the same way, the same routes, kept
         mixpert.matmul(Matrix(m, k), Matrix(k, n))
-    assert [r.level.name for r in asked] == ["IV", "IV-blocks", "fp32-ordered"]
+    assert asked == []
     assert ran[4:] == ["sgemm", "IV", "IV-blocks", "fp32-ordered"]
+    mixpert.clear_cache()  # (routes go with the plans)
+    mixpert.matmul(Matrix(4096, 4096), Matrix(4096, 4096))
+    assert [r.level.name for r in asked] == ["IV"]
 
 
 class _AnswersYes:
