@@ -13,6 +13,24 @@ copies its arguments into the buffers, launches the graph, copies back the argum
 writes into, and copies the outputs out to new arrays (or returns views of the caller's own
 arguments, where the body returned an argument or a view of one); no host synchronisation.
 
+Where that is safe, a call reads in place instead (``ReplayedCall.reads_in_place``): it points
+the graph at the caller's arguments and at new output arrays and launches it, with no copies
+(``runtime.cuda.graph_operands``: the addresses in the graph's kernel and memset nodes
+rewritten: a driver call a node, host time where the copies took GPU time). That needs a body
+that writes into no argument and a result whose arrays are each a whole block the capture
+allocated (not an argument, a view of one or an array from before the capture), C- or
+F-contiguous and apart from the others, with any scratch that held an output's memory earlier
+lying inside it (the pool reuses freed blocks; an address inside an output moves with it, so
+every access through one must stay inside). The new outputs come from the current allocator, at
+the captured outputs' addresses modulo 256 (as the arguments are, by the signature). The binding
+is tried once at the capture: copies of the arguments at new addresses, the replay's own buffers
+and outputs and the new outputs poisoned (every byte 0xFF, NaN in floats), one launch pointed at
+the copies, which must give the direct call's bits and leave the copies as they were. A graph
+that reaches an argument or an output other than through its nodes' parameters (a pointer array
+in device memory, an address a kernel reads from another buffer) meets the poison there, and its
+signature keeps copying; so does one where ``graph_operands`` finds no binding (copy or host
+nodes, an argument found in no node, a memset into an argument) or the driver refuses a rewrite.
+
 A signature is each argument's kind: a CuPy array's shape, dtype, strides, device and address
 modulo 256 (cuBLAS picks kernels by alignment); a scalar's type and value (the graph holds it);
 with the plan, the default level, the device and the stream. Anything else (NumPy arrays, lists,
@@ -40,6 +58,7 @@ import numpy as np
 from .execution import cupy_sites
 from .execution.state import recording
 from .runtime import device, dispatch, plan_cache
+from .runtime.cuda import graph_operands
 from .runtime.precision import get_default_level
 
 log = logging.getLogger("mixpert")
@@ -48,6 +67,8 @@ ALIGNMENT = 256  # address bytes a signature tells apart (cuBLAS and CUB pick ke
 _SCALARS = (int, bool, str, bytes, type(None))  # held by value in a signature
 Body = Callable[[tuple[Any, ...]], Any]
 _PLANS_KEPT = 16  # plan objects a function's replays remember the levels of
+_POISON = 0xFF  # every byte of the buffers a binding's trial must not read: NaN in every float
+Allocation = tuple[int, int]  # (address, bytes) of a block a capture allocated
 
 
 class Replays:
@@ -131,13 +152,16 @@ class Replays:
         self, args: tuple[Any, ...], saved: dict[int, Any], reference: Any, body: Body
     ) -> ReplayedCall | None:
         try:
-            return ReplayedCall(args, saved, reference, body, self._written())
+            replayed = ReplayedCall(args, saved, reference, body, self._written())
         except Exception as why:  # (the direct call serves the signature: same bits)
             log.debug(
                 "%s: calls of this signature run without replay: %s: %s",
                 self.name, type(why).__name__, why,
             )  # fmt: skip
             return None
+        if replayed.copying is not None:
+            log.debug("%s: calls of this signature copy: %s", self.name, replayed.copying)
+        return replayed
 
     def _tell(self, why: str) -> None:
         if why not in self._told and log.isEnabledFor(logging.DEBUG):
@@ -155,7 +179,8 @@ _RELEASED = object()  # what a released ReplayedCall returns: the caller runs th
 class ReplayedCall:
     """One signature's call as a CUDA graph on buffers in a pool of its own (module
     docstring). Made from the direct call's ``args`` (as it left them), their values before it
-    (``saved``) and its ``reference`` result; raises where the graph cannot serve."""
+    (``saved``) and its ``reference`` result; raises where the graph cannot serve.
+    ``copying`` says why calls copy their arguments (None: they read in place)."""
 
     def __init__(
         self,
@@ -170,8 +195,12 @@ class ReplayedCall:
         self._pool = cp.cuda.MemoryPool()
         self._lock = threading.Lock()  # one caller at a time fills the buffers and replays
         self._graph: Any = None
+        self._binding: graph_operands.Binding | None = None  # (None: calls copy)
+        self.copying: str | None = "not bound yet"
+        self._home: list[int] = []  # the addresses the graph was captured with, in its order
         capture = cp.cuda.Stream(non_blocking=True)  # (the legacy default stream cannot capture)
         self.stream.synchronize()  # the direct call and the saved values, done
+        allocated: list[Allocation] = []  # every block the capture allocated
         try:
             with cp.cuda.using_allocator(self._pool.malloc), capture:
                 self._inputs = {i: _buffer_like(args[i]) for i in saved}
@@ -180,9 +209,14 @@ class ReplayedCall:
                 with cupy_sites.capturing():  # first-use costs (builds, blocks) uncaptured
                     body(on)
                 self._restore(saved, capture)
+                recorder = _recording_bodies()  # (its import, if any, before the capture)
                 capture.begin_capture()
                 try:
-                    with cupy_sites.capturing():
+                    with (
+                        cupy_sites.capturing(),
+                        cp.cuda.using_allocator(_noting(self._pool.malloc, allocated)),
+                        recorder as bodies,  # (conditional nodes' bodies: to rebind them)
+                    ):
                         outputs = body(on)
                 except BaseException:
                     _end_quietly(capture)
@@ -197,6 +231,7 @@ class ReplayedCall:
             self._fills = [
                 (i, *_span(b), _span(b)[0] - b.data.ptr) for i, b in self._inputs.items()
             ]
+            self.copying = self._bind(args, saved, reference, allocated, bodies, capture)
             capture.synchronize()  # (replays go to the caller's stream: the buffers are free)
         except BaseException:
             capture.synchronize()
@@ -206,6 +241,11 @@ class ReplayedCall:
             _hand_back_cublas(cp, self.stream)
         self.nbytes = self._pool.total_bytes()  # buffers, outputs and the body's temporaries
 
+    @property
+    def reads_in_place(self) -> bool:
+        """Whether calls point the graph at their arguments and new outputs (no copies)."""
+        return self._binding is not None
+
     def __call__(self, args: tuple[Any, ...]) -> Any:
         """The call on ``args`` (of the signature), replayed; ``_RELEASED`` once released."""
         copy = device.cupy_module().cuda.runtime.memcpyAsync
@@ -214,6 +254,18 @@ class ReplayedCall:
             graph = self._graph
             if graph is None:
                 return _RELEASED
+            if self._binding is not None:  # the graph on the caller's arrays and new outputs
+                fresh = self._outputs.fresh()  # (the current allocator's, on the stream)
+                bases = [args[i].data.ptr + offset for i, _, _, offset in self._fills]
+                bases += [x.data.ptr for x in fresh]
+                try:
+                    self._binding.point(bases)
+                except RuntimeError as error:  # (nodes rewritten before it hold these bases)
+                    if not self._unbind(f"the driver refused a rewrite ({error})"):
+                        return _RELEASED
+                else:
+                    graph.launch(self.stream)
+                    return self._outputs.result(args, fresh)
             for i, low, size, offset in self._fills:
                 copy(low, args[i].data.ptr + offset, size, _DEVICE_TO_DEVICE, stream)
             graph.launch(self.stream)
@@ -230,10 +282,105 @@ class ReplayedCall:
             self._drop()
 
     def _drop(self) -> None:
-        self._graph = None
+        self._graph = self._binding = None  # (the binding holds the graph too)
         self._inputs, self._fills = {}, []
         self._outputs = None  # type: ignore[assignment]
         self._pool.free_all_blocks()
+
+    def _bind(
+        self,
+        args: tuple[Any, ...],
+        saved: dict[int, Any],
+        reference: Any,
+        allocated: list[Allocation],
+        bodies: dict[int, list[int]],
+        stream: Any,
+    ) -> str | None:
+        """The graph's binding to the arguments and outputs, kept where calls may use it
+        (module docstring); else why not."""
+        if self._written:
+            return "the body may write into an argument"
+        if any(_span(b)[1] == 0 for b in self._inputs.values()):
+            return "an argument is empty (no node holds its address)"
+        why = self._outputs.why_not_fresh(allocated)
+        if why is not None:
+            return why
+        # each argument's buffer as the bytes of its span (what ``find`` takes for a buffer):
+        # a call points the graph at the same span of the caller's argument
+        spans = [_raw(b) for b in self._inputs.values()]
+        binding = graph_operands.find(self._graph, spans, self._outputs.own, bodies)
+        if binding is None:
+            return "graph_operands finds no binding (module docstring)"
+        self._home = [x.data.ptr for x in (*spans, *self._outputs.own)]
+        why = self._try(binding, args, saved, reference, stream)
+        if why is None:
+            self._binding = binding
+        return why
+
+    def _try(
+        self,
+        binding: graph_operands.Binding,
+        args: tuple[Any, ...],
+        saved: dict[int, Any],
+        reference: Any,
+        stream: Any,
+    ) -> str | None:
+        """Why ``binding`` cannot serve calls (None: it can), from one launch pointed at copies
+        of the arguments at new addresses and at new outputs, with every buffer it must no
+        longer reach poisoned: the replay's own (the arguments' and the outputs', which hold
+        this very call's values since the check) and the new outputs (where it fails to write).
+        The graph is pointed back at its own buffers, and they get their values back, after it
+        (one host synchronisation, at capture only)."""
+        cp = device.cupy_module()
+        copy = cp.cuda.runtime.memcpyAsync
+        with stream:  # (the copies and outputs from the caller's allocator: new addresses)
+            copies = {i: _buffer_like(b) for i, b in self._inputs.items()}
+            for i, x in copies.items():
+                copy(_span(x)[0], saved[i].data.ptr, saved[i].nbytes, _DEVICE_TO_DEVICE,
+                     stream.ptr)  # fmt: skip
+            fresh = self._outputs.fresh()
+            for x in (*self._inputs.values(), *self._outputs.own, *fresh):
+                _raw(x)[...] = _POISON
+            refused = None
+            try:
+                binding.point([*(_span(copies[i])[0] for i in self._inputs),
+                               *(x.data.ptr for x in fresh)])  # fmt: skip
+                self._graph.launch(stream)
+            except RuntimeError as error:  # (some nodes may hold the new addresses)
+                refused = f"the driver refused the rewritten graph ({error})"
+            try:  # (the copy path's launches, and the next trial, start from these)
+                binding.point(self._home)
+            except RuntimeError as error:
+                why = f"the graph cannot be pointed back at its buffers ({error})"
+                raise NotReplayable(why) from error
+            differs: list[Any] = []
+            if refused is None:
+                _compare(self._outputs.result(args, fresh), reference, differs, "the result")
+                leaves = len(differs)
+                differs += [(_raw(copies[i]) != saved[i]).any() for i in self._inputs]
+                found = cp.stack(differs).get() if differs else []
+            self._restore(saved, stream)
+        if refused is not None:
+            return refused
+        if any(found[:leaves]):
+            return ("pointed at copies of the arguments and new outputs, the graph gave other "
+                    "bits: it reaches them other than through its nodes' parameters")  # fmt: skip
+        if any(found[leaves:]):
+            return "pointed at copies of the arguments, the graph wrote into them"
+        return None
+
+    def _unbind(self, why: str) -> bool:
+        """Calls copy from now on: the graph pointed back at its own buffers (False where even
+        that fails: the graph is dropped, and calls run directly)."""
+        log.debug("a replayed call's signature copies from now on: %s", why)
+        binding, self._binding, self.copying = self._binding, None, why
+        try:
+            binding.point(self._home)  # type: ignore[union-attr]
+        except RuntimeError:
+            self.stream.synchronize()  # (launches queued before read the pool's blocks)
+            self._drop()
+            return False
+        return True
 
     def _restore(self, saved: dict[int, Any], stream: Any) -> None:
         """The buffers back to the arguments' values before the direct call."""
@@ -279,9 +426,10 @@ def _difference(position: int, leaves: int, inputs: list[int], written: list[int
 
 class _Outputs:
     """How a replay builds its result from the graph's outputs: arrays of the graph's own
-    memory copied out to new arrays (arrays sharing memory keep sharing it), an argument
-    buffer or a view of one as the caller's argument or the same view of it, scalars as they
-    were; tuples, lists and dicts of those."""
+    memory copied out to new arrays (arrays sharing memory keep sharing it) or, where calls
+    read in place, new arrays the graph wrote (``fresh``), an argument buffer or a view of one
+    as the caller's argument or the same view of it, scalars as they were; tuples, lists and
+    dicts of those."""
 
     def __init__(self, outputs: Any, inputs: dict[int, Any]) -> None:
         self._inputs = inputs
@@ -309,11 +457,54 @@ class _Outputs:
             return ("value", value)
         raise NotReplayable(f"the result holds a {type(value).__name__}")
 
+    @property
+    def own(self) -> list[Any]:
+        """The graph's own output arrays, in the order ``fresh`` and ``result`` take them."""
+        return self._own
+
     def take(self, args: tuple[Any, ...], stream: Any) -> Any:
         """The result of a replay: the outputs copied out on ``stream`` (after its graph)."""
         own: list[Any] = [None] * len(self._own)
         for group in self._groups:
             group.take(own, stream)
+        return _build(self._template, args, own)
+
+    def why_not_fresh(self, allocated: list[Allocation]) -> str | None:
+        """Why the graph cannot write the result's arrays straight into new ones (None: it
+        can). Each must be a block the capture allocated (``allocated``), whole: an address
+        inside it is moved to the new array, so every access through one must stay inside it
+        (a view of a larger block, or a scratch that held its memory earlier and ran past it,
+        would reach past the new array), and memory from before the capture (a global the
+        body fills) must stay where the body put it. One array a group, in C or F order, as
+        ``_Group`` copies it out."""
+        for group in self._groups:
+            if len(group.members) > 1 or group.order is None:
+                return "the result's arrays share memory, or one is not C- or F-contiguous"
+            if group.size == 0:
+                return "the result holds an empty array (no node holds its address)"
+            low, high = group.low, group.low + group.size
+            if (low, group.size) not in allocated:
+                return "an array of the result is not a whole block of the capture's"
+            for start, size in allocated:
+                if start < high and low < start + size and not low <= start <= start + size <= high:
+                    return "a scratch shared memory with an array of the result and ran past it"
+        return None
+
+    def fresh(self) -> list[Any]:
+        """New arrays for the graph's own outputs (where ``why_not_fresh`` said none), from the
+        current allocator, each at its output's address modulo ALIGNMENT (cuBLAS picked its
+        kernels by it: a block of another allocator's alignment is taken afresh)."""
+        cp = device.cupy_module()
+        made: list[Any] = [None] * len(self._own)
+        for group in self._groups:
+            (j, x), = group.members  # fmt: skip
+            made[j] = out = cp.empty(x.shape, x.dtype, order=group.order)
+            if (out.data.ptr - x.data.ptr) % ALIGNMENT:
+                made[j] = _buffer_like(x)
+        return made
+
+    def result(self, args: tuple[Any, ...], own: list[Any]) -> Any:
+        """The result of a replay whose graph wrote its outputs into ``own`` (``fresh``'s)."""
         return _build(self._template, args, own)
 
 
@@ -402,6 +593,28 @@ def _buffer_like(x: Any) -> Any:
     start = memory.ptr + before
     shift = (x.data.ptr - start) % ALIGNMENT
     return cp.ndarray(x.shape, x.dtype, memptr=memory + before + shift, strides=x.strides)
+
+
+def _noting(malloc: Callable[[int], Any], allocated: list[Allocation]) -> Callable[[int], Any]:
+    """``malloc`` noting the address and size of each block it gives in ``allocated``."""
+
+    def noted(size: int) -> Any:
+        memory = malloc(size)
+        allocated.append((memory.ptr, size))
+        return memory
+
+    return noted
+
+
+def _recording_bodies() -> contextlib.AbstractContextManager[dict[int, list[int]]]:
+    """The bodies of the conditional nodes the capture adds ("auto"'s fallback decided on the
+    GPU), recorded for ``graph_operands.find`` (``conditional.recording_bodies``); none where
+    the module cannot load (no CuPy: it adds no nodes either)."""
+    try:
+        from .runtime.cuda import conditional
+    except ImportError:
+        return contextlib.nullcontext({})
+    return conditional.recording_bodies()
 
 
 def _saved(args: Sequence[Any]) -> dict[int, Any]:

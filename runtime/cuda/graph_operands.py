@@ -26,8 +26,14 @@ the captured addresses), where CuPy kept no template graph or the driver lacks t
 (before 12.4).
 
 An address inside a buffer is taken for that buffer, so the graph's scratch must never share
-memory with the operands or the output: its captures allocate without reuse
-(``captured.capture_allocator``).
+memory with the operands or an output: the plans' captures allocate without reuse
+(``captured.capture_allocator``); whole-call replay (``mixpert.replay``, which may give
+several outputs) allows a scratch only wholly inside an output. ``find`` sees the addresses
+in the nodes' parameters alone: a graph that reaches a buffer otherwise (an array of pointers
+in device memory, an address a kernel computes or reads from another buffer) keeps reaching
+the old one once rebound. The plans' graphs run the backend's kernels, which take their
+operands as parameters; whole-call replay, which captures any CuPy code, checks each binding
+once with a launch on poisoned buffers before it uses it.
 """
 
 from __future__ import annotations
@@ -168,19 +174,23 @@ class Binding:
 def find(
     graph: Any,
     operands: Sequence[cp.ndarray],
-    output: cp.ndarray,
+    output: cp.ndarray | Sequence[cp.ndarray],
     bodies: Mapping[int, Sequence[int]] | None = None,
 ) -> Binding | None:
     """The binding of a CuPy ``graph`` (captured, instantiated) to its ``operands`` and its
-    ``output``, each found in some node (``Binding.point`` takes their new addresses in that
-    order), through the bodies of its conditional nodes (``bodies``: a graph's handle -> the
-    bodies of its conditional nodes); None where the graph cannot be rebound (module
-    docstring)."""
+    ``output`` (one array, or a tuple or list of several), each found in some node
+    (``Binding.point`` takes their new addresses in that order, the operands first), through
+    the bodies of its conditional nodes (``bodies``: a graph's handle -> the bodies of its
+    conditional nodes); None where the graph cannot be rebound (module docstring). A buffer is
+    the ``x.nbytes`` bytes from ``x.data.ptr`` on (a C- or F-contiguous array, or a byte view
+    of a strided one's span), and no two may share memory."""
     cuda = _driver()
     if cuda is None or not getattr(graph, "graph", 0) or not getattr(graph, "graphExec", 0):
         return None
     bodies = bodies or {}
-    buffers = (*operands, output)
+    # (a CuPy array is no tuple or list: one output, as the product plans give it)
+    outputs = tuple(output) if isinstance(output, (tuple, list)) else (output,)
+    buffers = (*operands, *outputs)
     spans = [(x.data.ptr, x.data.ptr + x.nbytes) for x in buffers]
 
     def inside(address: int) -> tuple[int, int] | None:
@@ -221,7 +231,7 @@ def find(
                     return None  # (it writes an operand: the caller's own array, once rebound)
                 if found is not None:
                     if found[1] + _extent(memset) > buffers[found[0]].nbytes:
-                        # (a scratch that began where the output now lies: rebound, it would
+                        # (a scratch that began where an output now lies: rebound, it would
                         # write past the caller's output, or the driver refuses it)
                         return None
                     memsets.append(_MemsetNode(node, memset, *found))

@@ -388,6 +388,7 @@ class Captured:
 
     made: list[str] = []
     refuse = ""
+    copying = "the stand-in copies"  # (why calls copy: ``ReplayedCall.copying``)
 
     def __init__(self, args, saved, reference, body, written) -> None:
         if Captured.refuse:

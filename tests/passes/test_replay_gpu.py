@@ -2,7 +2,12 @@
 the direct call, with fresh inputs at new addresses each call, two signatures side by side,
 arguments the body writes into and results that are arguments; a body that reads the GPU back
 on the host runs directly, with the same results; and the short way of a site keeps its bits.
-The decisions themselves, without a GPU: tests/passes/test_jit_on_cupy_logic.py."""
+Calls that read their arguments in place (the graph pointed at them and at new outputs) keep
+the direct call's bits with arguments at new addresses each call, never write the caller's
+arrays and never wait for the GPU; a graph that reaches an argument through a pointer array in
+device memory keeps copying (or runs directly), with the direct call's bits.
+The decisions themselves, without a GPU: tests/passes/test_jit_on_cupy_logic.py and
+tests/passes/test_replay_standin.py."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gpu_gate import returns_while_gpu_is_held
 
 import mixpert
 from mixpert import replay
@@ -210,3 +216,105 @@ def test_a_replayed_call_leaves_cupys_cublas_handle_on_the_callers_stream() -> N
             replayed(*mlp_args(128, seed))
         assert graphs(replayed), "the call was not replayed"
         assert cublas.getStream(cp.cuda.device.get_cublas_handle()) == stream.ptr
+
+
+# --- reading in place ---------------------------------------------------------------------------
+
+
+def rebinds_here() -> bool:
+    """Whether the driver has the calls ``graph_operands`` rewrites a graph with (12.4+)."""
+    return device.cupy_module().cuda.runtime.driverGetVersion() >= 12040
+
+
+@pytest.mark.parametrize("levels", [["fp32"] * 3, ["auto"] * 3, ["IV", "fp32", "T6"]])
+def test_an_mlp_read_in_place_keeps_the_direct_calls_bits_and_the_callers_arrays(levels):
+    """The MLP of the benchmark (x 2048 x 512, three 512 x 512 layers): each call's arguments
+    at new addresses, its results all kept (a graph left writing an earlier call's output, or
+    reading an earlier call's arguments, shows), the caller's arrays never written."""
+    cp = device.cupy_module()
+    direct, replayed = pair(mlp, levels)
+    calls = []
+    for seed in range(5):
+        args = mlp_args(512, 10 * seed)
+        before = [x.copy() for x in args]
+        calls.append((args, before, replayed(*args)))
+    for args, before, got in calls:
+        assert same_bits(got, direct(*args))
+        assert all(same_bits(x, y) for x, y in zip(args, before, strict=True))
+    outputs = [got.data.ptr for _, _, got in calls]
+    assert len(set(outputs)) == len(outputs)  # (a new array each call)
+    (graph,) = graphs(replayed)
+    assert graph is not None
+    if rebinds_here() and levels == ["fp32"] * 3:  # (CuPy's SGEMM and elementwise kernels)
+        assert graph.reads_in_place, "the MLP's calls copy their arguments"
+    cp.cuda.get_current_stream().synchronize()
+
+
+def test_a_call_read_in_place_does_not_wait_for_the_gpu() -> None:
+    _, replayed = pair(mlp, ["fp32"] * 3)
+    for seed in range(2):  # (the capture, then one replay: the pool's blocks)
+        replayed(*mlp_args(512, seed))
+    args = mlp_args(512, 7)
+    assert returns_while_gpu_is_held(lambda: replayed(*args)), "a replayed call waited"
+    if rebinds_here():
+        assert graphs(replayed)[0].reads_in_place
+
+
+_THROUGH_POINTERS = r"""
+extern "C" __global__ void through_pointers(const unsigned long long* hidden, const float* y,
+                                            float* out, int n) {
+    // x's address, read from device memory and unmasked: no node's parameter holds it
+    const float* x = (const float*)(hidden[0] ^ (1ull << 62));
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i] + y[i];
+}
+"""
+
+
+def through_pointers(xs: tuple[Any, ...]) -> Any:
+    """2 x + y + x, where the kernel reads x through a pointer array in device memory (masked,
+    so no parameter of the fill either holds x's address) and the last sum reads x where a
+    node's parameter holds it: ``graph_operands`` finds a binding, which misses the first."""
+    cp = device.cupy_module()
+    x, y = xs
+    hidden = cp.full((1,), x.data.ptr ^ (1 << 62), dtype=cp.uint64)
+    out = cp.empty_like(x)
+    kernel = cp.RawKernel(_THROUGH_POINTERS, "through_pointers")
+    kernel(((x.size + 255) // 256,), (256,), (hidden, y, out, np.int32(x.size)))
+    return out + x
+
+
+def cupy_stacks(xs: tuple[Any, ...]) -> Any:
+    """CuPy's own batched product of two stacks (its cuBLAS wrapper: refused under capture)."""
+    return device.cupy_module().matmul(*xs)
+
+
+@pytest.mark.parametrize("body", [through_pointers, cupy_stacks])
+def test_a_graph_reaching_an_argument_through_device_pointers_keeps_its_bits(body) -> None:
+    """A body whose GPU work reads an argument through an address in device memory: calls
+    keep the direct call's bits with the arguments at new addresses each call, the binding's
+    trial refusing to read in place (or the signature running directly)."""
+    cp = device.cupy_module()
+    replays = replay.Replays(body.__name__, frozenset)  # (the body writes no argument)
+    shape = (64, 96) if body is through_pointers else (8, 64, 96)
+    other = shape if body is through_pointers else (8, 96, 48)
+    for seed in range(4):
+        x, y = gpu(*shape, seed=seed), gpu(*other, seed=seed + 7)
+        before = (x.copy(), y.copy())
+        got = replays.call((x, y), None, body)
+        assert same_bits(got, body((x, y)))
+        assert same_bits(x, before[0]) and same_bits(y, before[1])
+    (call,) = [e for k, e in replay._calls._plans.items() if k[0] is replays]
+    if body is through_pointers:
+        assert call is not None and not call.reads_in_place
+    cp.cuda.get_current_stream().synchronize()
+
+
+@pytest.mark.parametrize("levels", [["fp32"], ["IV"]])
+def test_a_stack_of_products_at_new_addresses_keeps_the_direct_calls_bits(levels) -> None:
+    direct, replayed = pair(batched, levels)
+    for seed in range(4):
+        q, k = gpu(8, 64, 96, seed=seed), gpu(8, 96, 48, seed=seed + 3)
+        before = (q.copy(), k.copy())
+        assert same_bits(replayed(q, k), direct(q, k))
+        assert same_bits(q, before[0]) and same_bits(k, before[1])

@@ -3,8 +3,14 @@
 operation instead of running it (a graph launch runs the records in order, reading and writing
 the memory they were captured on, as a CUDA graph does). What this checks is replay's own work:
 buffers of the arguments' layout, the copies in and back, results that are arguments or views
-of them or share memory, the check against the direct call, and the fallbacks. The real
-kernels, copies and bits: tests/passes/test_replay_gpu.py (GPU)."""
+of them or share memory, the check against the direct call, and the fallbacks.
+
+Each test runs twice: with calls copying, and with calls reading in place where replay finds
+them safe, through a stand-in for ``graph_operands.find`` whose binding moves, at a launch,
+every array lying in a bound buffer to the address the binding was pointed at (what rewriting
+the kernels' parameters does); a device copy, made with plain addresses, does not move: the
+stand-in for a graph reaching an argument through a pointer its nodes do not hold. The real
+kernels, copies, bindings and bits: tests/passes/test_replay_gpu.py (GPU)."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import mixpert
 from mixpert import replay
 from mixpert.execution import cupy_sites
 from mixpert.runtime import device, dispatch
+from mixpert.runtime.cuda import graph_operands
 
 # --- the stand-in -------------------------------------------------------------------------------
 
@@ -64,9 +71,26 @@ class Pointer:
         return Pointer(self.mem, self.ptr + offset)
 
 
-def alloc(nbytes: int) -> Pointer:
+def new_memory(nbytes: int) -> Pointer:
     memory = Memory(nbytes)
     return Pointer(memory, memory.first)
+
+
+allocators: list[Callable[[int], Pointer]] = []  # ``using_allocator``'s, innermost last
+
+
+def alloc(nbytes: int) -> Pointer:
+    """CuPy's ``cuda.alloc``: from the current allocator."""
+    return allocators[-1](nbytes) if allocators else new_memory(nbytes)
+
+
+@contextlib.contextmanager
+def using_allocator(malloc: Callable[[int], Pointer]) -> Iterator[None]:
+    allocators.append(malloc)
+    try:
+        yield
+    finally:
+        allocators.pop()
 
 
 class ndarray(np.lib.mixins.NDArrayOperatorsMixin):  # noqa: N801  (CuPy's name)
@@ -79,7 +103,12 @@ class ndarray(np.lib.mixins.NDArrayOperatorsMixin):  # noqa: N801  (CuPy's name)
             strides = np.empty(shape, dtype, order=order).strides
         self.data = memptr
         offset = memptr.ptr - memptr.mem.base
-        self.values = np.ndarray(shape, dtype, memptr.mem.bytes, offset, strides)
+        self._values = np.ndarray(shape, dtype, memptr.mem.bytes, offset, strides)
+
+    @property
+    def values(self) -> np.ndarray:
+        """The elements: where a rebound graph's launch moved them, during one."""
+        return moved(self._values) if Graph.moving else self._values
 
     @classmethod
     def over(cls, values: np.ndarray, memory: Memory) -> ndarray:
@@ -188,6 +217,21 @@ def _address(values: np.ndarray) -> int:
     return values.__array_interface__["data"][0]
 
 
+def moved(values: np.ndarray) -> np.ndarray:
+    """``values`` where the launch under way moved them: an array whose first element lies in
+    a bound buffer, at the same offset in the memory the buffer was pointed at."""
+    address = _address(values)
+    for start, size, base in Graph.moving:
+        if start <= address < start + size and values.size:
+            shape, strides = values.shape, values.strides
+            low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=True))
+            high = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=True))
+            there = base + address - start
+            span = (ctypes.c_char * (high - low + values.itemsize)).from_address(there + low)
+            return np.ndarray(shape, values.dtype, span, -low, strides)
+    return values
+
+
 class Stream:
     current: list[Stream] = []
 
@@ -224,14 +268,63 @@ class Stream:
 
 class Graph:
     launches = 0
+    moving: list[tuple[int, int, int]] = []  # the launch under way's moves (``Binding``)
 
     def __init__(self, ops: list[Callable[[], None]]) -> None:
         self.ops = ops
+        self.moves: list[tuple[int, int, int]] = []  # (buffer's start, bytes, where it is now)
 
     def launch(self, stream: Stream) -> None:
         Graph.launches += 1
-        for run in self.ops:
-            run()
+        Graph.moving = self.moves
+        try:
+            for run in self.ops:
+                run()
+        finally:
+            Graph.moving = []
+
+
+class Binding:
+    """``graph_operands.Binding`` in the stand-in: ``point`` moves each buffer for the graph's
+    next launches. ``refuses``: "new", the driver refuses any address but the captured ones;
+    "all", every rewrite (each after the first buffer's nodes took their new address)."""
+
+    def __init__(self, graph: Graph, buffers: list[Any]) -> None:
+        self.graph, self.spans = graph, [(x.data.ptr, x.nbytes) for x in buffers]
+        self.points: list[list[int]] = []
+        self.refuses = ""
+
+    @property
+    def home(self) -> list[int]:
+        return [start for start, _ in self.spans]
+
+    def point(self, bases: Any) -> None:
+        bases = list(bases)
+        self.points.append(bases)
+        moves = [(a, n, b) for (a, n), b in zip(self.spans, bases, strict=True) if a != b]
+        if self.refuses == "all" or (self.refuses == "new" and moves):
+            self.graph.moves = moves[:1]  # (the nodes rewritten before the refusal)
+            raise RuntimeError("CUDA driver call failed with status 1")
+        self.graph.moves = moves
+
+
+class Binder:
+    """``graph_operands.find`` in the stand-in: a ``Binding`` of every buffer in "in place"
+    mode, None (calls copy) in "copies" mode."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.found: list[Binding] = []
+        self.refuses = ""  # (what the bindings it makes refuse: ``Binding``)
+
+    def find(self, graph: Graph, operands: Any, output: Any, bodies: Any = None) -> Any:
+        if self.mode == "copies":
+            return None
+        outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+        binding = Binding(graph, [*operands, *outputs])
+        binding.refuses = self.refuses
+        self.found.append(binding)
+        return binding
 
 
 class MemoryPool:
@@ -240,7 +333,7 @@ class MemoryPool:
 
     def malloc(self, nbytes: int) -> Pointer:
         self.total += nbytes
-        return alloc(nbytes)
+        return new_memory(nbytes)
 
     def total_bytes(self) -> int:
         return self.total
@@ -297,7 +390,7 @@ cuda = SimpleNamespace(
     Stream=Stream,
     MemoryPool=MemoryPool,
     alloc=alloc,
-    using_allocator=lambda malloc: contextlib.nullcontext(),
+    using_allocator=using_allocator,
     get_current_stream=lambda: Stream.current[-1] if Stream.current else null,
     runtime=SimpleNamespace(memcpyAsync=memcpy, getDevice=lambda: 0),
     cublas=Cublas,
@@ -310,15 +403,18 @@ cp = SimpleNamespace(
 )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+@pytest.fixture(autouse=True, params=["copies", "in place"])
+def stand_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Binder]:
+    """The stand-in CuPy, and the stand-in ``graph_operands.find`` in the run's mode."""
     monkeypatch.setattr(device, "cupy_module", lambda: cp)
     monkeypatch.setattr(device, "gpu_available", lambda: True)
     monkeypatch.setattr(dispatch, "_cuda", lambda: SimpleNamespace(clear_plans=lambda: None))
     monkeypatch.setattr(cupy_sites, "_graph_gemm", lambda: SimpleNamespace(matmul=graph_matmul))
     monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace())  # (nothing replays)
+    binder = Binder(request.param)
+    monkeypatch.setattr(graph_operands, "find", binder.find)
     mixpert.clear_cache()
-    yield
+    yield binder
     mixpert.clear_cache()
     capture.ops = None
 
@@ -354,19 +450,28 @@ def graphs(f: Any) -> list[Any]:
     return [e for k, e in replay._calls._plans.items() if k[0] is f._replays]
 
 
+# a test that needs calls reading in place where replay finds them safe
+in_place_only = pytest.mark.parametrize("stand_in", ["in place"], indirect=True)
+
+
 def mlp(x, w1, b1, w2, b2):
     h = np.maximum(x @ w1 + b1, np.float32(0))
     return h @ w2 + b2
 
 
-def test_fresh_inputs_at_new_addresses_replay_the_direct_calls_results() -> None:
+def test_fresh_inputs_at_new_addresses_replay_the_direct_calls_results(stand_in) -> None:
     direct, replayed = native_pair(mlp)
     launches = Graph.launches
     for _ in range(4):
         args = (gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+        before = host(args)
         assert same(host(replayed(*args)), host(direct(*args)))
+        assert same(host(args), before)  # (read in place or not, never written)
     (graph,) = graphs(replayed)
-    assert graph is not None and Graph.launches - launches == 1 + 3  # the check, three replays
+    in_place = stand_in.mode == "in place"
+    assert graph is not None and graph.reads_in_place == in_place
+    # the check, the binding's trial where calls read in place, three replays
+    assert Graph.launches - launches == 1 + in_place + 3
 
 
 def test_a_planned_call_leaves_cublas_on_the_callers_stream() -> None:
@@ -380,17 +485,24 @@ def test_a_planned_call_leaves_cublas_on_the_callers_stream() -> None:
     assert graphs(replayed) and Cublas.stream == stream.ptr
 
 
-def test_views_and_offsets_keep_their_layout() -> None:
+def test_views_and_offsets_keep_their_layout(stand_in) -> None:
     def scaled(x, w, s):
         return (x @ w) * s
 
     direct, replayed = native_pair(scaled)
-    big = gpu(20, 30)
-    for view in (big[2:10, 3:9], big[1:7, 1:9].T, big[::2, ::3][:, :6]):
+    for view_of in (
+        lambda big: big[2:10, 3:9],
+        lambda big: big[1:7, 1:9].T,
+        lambda big: big[::2, ::3][:, :6],  # (gaps: other arrays' memory, never read)
+        lambda big: big[9:1:-1, 8:2:-1],  # (reversed: the span starts below the first element)
+    ):
         for s in (0.5, -1.5, 0.5):
-            w = gpu(6, 4)
-            assert same(host(replayed(view, w, s)), host(direct(view, w, s)))
-    assert len(graphs(replayed)) >= 3 and all(g is not None for g in graphs(replayed))
+            big, w = gpu(20, 30), gpu(6, 4)  # (each call's arguments at new addresses)
+            before = host(big)
+            assert same(host(replayed(view_of(big), w, s)), host(direct(view_of(big), w, s)))
+            assert same(host(big), before)
+    assert len(graphs(replayed)) >= 4 and all(g is not None for g in graphs(replayed))
+    assert all(g.reads_in_place == (stand_in.mode == "in place") for g in graphs(replayed))
 
 
 def reversed_rows(x, w):
@@ -405,6 +517,7 @@ def test_a_result_that_fills_its_memory_in_neither_order_keeps_its_strides() -> 
         x, w = gpu(5, 4), gpu(4, 3)
         assert same(host(replayed(x, w)), host(direct(x, w)))
     assert graphs(replayed)[0] is not None
+    assert not graphs(replayed)[0].reads_in_place  # (a new array would be one of some order)
 
 
 def step(x, w, out):
@@ -413,7 +526,7 @@ def step(x, w, out):
     return out, x, x.T
 
 
-def test_arguments_written_into_come_back_and_results_may_be_arguments() -> None:
+def test_arguments_written_into_come_back_and_results_may_be_arguments(stand_in) -> None:
     direct, replayed = native_pair(step)
     assert replayed.mutated_arguments == {0, 2}
     for _ in range(3):
@@ -424,6 +537,7 @@ def test_arguments_written_into_come_back_and_results_may_be_arguments() -> None
         assert got[0] is out and got[1] is x  # the caller's own arrays ...
         assert got[2].data.ptr == x.data.ptr and got[2].strides == x.T.strides  # ... a view
     assert graphs(replayed)[0] is not None
+    assert not graphs(replayed)[0].reads_in_place and not stand_in.found  # (not even tried)
 
 
 def shared(x, w):
@@ -441,6 +555,7 @@ def test_results_sharing_memory_keep_sharing_it() -> None:
         got[0][...] = 7.0  # one memory, as the direct call's: writes show in the others
         assert np.all(host(got[1]) == 7.0) and np.all(host(got[2]) == 7.0)
     assert graphs(replayed)[0] is not None
+    assert not graphs(replayed)[0].reads_in_place  # (results sharing memory)
 
 
 def reads_back(x, w):
@@ -486,3 +601,193 @@ def test_release_then_capture_again() -> None:
     assert first._graph is None and graphs(replayed) == []
     assert same(host(replayed(*args)), host(direct(*args)))  # captured again
     assert graphs(replayed)[0] is not None and graphs(replayed)[0] is not first
+
+
+# --- reading in place ---------------------------------------------------------------------------
+
+
+@in_place_only
+def test_in_place_calls_point_the_graph_at_each_calls_arrays(stand_in) -> None:
+    direct, replayed = native_pair(mlp)
+    for _ in range(3):
+        args = (gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+        got = replayed(*args)
+        assert same(host(got), host(direct(*args)))
+    (graph,) = graphs(replayed)
+    (binding,) = stand_in.found
+    assert graph.reads_in_place and len(binding.spans) == len(args) + 1
+    trial, back, *calls = binding.points  # (the first call ran directly and captured)
+    assert trial != binding.home and back == binding.home and len(calls) == 2
+    assert calls[-1] == [x.data.ptr for x in args] + [got.data.ptr]  # a new output each call
+
+
+def through_a_copy(xs: tuple[Any, ...]) -> Any:
+    """A body whose graph reads its first argument through a device copy made with plain
+    addresses: the stand-in of a graph reaching an argument through a pointer no node holds
+    (a pointer array in device memory, say)."""
+    x, w = xs
+    y = empty(x.shape, x.dtype)
+    memcpy(y.data.ptr, x.data.ptr, x.nbytes, 3, cuda.get_current_stream().ptr)
+    return matmul(y, w) * np.float32(2)
+
+
+def replays_of(replays: replay.Replays) -> list[Any]:
+    return [e for k, e in replay._calls._plans.items() if k[0] is replays]
+
+
+@in_place_only
+def test_a_graph_reaching_an_argument_past_its_nodes_keeps_copying(stand_in, caplog) -> None:
+    """The binding's trial (arguments copied to new addresses, the replay's own buffers
+    poisoned) shows the read the binding misses: calls copy, with the direct call's results."""
+    replays = replay.Replays("through_a_copy", frozenset)  # (the body writes no argument)
+    with caplog.at_level(logging.DEBUG, logger="mixpert"):
+        for _ in range(3):
+            x, w = gpu(4, 4), gpu(4, 3)
+            before = host(x)
+            got = replays.call((x, w), None, through_a_copy)
+            assert same(host(got), host(through_a_copy((x, w)))) and same(host(x), before)
+    (call,) = replays_of(replays)
+    assert call is not None and not call.reads_in_place
+    (binding,) = stand_in.found
+    assert binding.points[-1] == binding.home  # (pointed back at its own buffers)
+    assert any("other bits" in r.getMessage() for r in caplog.records)
+
+
+def writes_back_through_a_copy(xs: tuple[Any, ...]) -> Any:
+    """A body writing its first argument's own values back into it, read through a device
+    copy made with plain addresses: a write the analysis does not see (the caller says none)
+    and the check cannot (the same bits), which the caller's array would take once rebound."""
+    x, w = xs
+    y = empty(x.shape, x.dtype)
+    memcpy(y.data.ptr, x.data.ptr, x.nbytes, 3, cuda.get_current_stream().ptr)
+    x[...] = y
+    return w * np.float32(2)
+
+
+@in_place_only
+def test_a_graph_writing_an_argument_keeps_copying(stand_in, caplog) -> None:
+    replays = replay.Replays("writes_back", frozenset)
+    with caplog.at_level(logging.DEBUG, logger="mixpert"):
+        for _ in range(3):
+            x, w = gpu(4, 4), gpu(4, 3)
+            before = host(x)
+            got = replays.call((x, w), None, writes_back_through_a_copy)
+            assert same(host(got), host(w) * np.float32(2)) and same(host(x), before)
+    (call,) = replays_of(replays)
+    assert call is not None and not call.reads_in_place
+    assert "wrote into them" in call.copying
+
+
+@in_place_only
+@pytest.mark.parametrize("refuses", ["new", "all"])
+def test_a_rewrite_the_driver_refuses_at_the_trial_leaves_calls_copying(stand_in, refuses):
+    stand_in.refuses = refuses
+    direct, replayed = native_pair(mlp)
+    for _ in range(3):
+        args = (gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+        assert same(host(replayed(*args)), host(direct(*args)))
+    (graph,) = graphs(replayed)
+    if refuses == "new":  # the graph back on its own buffers: calls copy
+        assert graph is not None and not graph.reads_in_place
+    else:  # not even that: the signature runs directly
+        assert graph is None
+
+
+@in_place_only
+@pytest.mark.parametrize("refuses", ["new", "all"])
+def test_a_rewrite_the_driver_refuses_at_a_call_turns_calls_to_copies(stand_in, refuses):
+    direct, replayed = native_pair(mlp)
+    args = (gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+    replayed(*args)
+    (graph,) = graphs(replayed)
+    (binding,) = stand_in.found
+    assert graph.reads_in_place
+    binding.refuses = refuses
+    for _ in range(3):
+        args = (gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+        assert same(host(replayed(*args)), host(direct(*args)))
+    assert not graph.reads_in_place
+    assert (graph._graph is None) == (refuses == "all")  # (dropped: calls run directly)
+
+
+FILLED = gpu(5, 3)  # memory from before the capture, which the body fills
+
+
+def fills_a_global(x, w):
+    FILLED[...] = x @ w
+    return FILLED
+
+
+def a_view_of_a_larger_block(x, w):
+    return (x @ w)[:-1]  # (the product's kernel writes a row past the result)
+
+
+def an_empty_result(x, w):
+    return (x @ w)[:0]
+
+
+@in_place_only
+@pytest.mark.parametrize("func", [fills_a_global, a_view_of_a_larger_block, an_empty_result])
+def test_results_a_new_array_cannot_stand_for_keep_copying(stand_in, func) -> None:
+    direct, replayed = native_pair(func)
+    for _ in range(3):
+        x, w = gpu(5, 4), gpu(4, 3)
+        got = host(replayed(x, w))
+        if func is fills_a_global:
+            assert same(host(FILLED), got)  # (the graph filled it, as the body does)
+        assert same(got, host(direct(x, w)))
+    (graph,) = graphs(replayed)
+    assert graph is not None and not graph.reads_in_place
+
+
+def several(x, w, s):
+    h = x @ w
+    return {"h": h, "rest": (np.tanh(h) * s, x.T, s, [x[1:]])}
+
+
+@in_place_only
+def test_several_results_arguments_and_their_views_read_in_place(stand_in) -> None:
+    direct, replayed = native_pair(several)
+    for _ in range(3):
+        x, w = gpu(5, 4), gpu(4, 3)
+        got, want = replayed(x, w, 0.5), direct(x, w, 0.5)
+        assert same(host(got["h"]), host(want["h"]))
+        assert same(host(got["rest"][0]), host(want["rest"][0])) and got["rest"][2] == 0.5
+        assert got["rest"][1].data.ptr == x.data.ptr and got["rest"][1].strides == x.T.strides
+        assert got["rest"][3][0].data.ptr == x.data.ptr + 16  # (the caller's own arrays)
+    (graph,) = graphs(replayed)
+    (binding,) = stand_in.found
+    assert graph.reads_in_place and len(binding.spans) == 2 + 2  # (x, w; two new arrays)
+    assert binding.points[-1][2:] == [got["h"].data.ptr, got["rest"][0].data.ptr]
+
+
+@in_place_only
+def test_new_outputs_keep_the_captured_alignment(stand_in, monkeypatch) -> None:
+    """An allocator whose blocks lie otherwise modulo 256 than the capture's: each output is
+    taken at the captured alignment (cuBLAS picked its kernels by it)."""
+
+    def shifted(shape: Any, dtype: Any = np.float32, order: str = "C") -> ndarray:
+        shape = shape if isinstance(shape, tuple) else (shape,)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return ndarray(shape, dtype, memptr=alloc(nbytes + 16) + 16, order=order)
+
+    direct, replayed = native_pair(mlp)
+    monkeypatch.setattr(cp, "empty", shifted)
+    for _ in range(3):
+        args = (gpu(8, 6), gpu(6, 5), gpu(5), gpu(5, 3), gpu(3))
+        got = replayed(*args)
+        assert same(host(got), host(direct(*args))) and got.data.ptr % 256 == 0
+    assert graphs(replayed)[0].reads_in_place
+
+
+def test_an_output_must_be_a_whole_block_no_scratch_ran_past() -> None:
+    out = empty((4, 4))  # 64 bytes
+    outputs = replay._Outputs(out, {})
+    start = out.data.ptr
+    assert outputs.why_not_fresh([(start, 64)]) is None
+    assert outputs.why_not_fresh([(start, 64), (start + 16, 32), (start - 64, 64)]) is None
+    assert "whole block" in outputs.why_not_fresh([(start, 128)])  # a view of a larger one
+    assert "whole block" in outputs.why_not_fresh([])  # from before the capture
+    ran_past = [(start, 64), (start + 32, 64)]  # a scratch freed before it, reaching past
+    assert "ran past" in outputs.why_not_fresh(ran_past)
+    assert "ran past" in outputs.why_not_fresh([(start - 16, 32), (start, 64)])

@@ -238,6 +238,33 @@ def test_conditional_bodies_given_are_rebound_too(monkeypatch) -> None:
     assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2], {GRAPH.graph: [BODY]}) is None
 
 
+def test_several_outputs_are_found_and_rewritten_after_the_operands(monkeypatch) -> None:
+    """Whole-call replay's graphs may give several arrays: each is an output, found in some
+    node, its memsets kept inside it."""
+    d = 0x7F00_0040_0000
+    second = SimpleNamespace(data=SimpleNamespace(ptr=d), nbytes=SIZE)
+    nodes = [
+        kernel(pointer(A), pointer(B), pointer(C)),
+        kernel(pointer(d + 8)),
+        {"type": MEMSET, "dst": d, "width": SIZE // 4},
+    ]
+    driver = Driver(nodes)
+    monkeypatch.setattr(graph_operands, "_driver", lambda: driver)
+    binding = graph_operands.find(GRAPH, BUFFERS[:2], (BUFFERS[2], second))
+    assert binding is not None
+    binding.point((0x1000_0000, 0x2000_0000, 0x3000_0000, 0x4000_0000))
+    assert driver.kernels_set == {
+        1: [pointer(0x1000_0000), pointer(0x2000_0000), pointer(0x3000_0000)],
+        2: [pointer(0x4000_0008)],
+    }
+    assert driver.memsets_set == {3: (0x4000_0000, CONTEXT)}
+    assert graph_operands.find(GRAPH, BUFFERS[:2], [BUFFERS[2]]) is not None  # (d: scratch)
+    nowhere = SimpleNamespace(data=SimpleNamespace(ptr=SCRATCH), nbytes=SIZE)
+    assert graph_operands.find(GRAPH, BUFFERS[:2], (BUFFERS[2], second, nowhere)) is None
+    driver.nodes[2]["width"] = SIZE // 4 + 1  # a memset from the second's start past its end
+    assert graph_operands.find(GRAPH, BUFFERS[:2], (BUFFERS[2], second)) is None
+
+
 def test_without_the_driver_calls_or_a_template_graph_nothing_is_rebound(monkeypatch) -> None:
     monkeypatch.setattr(graph_operands, "_driver", lambda: None)
     assert graph_operands.find(GRAPH, BUFFERS[:2], BUFFERS[2]) is None
