@@ -118,6 +118,14 @@ def cupy_matrix_product(
     if level.kind == "fp32" or (level.kind == "policy" and auto.native_by_shape(*shape)):
         return _native(a, b)
     if level.kind == "policy":
+        routed = kept_auto_route_on_gpu(*shape)
+        try:
+            return _on_gpu(a, b, routed, keep, on_native, plain=True)
+        except MemoryError:  # (cupy's OutOfMemoryError is one)
+            if not _forget_kept_route(routed, *shape):
+                raise
+        # the memory the rules found free when the route was kept is gone (its plan evicted,
+        # other arrays since): asked again, they take the route that fits now
         return _on_gpu(a, b, kept_auto_route_on_gpu(*shape), keep, on_native, plain=True)
     replayed = _replayed(a, b, level, keep)
     return replayed if replayed is not None else run(a, b, route(a, b, level), keep, on_native)
@@ -149,6 +157,14 @@ def kept_auto_route_on_gpu(m: int, k: int, n: int) -> Route:
             _kept_routes.clear()
         _kept_routes[key] = found
     return found
+
+
+def _forget_kept_route(routed: Route, m: int, k: int, n: int) -> bool:
+    """Whether ``routed`` was a kept route of an INT8 level for this shape, now forgotten."""
+    if routed.level.kind != "int8" or not plan_cache.enabled():
+        return False
+    key = (m, k, n, device.cupy_module().cuda.runtime.getDevice())
+    return _kept_routes.pop(key, None) is routed
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> Route:

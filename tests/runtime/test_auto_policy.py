@@ -199,6 +199,61 @@ def test_one_route_per_call(monkeypatch) -> None:
     assert [c.level for c in calls] == ["fp32"]
 
 
+def test_a_kept_route_that_no_longer_fits_is_asked_again(monkeypatch) -> None:
+    """ "auto" keeps its route of a shape while plans are kept; where that route's INT8 product
+    then runs out of memory (its plan evicted, the memory taken since), the rules are asked
+    again and their route now (native here) runs; an error of a route asked afresh is the
+    caller's."""
+    ran: list[str] = []
+    free = [1 << 62]
+
+    class Matrix:
+        def __init__(self, *shape: int) -> None:
+            self.shape, self.ndim, self.dtype = shape, len(shape), np.dtype(np.float32)
+
+        def dot(self, other: Matrix) -> str:
+            ran.append("sgemm")
+            return "C"
+
+    def product_at_level(a: Any, b: Any, level: Any, *rest: Any, **kw: Any) -> str:
+        ran.append(level.name)
+        if free[0] < 1000:
+            raise MemoryError(f"level {level.name}: out of memory")
+        return "C"
+
+    Matrix.__module__ = "cupy._core.core"
+    cp = SimpleNamespace(
+        ndarray=Matrix, cuda=SimpleNamespace(runtime=SimpleNamespace(getDevice=int))
+    )
+    backend = vars(gpu())
+    backend["free_bytes"] = lambda: free[0]
+    cuda = SimpleNamespace(
+        clear_plans=lambda: None,
+        product_at_level=product_at_level,
+        captured_product=lambda a, b, level, fallback=None: None,  # (no graphs: direct)
+        replayed_sgemm=lambda a, b: None,
+        **backend,
+    )
+    monkeypatch.setattr(dispatch.device, "cupy_module", lambda: cp)
+    monkeypatch.setattr(dispatch.device, "gpu_available", lambda: True)
+    monkeypatch.setattr(dispatch, "_cuda", lambda: cuda)
+    mixpert.clear_cache()
+    a, b = Matrix(4096, 4096), Matrix(4096, 4096)
+    mixpert.matmul(a, b)
+    free[0] = 10  # (now nothing fits)
+    assert mixpert.matmul(a, b) == "C"
+    assert ran == ["IV", "IV", "sgemm"]  # the kept route failed; asked again: native
+    assert mixpert.matmul(a, b) == "C" and ran[-1] == "sgemm"  # (and kept so)
+    mixpert.clear_cache()
+    free[0] = 1 << 62
+    mixpert.matmul(a, b)  # IV kept again
+    monkeypatch.setattr(auto, "_emulation_fits", lambda *args: True)  # (the rules misjudge)
+    mixpert.clear_cache()
+    free[0] = 10
+    with pytest.raises(MemoryError, match="level IV"):
+        mixpert.matmul(a, b)  # (asked again, the rules take IV again: its error is the caller's)
+
+
 def test_the_cupy_hot_path_asks_auto_once(monkeypatch) -> None:
     """Two float32 CuPy matrices under "auto" skip the general checks but not the rules: a
     shape no rule takes goes to CuPy's product at once (``auto.native_by_shape``), any other
