@@ -149,7 +149,7 @@ def kept_auto_route_on_gpu(m: int, k: int, n: int) -> Route:
     (``plan_cache.enabled``), else each call."""
     if not plan_cache.enabled():
         return auto_route_on_gpu(m, k, n)
-    key = (m, k, n, device.cupy_module().cuda.runtime.getDevice())
+    key = _kept_key(m, k, n)
     found = _kept_routes.get(key)
     if found is None:
         found = auto_route_on_gpu(m, k, n)
@@ -163,8 +163,11 @@ def _forget_kept_route(routed: Route, m: int, k: int, n: int) -> bool:
     """Whether ``routed`` was a kept route of an INT8 level for this shape, now forgotten."""
     if routed.level.kind != "int8" or not plan_cache.enabled():
         return False
-    key = (m, k, n, device.cupy_module().cuda.runtime.getDevice())
-    return _kept_routes.pop(key, None) is routed
+    return _kept_routes.pop(_kept_key(m, k, n), None) is routed
+
+
+def _kept_key(m: int, k: int, n: int) -> tuple[int, int, int, int]:
+    return (m, k, n, device.cupy_module().cuda.runtime.getDevice())
 
 
 def route(a: Any, b: Any, level: str | Level, backend: Backend = "auto") -> Route:
