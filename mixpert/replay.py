@@ -51,15 +51,17 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .execution import cupy_sites
 from .execution.state import recording
 from .runtime import device, dispatch, plan_cache
-from .runtime.cuda import graph_operands
 from .runtime.precision import get_default_level
+
+if TYPE_CHECKING:
+    from .runtime.cuda import graph_operands
 
 log = logging.getLogger("mixpert")
 _DEVICE_TO_DEVICE = 3  # cudaMemcpyDeviceToDevice
@@ -308,6 +310,8 @@ class ReplayedCall:
         # each argument's buffer as the bytes of its span (what ``find`` takes for a buffer):
         # a call points the graph at the same span of the caller's argument
         spans = [_raw(b) for b in self._inputs.values()]
+        from .runtime.cuda import graph_operands  # (at a capture: not at ``import mixpert``)
+
         binding = graph_operands.find(self._graph, spans, self._outputs.own, bodies)
         if binding is None:
             return "graph_operands finds no binding (module docstring)"
