@@ -162,26 +162,61 @@ def _strip_maxima(x: cp.ndarray, lines_along_rows: bool) -> OperandTops:
     columns (a row-major B; k-indices are the rows)."""
     count, rows, cols = x.shape
     k, lines = (cols, rows) if lines_along_rows else (rows, cols)
-    out = cp.zeros(count * (k + 2 * lines), dtype=cp.uint32)  # one allocation, one memset
-    k_top = out[: count * k]
-    line_top, line_bad = out[count * k :].reshape(2, count * lines)
+    tops = _tops_in(cp.zeros(_tops_size(count, k, lines), dtype=cp.uint32), count, k, lines)
     if rows and cols:
-        if lines_along_rows:
-            col_top, col_bad, row_top, row_bad = k_top, _NULL, line_top, line_bad
-        else:
-            col_top, col_bad, row_top, row_bad = line_top, line_bad, k_top, _NULL
-        item = x.itemsize
-        strips = min(-(-cols // STRIP_WIDTH), STRIP_GRID_Y)
-        per_block = strip_rows(rows, strips * count)
-        for first in batch_chunks(count):
-            build.pack_module().get_function("strip_max_bits")(
-                (-(-rows // per_block), strips, chunk_length(first, count)),
-                (32, 8),
-                (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
-                 np.int32(per_block), np.int64(x.strides[0] // item), np.int32(first),
-                 col_top, col_bad, row_top, row_bad),
-            )  # fmt: skip
+        _launch_strips(x, lines_along_rows, tops, _strip_grid(x), _NO_EXPONENTS)
+    return tops
+
+
+def _tops_size(count: int, k: int, lines: int) -> int:
+    return count * (k + 2 * lines)
+
+
+def _tops_in(out: cp.ndarray, count: int, k: int, lines: int) -> OperandTops:
+    """``OperandTops`` as views of the zeroed uint32 ``out`` (``_tops_size`` entries)."""
+    k_top = out[: count * k]
+    line_top, line_bad = out[count * k : _tops_size(count, k, lines)].reshape(2, count * lines)
     return OperandTops(k_top.reshape(count, k), line_top, line_bad)
+
+
+def _strip_grid(x: cp.ndarray) -> tuple[int, int, int]:
+    """(blocks of rows, strips, rows per block) of ``strip_max_bits`` over a stack ``x``: a
+    launch's grid is (blocks of rows, strips, matrices)."""
+    count, rows, cols = x.shape
+    strips = min(-(-cols // STRIP_WIDTH), STRIP_GRID_Y)
+    per_block = strip_rows(rows, strips * count)
+    return -(-rows // per_block), strips, per_block
+
+
+# strip_max_bits' k-exponents step (packs.cuh, KExponentsStep): arrivals, blocks a pair, the
+# two operands' k-tops, the exponents and k; null pointers for none.
+_NO_EXPONENTS = (_NULL, np.uint32(0), _NULL, _NULL, _NULL, np.int32(0))
+
+
+def _launch_strips(
+    x: cp.ndarray,
+    lines_along_rows: bool,
+    tops: OperandTops,
+    grid: tuple[int, int, int],
+    exponents: tuple[Any, ...],
+) -> None:
+    """``strip_max_bits`` over the stack ``x`` (rows and columns > 0) into the zeroed ``tops``,
+    with its k-exponents step ``exponents``."""
+    count, rows, cols = x.shape
+    row_blocks, strips, per_block = grid
+    if lines_along_rows:
+        col_top, col_bad, row_top, row_bad = tops.k, _NULL, tops.lines, tops.bad
+    else:
+        col_top, col_bad, row_top, row_bad = tops.lines, tops.bad, tops.k, _NULL
+    item = x.itemsize
+    for first in batch_chunks(count):
+        build.pack_module().get_function("strip_max_bits")(
+            (row_blocks, strips, chunk_length(first, count)),
+            (32, 8),
+            (x, np.int64(x.strides[1] // item), np.int32(rows), np.int32(cols),
+             np.int32(per_block), np.int64(x.strides[0] // item), np.int32(first),
+             col_top, col_bad, row_top, row_bad, *exponents),
+        )  # fmt: skip
 
 
 def strip_rows(rows: int, strips: int) -> int:
@@ -198,14 +233,24 @@ def strip_rows(rows: int, strips: int) -> int:
 
 def a_tops(a_rows: cp.ndarray) -> OperandTops:
     """A's tops: ``a_rows`` (m, k) or a stack (s, m, k), rows contiguous."""
-    return _strip_maxima(a_rows if a_rows.ndim == 3 else a_rows[None], lines_along_rows=True)
+    return _strip_maxima(*_a_strips(a_rows))
 
 
 def b_tops(b: cp.ndarray) -> OperandTops:
     """B's tops: a C-contiguous stack (s, k, n), or B (k, n) either way."""
+    return _strip_maxima(*_b_strips(b))
+
+
+def _a_strips(a_rows: cp.ndarray) -> tuple[cp.ndarray, bool]:
+    """The stack ``strip_max_bits`` reads for A's tops, and whether its lines are its rows."""
+    return (a_rows if a_rows.ndim == 3 else a_rows[None]), True
+
+
+def _b_strips(b: cp.ndarray) -> tuple[cp.ndarray, bool]:
+    """... and for B's: B itself (lines: its columns) or B^T (lines: its rows)."""
     if b.ndim == 3 or rows_contiguous(b):
-        return _strip_maxima(b if b.ndim == 3 else b[None], lines_along_rows=False)
-    return _strip_maxima(unit_inner(b.T)[None], lines_along_rows=True)
+        return (b if b.ndim == 3 else b[None]), False
+    return unit_inner(b.T)[None], True
 
 
 def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
@@ -213,16 +258,42 @@ def k_exponents(a_rows: cp.ndarray, b: cp.ndarray) -> cp.ndarray:
     (either layout); one read of each, no host synchronisation. Entry k (one past the
     exponents) is 1 when any k-index moves or is dropped. Stacks (s, m, k) @ (s, k, n), both
     C-contiguous: one row of k + 1 entries per pair."""
-    f = exponents_from_tops(a_tops(a_rows).k, b_tops(b).k)
-    return f if a_rows.ndim == 3 else f[0]
+    return tops_and_exponents(a_rows, b)[2]
 
 
 def tops_and_exponents(
-    a_rows: cp.ndarray, b: cp.ndarray
+    a_rows: cp.ndarray, b: cp.ndarray, side: cp.cuda.Stream | None = None
 ) -> tuple[OperandTops, OperandTops, cp.ndarray]:
-    """Both matrices' tops (one read of each) and their product's k-exponents."""
-    a_top, b_top = a_tops(a_rows), b_tops(b)
-    return a_top, b_top, exponents_from_tops(a_top.k, b_top.k)[0]
+    """Both operands' tops (one read of each) and their product's k-exponents, (k + 1,) for
+    matrices, (s, k + 1) for stacks (``k_exponents``): the last block of the two tops'
+    launches computes them, so they take no launch of their own. ``side``: a stream B's
+    launch runs on beside A's, joined before this returns."""
+    (a3, _), (b3, b_along_rows) = _a_strips(a_rows), _b_strips(b)
+    count, m, k = a3.shape
+    n = b3.shape[1] if b_along_rows else b3.shape[2]
+    if not (m and n and k):  # a launch with no blocks would never arrive
+        a_top, b_top = _strip_maxima(a3, True), _strip_maxima(b3, b_along_rows)
+        f = exponents_from_tops(a_top.k, b_top.k)
+    else:
+        a_size, b_size = _tops_size(count, k, m), _tops_size(count, k, n)
+        # both tops, the exponents and each pair's arrivals: one allocation, one memset
+        out = cp.zeros(a_size + b_size + count * (k + 2), dtype=cp.uint32)
+        a_top = _tops_in(out[:a_size], count, k, m)
+        b_top = _tops_in(out[a_size : a_size + b_size], count, k, n)
+        arrivals = out[a_size + b_size : a_size + b_size + count]
+        f = out[a_size + b_size + count :].view(cp.int32).reshape(count, k + 1)
+        a_grid, b_grid = _strip_grid(a3), _strip_grid(b3)
+        blocks = a_grid[0] * a_grid[1] + b_grid[0] * b_grid[1]
+        exponents = (arrivals, np.uint32(blocks), a_top.k, b_top.k, f, np.int32(k))
+        main = cp.cuda.get_current_stream()
+        if side is not None:
+            side.wait_event(main.record())
+        with side if side is not None else main:
+            _launch_strips(b3, b_along_rows, b_top, b_grid, exponents)
+        _launch_strips(a3, True, a_top, a_grid, exponents)
+        if side is not None:
+            main.wait_event(side.record())
+    return a_top, b_top, f if a_rows.ndim == 3 else f[0]
 
 
 def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
@@ -284,21 +355,25 @@ def pack_int8_columns(
     tops: OperandTops | None = None,
 ) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
-    (s, k, n) of them with ``kexp`` (s, k + 1). Three launches (column maxima, digits, flags)
-    over strips of 32 columns and chunks of k, so any n fills the GPU; the first reads nothing
-    where ``tops`` (B's ``OperandTops``) hold and no k-index moves. On an H100 (IV, ms, n =
-    2048 / 4096 / 8192 / 16384): 0.085 / 0.18 / 0.52 / 1.84, against 0.17 / 0.33 / 0.72 / 1.99
-    for a block per strip and all of k, one launch (both before ``tops``)."""
+    (s, k, n) of them with ``kexp`` (s, k + 1). Two launches (column maxima, then digits and,
+    by each strip's last block, flags) over strips of 32 columns and chunks of k, so any n
+    fills the GPU; the first reads nothing where ``tops`` (B's ``OperandTops``) hold and no
+    k-index moves. On an H100 (IV, ms, n = 2048 / 4096 / 8192 / 16384): 0.085 / 0.18 / 0.52 /
+    1.84, against 0.17 / 0.33 / 0.72 / 1.99 for a block per strip and all of k, one launch
+    (both before ``tops``)."""
     x3 = x if x.ndim == 3 else x[None]
     count, k, n = x3.shape
     packed = PackedOperand(count * n, slices, padded(k), cp.int8, count)
     if n == 0:
         return packed
-    column_top = cp.zeros(count * n, dtype=cp.uint64)
-    deep_counts = cp.zeros(count * n, dtype=cp.int32)
+    tiles = -(-n // 32)
+    lines = count * n
+    # column maxima (float64 bits), deep counts and each strip's arrivals: one memset
+    scratch = cp.zeros(3 * lines + count * tiles, dtype=cp.int32)
+    column_top = scratch[: 2 * lines].view(cp.uint64)
+    deep_counts, arrivals = scratch[2 * lines : 3 * lines], scratch[3 * lines :]
     item = x3.itemsize
     row_stride, batch_stride = np.int64(x3.strides[1] // item), np.int64(x3.strides[0] // item)
-    tiles = -(-n // 32)
     chunk = column_chunk(tiles * count, packed.k_pad)
     chunks = min(-(-packed.k_pad // chunk), MAX_GRID_YZ)
     deep = deep_argument(slices, k, bypass_wide)
@@ -314,14 +389,9 @@ def pack_int8_columns(
             grid, (32, 8),
             (x3, row_stride, np.int32(k), np.int32(n), np.int32(packed.k_pad), kexp,
              np.int32(chunk), np.int32(slices), np.int32(reversed_slots), deep, batch_stride,
-             batch0, column_top, packed.data, packed.exponents, deep_counts),
+             batch0, column_top, packed.data, packed.exponents, deep_counts, arrivals,
+             packed.nonfinite, packed.flagged),
         )  # fmt: skip
-    lines = count * n
-    module.get_function("finish_columns")(
-        (-(-lines // 256),),
-        (256,),
-        (deep_counts, np.int64(lines), np.int32(k), packed.nonfinite, packed.flagged),
-    )
     return packed
 
 

@@ -344,9 +344,12 @@ def _packs(
     kept_a, kept_b = (kept.on("cuda") for kept in keep)
     a_rows = functools.cache(functools.partial(unit_inner, a))  # copied once, if at all
     b_lines = functools.cache(functools.partial(packable_b, b))  # ... and B likewise
-    a_top = kept_a.tops(lambda: a_tops(a_rows()))
-    b_top = kept_b.tops(lambda: b_tops(b_lines()))
-    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    if keep == pack_reuse.KEEP_NOTHING:
+        a_top, b_top, kexp = tops_and_exponents(a_rows(), b_lines())
+    else:
+        a_top = kept_a.tops(lambda: a_tops(a_rows()))
+        b_top = kept_b.tops(lambda: b_tops(b_lines()))
+        kexp = exponents_from_tops(a_top.k, b_top.k)[0]
     a_pack = kept_a.pack(level.name, kexp, lambda: pack_a(a_rows(), kexp, level, a_top))
     b_pack = kept_b.pack(level.name, kexp, lambda: pack_b(b_lines(), kexp, level, b_top))
     a_pack.nan_inf, b_pack.nan_inf = a_top.bad, b_top.bad
@@ -364,11 +367,8 @@ def packs_on_two_streams(
     side.wait_event(main.record())
     with side:
         b_lines = packable_b(b)
-        b_top = b_tops(b_lines)
     a_rows = unit_inner(a)
-    a_top = a_tops(a_rows)
-    main.wait_event(side.record())
-    kexp = exponents_from_tops(a_top.k, b_top.k)[0]
+    a_top, b_top, kexp = tops_and_exponents(a_rows, b_lines, side)
     side.wait_event(main.record())
     with side:
         b_pack = pack_b(b_lines, kexp, level, b_top)
@@ -459,8 +459,7 @@ def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     count, m, k = a.shape
     n = b.shape[2]
-    a_top, b_top = a_tops(a), b_tops(b)
-    kexp = exponents_from_tops(a_top.k, b_top.k)
+    a_top, b_top, kexp = tops_and_exponents(a, b)
     wide = level.bypass_wide
     a_pack = pack_int8(
         a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, count, a_top

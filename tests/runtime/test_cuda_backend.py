@@ -29,6 +29,7 @@ from mixpert.runtime.cuda.packs import (  # noqa: E402
     pack_b,
     pack_int8,
     pack_int8_columns,
+    tops_and_exponents,
 )
 from mixpert.runtime.cuda.sliced import int8_product  # noqa: E402
 from mixpert.runtime.cuda.tn_gemm import CUDA_R_32F  # noqa: E402
@@ -464,6 +465,39 @@ def test_one_read_gives_the_k_and_line_maxima(
     if count == 1:  # a matrix, as the products pass it
         np.testing.assert_array_equal(cp.asnumpy(a_tops(dev[0]).lines), rows_max)
         np.testing.assert_array_equal(cp.asnumpy(b_tops(dev[0]).lines), cols_max)
+
+
+@pytest.mark.parametrize("case", ["phi", "moves", "dead-k", "b-transposed", "stack", "side"])
+def test_the_tops_launches_give_the_k_exponents_of_the_k_exponents_kernel(case: str) -> None:
+    """The last block of the two tops' launches computes the k-exponents: the tops and the
+    exponents of the separate launches (tops, then ``k_exponents``), for matrices, a stack of
+    pairs whose exponents differ, B read transposed, and B's launch on a second stream."""
+    rng = np.random.default_rng(12)
+    a, b = make(rng, (300, 1000), "phi"), make(rng, (1000, 70), "phi")
+    side = None
+    if case == "moves":
+        a[:, 5] *= np.float32(2.0**30)
+    elif case == "dead-k":
+        a[:, 9], b[400, :] = 0.0, 0.0
+    elif case == "stack":  # more pairs than blocks of one launch; only pair 40 moves
+        a, b = make(rng, (70, 40, 300), "normal"), make(rng, (70, 300, 33), "normal")
+        a[40, :, 7] *= np.float32(2.0**20)
+    elif case == "side":
+        side = cp.cuda.Stream(non_blocking=True)
+    a_dev = cp.asarray(a)
+    b_dev = cp.asarray(b) if case != "b-transposed" else cp.asfortranarray(cp.asarray(b))
+    a_top, b_top, kexp = tops_and_exponents(a_dev, b_dev, side)
+    alone_a, alone_b = a_tops(a_dev), b_tops(b_dev)
+    expected = exponents_from_tops(alone_a.k, alone_b.k)
+    assert cp.array_equal(kexp, expected if a_dev.ndim == 3 else expected[0])
+    for got, alone in ((a_top, alone_a), (b_top, alone_b)):
+        for field in ("k", "lines", "bad"):
+            assert cp.array_equal(getattr(got, field), getattr(alone, field)), field
+    moved = cp.asnumpy(kexp[..., -1]).reshape(-1)
+    if case == "stack":
+        assert list(np.flatnonzero(moved)) == [40]
+    else:
+        assert moved[0] == (case in ("moves", "dead-k"))
 
 
 def test_stack_packs_take_the_tops_only_for_the_pairs_where_no_k_index_moves() -> None:

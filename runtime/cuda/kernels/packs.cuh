@@ -94,6 +94,53 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v)
 #endif
 }
 
+// equilibrate.k_exponents, step 2, for k-index q: f_q = floor(gap / 2) when the binades of A's
+// column q and B's row q lie more than IMBALANCE apart, 0 within the band, DEAD when either is
+// all zero.
+__device__ __forceinline__ int k_exponent(unsigned int a_top, unsigned int b_top)
+{
+    if (a_top == 0u || b_top == 0u) return DEAD;
+    int ea, eb;
+    frexp(exact_double(__uint_as_float(a_top)), &ea);
+    frexp(exact_double(__uint_as_float(b_top)), &eb);
+    const int gap = ea - eb;
+    return abs(gap) > IMBALANCE ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
+}
+
+// f[0 .. k) of one pair, and f[k] (one past the exponents) = 1 when any k-index moves or is
+// dead: the packers read it once per block and, when 0, skip the rebalancing arithmetic. By
+// grids (a thread a k-index: k_exponents, with f[k] zeroed) or by one block (strip_max_bits's
+// last: a block reduction).
+extern "C" __global__ void k_exponents(
+    const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
+    int batch0, int* __restrict__ f)
+{
+    const long long z = blockIdx.y + (long long)batch0;
+    a_top += z * k;
+    b_top += z * k;
+    f += z * (k + 1);
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= k) return;
+    const int fq = k_exponent(a_top[q], b_top[q]);
+    f[q] = fq;
+    if (fq != 0) atomicOr(f + k, 1);
+}
+
+// ... by the block that calls it (t: its thread's index among `threads`); the tops are read
+// from L2 (__ldcg), where the other blocks' atomics left them.
+__device__ void k_exponents_by_block(
+    const unsigned int* a_top, const unsigned int* b_top, int k, int* f, int t, int threads)
+{
+    int moves = 0;
+    for (int q = t; q < k; q += threads) {
+        const int fq = k_exponent(__ldcg(a_top + q), __ldcg(b_top + q));
+        f[q] = fq;
+        moves |= fq != 0;
+    }
+    moves = __syncthreads_or(moves);
+    if (t == 0) f[k] = moves;
+}
+
 // The largest finite |x| along both axes of a row-major (rows, cols) matrix in one read, as
 // float32 magnitude bits (unsigned order is magnitude order) merged with atomicMax into zeroed
 // outputs: each column's into col_top and, where row_top is given, each row's into row_top;
@@ -109,13 +156,46 @@ __device__ __forceinline__ unsigned int warp_max(unsigned int v)
 // on an H100); its y over the strips (a block takes several in turn beyond gridDim.y's
 // limit). Stacks: matrix z = blockIdx.z + batch0 starts z * batch_stride floats into x; its
 // column outputs start at z * cols, its row outputs at z * rows.
+// Where arrivals is given (KExponentsStep), the launches over A and over B (side by side) also
+// give the k-exponents: the last of a pair's blocks, over both launches, computes them (one
+// launch and one dependency less than k_exponents after both).
 #define STRIP_WIDTH (32 * STRIP_LANE_COLUMNS)
+
+// The k-exponents step of strip_max_bits: arrivals (per pair, zeroed) counts the blocks of the
+// pair done, blocks of the two launches; pair z's k-tops at z * k in a_top and b_top, its
+// exponents at z * (k + 1) in f. arrivals null: no step.
+struct KExponentsStep {
+    unsigned int* arrivals;
+    unsigned int blocks;
+    const unsigned int* a_top;
+    const unsigned int* b_top;
+    int* f;
+    int k;
+};
+
+// Called by every thread of each block once its maxima are merged: the pair's last block
+// computes the pair's k-exponents (threadFenceReduction's pattern: each block's atomics are
+// made visible before it counts itself).
+__device__ void k_exponents_if_last(const KExponentsStep& step, long long z, int t)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(step.arrivals + z, 1u) == step.blocks - 1u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    k_exponents_by_block(step.a_top + z * step.k, step.b_top + z * step.k, step.k,
+                         step.f + z * (step.k + 1), t, blockDim.x * blockDim.y);
+}
 
 extern "C" __global__ void strip_max_bits(
     const float* __restrict__ x, long long row_stride, int rows, int cols, int rows_per_block,
     long long batch_stride, int batch0, unsigned int* __restrict__ col_top,
     unsigned int* __restrict__ col_bad, unsigned int* __restrict__ row_top,
-    unsigned int* __restrict__ row_bad)
+    unsigned int* __restrict__ row_bad, unsigned int* __restrict__ arrivals,
+    unsigned int pair_blocks, const unsigned int* __restrict__ a_k_top,
+    const unsigned int* __restrict__ b_k_top, int* __restrict__ f, int k)
 {
     __shared__ unsigned int part[8][STRIP_WIDTH], part_bad[8][32];
     const long long z = blockIdx.z + (long long)batch0;
@@ -165,33 +245,8 @@ extern "C" __global__ void strip_max_bits(
         }
         __syncthreads();  // part is read before the next strip writes it
     }
-}
-
-// equilibrate.k_exponents, step 2: f_q = floor(gap / 2) when the binades of A's column q and
-// B's row q lie more than IMBALANCE apart, 0 within the band, DEAD when either is all zero.
-// f[k] (one past the exponents) is set to 1 when any k-index moves or is dead: the packers
-// read it once per block and, when 0, skip the rebalancing arithmetic. Stacks: pair z =
-// blockIdx.y + batch0 has its maxima at z * k and its exponents at z * (k + 1).
-extern "C" __global__ void k_exponents(
-    const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
-    int batch0, int* __restrict__ f)
-{
-    const long long z = blockIdx.y + (long long)batch0;
-    a_top += z * k;
-    b_top += z * k;
-    f += z * (k + 1);
-    const int q = blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= k) return;
-    int fq = DEAD;
-    if (a_top[q] != 0u && b_top[q] != 0u) {
-        int ea, eb;
-        frexp(exact_double(__uint_as_float(a_top[q])), &ea);
-        frexp(exact_double(__uint_as_float(b_top[q])), &eb);
-        const int gap = ea - eb;
-        fq = abs(gap) > IMBALANCE ? (gap >> 1) : 0;  // >> 1 floors, like Python's // 2
-    }
-    f[q] = fq;
-    if (fq != 0) atomicOr(f + k, 1);
+    if (arrivals != nullptr)
+        k_exponents_if_last({arrivals, pair_blocks, a_k_top, b_k_top, f, k}, z, ty * 32 + tx);
 }
 
 // packer.scale_exponents: the smallest e with top < (127/128) 2^e.
@@ -559,14 +614,17 @@ extern "C" __global__ void column_tops(
 }
 
 // Step 2: the digits of a chunk of each column; deep entries counted into the zeroed
-// `deep_counts` (integers: exact in any order).
+// `deep_counts` (integers: exact in any order). The last of a strip's blocks (counted in the
+// zeroed `arrivals`, one per strip) then sets its columns' flags: NaN/Inf (from step 1) or
+// unresolved (bypass), flagged columns counted into *flagged.
 // (Four blocks an SM, as before the next tile's registers: ptxas fits them in 64 without
 // spilling; uncapped it took 90, two blocks an SM.)
 extern "C" __global__ void __launch_bounds__(256, 4) pack_int8_column_chunks(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad,
     const int* __restrict__ kexp, int chunk, int slices, int reversed, int deep,
     long long batch_stride, int batch0, const unsigned long long* __restrict__ tops,
-    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ deep_counts)
+    signed char* __restrict__ out, int* __restrict__ exps, int* __restrict__ deep_counts,
+    unsigned int* __restrict__ arrivals, int* __restrict__ nonfinite, int* __restrict__ flagged)
 {
     const long long z = blockIdx.z + (long long)batch0;
     x += z * batch_stride;
@@ -596,18 +654,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) pack_int8_column_chunks(
         const int c = col0 + 4 * threadIdx.y + j;
         if (threadIdx.x == 0 && c < n && total) atomicAdd(deep_counts + c, total);
     }
-}
-
-// Step 3: a column's flag: NaN/Inf (from step 1) or unresolved (bypass); flagged columns
-// counted into *flagged.
-extern "C" __global__ void finish_columns(
-    const int* __restrict__ deep_counts, long long lines, int k, int* __restrict__ nonfinite,
-    int* __restrict__ flagged)
-{
-    const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i >= lines) return;
-    const int flag = nonfinite[i] | unresolved(deep_counts[i], k);
-    nonfinite[i] = flag;
+    // The strip's last block (threadFenceReduction's pattern): every block's counts are made
+    // visible before it counts itself.
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0)
+        last = atomicAdd(arrivals + z * gridDim.x + blockIdx.x, 1u) == gridDim.y - 1u;
+    __syncthreads();
+    if (!last || threadIdx.y != 0 || col >= n) return;
+    __threadfence();
+    int* line_flag = nonfinite + z * n + col;
+    const int flag = *line_flag | unresolved(__ldcg(deep_counts + col), k);
+    *line_flag = flag;
     if (flag) atomicAdd(flagged, 1);
 }
 
