@@ -166,7 +166,7 @@ class CapturedProduct(_GraphPlan):
 
             def product() -> cp.ndarray:
                 if count > 1:
-                    return sliced.int8_product_stack(self.a, self.b, level)
+                    return sliced.int8_product_stack(self.a, self.b, level, side)
                 if fallback is None:
                     return sliced.int8_product(self.a, self.b, level, side=side)
                 return sliced.int8_product_deciding_on_gpu(self.a, self.b, level, fallback, side)

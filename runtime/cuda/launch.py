@@ -1,17 +1,37 @@
 """What a launch works within on the current GPU: its multiprocessors, the shared memory a block
 may ask for and how many blocks of a kernel run at once; the operand layouts the kernels read
 (C-contiguous, 16-byte pieces); the device memory left; and counts read back to the host without
-waiting for the whole stream."""
+waiting for the whole stream; work forked onto a second stream and joined back."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cupy as cp
 import cupyx
 import numpy as np
+
+
+@contextlib.contextmanager
+def forked(side: cp.cuda.Stream | None) -> Iterator[None]:
+    """Work queued in the block runs on ``side``, after what the current stream has queued so
+    far (a fork in a captured graph); with no ``side``, on the current stream. ``joined``
+    joins it back."""
+    if side is None:
+        yield
+        return
+    side.wait_event(cp.cuda.get_current_stream().record())
+    with side:
+        yield
+
+
+def joined(side: cp.cuda.Stream | None) -> None:
+    """The current stream waits for what ``side`` has queued (nothing where ``side`` is None)."""
+    if side is not None:
+        cp.cuda.get_current_stream().wait_event(side.record())
 
 
 def c_contiguous(x: cp.ndarray) -> cp.ndarray:

@@ -30,7 +30,7 @@ from .geometry import (
     batch_chunks,
     chunk_length,
 )
-from .launch import multiprocessors
+from .launch import forked, joined, multiprocessors
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 PACK_THREADS = 256  # the most threads of a one-line-per-block pack kernel (``_line_threads``)
@@ -285,14 +285,10 @@ def tops_and_exponents(
         a_grid, b_grid = _strip_grid(a3), _strip_grid(b3)
         blocks = a_grid[0] * a_grid[1] + b_grid[0] * b_grid[1]
         exponents = (arrivals, np.uint32(blocks), a_top.k, b_top.k, f, np.int32(k))
-        main = cp.cuda.get_current_stream()
-        if side is not None:
-            side.wait_event(main.record())
-        with side if side is not None else main:
+        with forked(side):
             _launch_strips(b3, b_along_rows, b_top, b_grid, exponents)
         _launch_strips(a3, True, a_top, a_grid, exponents)
-        if side is not None:
-            main.wait_event(side.record())
+        joined(side)
     return a_top, b_top, f if a_rows.ndim == 3 else f[0]
 
 

@@ -42,7 +42,7 @@ from ..packer import pair_exponent
 from . import auto_fallback, build, conditional, fused, tn_gemm
 from .convert import ACCUMULATE, conversion
 from .geometry import MAX_GRID_YZ, batch_chunks, chunk_length
-from .launch import flag_counts
+from .launch import flag_counts, forked, joined
 from .packs import (
     A_SIDE,
     B_SIDE,
@@ -78,6 +78,7 @@ FP16_K_BLOCK = 1024
 CLASSES_BEFORE_ASKING = 2
 COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
+_NULL = np.uint64(0)  # a null pointer argument
 
 
 def gemm_tn(
@@ -224,15 +225,18 @@ def _bypass_lines(
 ) -> None:
     """``bypass.recompute_lines`` for the flagged rows and columns of each pair of the stacks
     ``a`` (s, m, k) and ``b`` (s, k, n) (no host synchronisation: tiles without a flagged line
-    return at once)."""
+    return at once, and every tile where the INT8 packs flagged none)."""
     (count, m, k), n = a.shape, b.shape[2]
     a_s, b_s = (tuple(np.int64(x // a.itemsize) for x in y.strides) for y in (a, b))
     rows = min(-(-m // BYPASS_TILE), MAX_GRID_YZ)
+    # (the FP16 packer flags lines without counting them)
+    counted = a_pack.data.dtype == cp.int8 and b_pack.data.dtype == cp.int8
+    flagged = (a_pack.flagged, b_pack.flagged) if counted else (_NULL, _NULL)
     for first in batch_chunks(count):
         build.combine_module().get_function("bypass_lines")(
             (-(-n // BYPASS_TILE), rows, chunk_length(first, count)), (16, 16),
-            (a_pack.nonfinite, b_pack.nonfinite, a, a_s[1], a_s[2], a_s[0], b, b_s[1], b_s[2],
-             b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
+            (a_pack.nonfinite, b_pack.nonfinite, *flagged, a, a_s[1], a_s[2], a_s[0], b,
+             b_s[1], b_s[2], b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
         )  # fmt: skip
 
 
@@ -363,17 +367,14 @@ def packs_on_two_streams(
     the k-exponents (which need both tops) and again after the packs. The same kernels on the
     same data as ``_packs``: the same bits. Small operands' tops and packs leave most SMs idle,
     so in a captured graph the two sides overlap."""
-    main = cp.cuda.get_current_stream()
-    side.wait_event(main.record())
-    with side:
+    with forked(side):
         b_lines = packable_b(b)
     a_rows = unit_inner(a)
     a_top, b_top, kexp = tops_and_exponents(a_rows, b_lines, side)
-    side.wait_event(main.record())
-    with side:
+    with forked(side):
         b_pack = pack_b(b_lines, kexp, level, b_top)
     a_pack = pack_a(a_rows, kexp, level, a_top)
-    main.wait_event(side.record())
+    joined(side)
     a_pack.nan_inf, b_pack.nan_inf = a_top.bad, b_top.bad
     return a_pack, b_pack
 
@@ -448,23 +449,28 @@ def int8_product_deciding_on_gpu(
     return c
 
 
-def int8_product_stack(a: cp.ndarray, b: cp.ndarray, level: Level) -> cp.ndarray:
+def int8_product_stack(
+    a: cp.ndarray, b: cp.ndarray, level: Level, side: cp.cuda.Stream | None = None
+) -> cp.ndarray:
     """``int8_product`` of each pair of two float32 stacks (s, m, k) and (s, k, n) with m, k,
     n > 0, in a few launches for the whole stack: k-exponents, one pack of each operand, one
     strided-batched INT8 GEMM per weight class (per k block when k is long), one combine and
     one bypass launch (per block of pairs when the class sums would not fit at once). Each pair
-    gets ``int8_product``'s bits (the same kernels, per pair)."""
+    gets ``int8_product``'s bits (the same kernels, per pair). ``side``: a second stream B's
+    tops and pack run on beside A's."""
     if a.shape[0] == 1:  # one pair: blocks of its rows, as a matrix product
-        return int8_product(a[0], b[0], level)[None]
+        return int8_product(a[0], b[0], level, side=side)[None]
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     count, m, k = a.shape
     n = b.shape[2]
-    a_top, b_top, kexp = tops_and_exponents(a, b)
+    a_top, b_top, kexp = tops_and_exponents(a, b, side)
     wide = level.bypass_wide
+    with forked(side):
+        b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
     a_pack = pack_int8(
         a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, count, a_top
     )
-    b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
+    joined(side)
     c = cp.empty((count, m, n), dtype=cp.float32)
     if fused.serves(level, m, n, a_pack.k_pad):
         fused.product(a_pack, b_pack, level, c)
