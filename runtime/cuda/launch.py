@@ -14,6 +14,8 @@ import cupy as cp
 import cupyx
 import numpy as np
 
+NULL = np.uint64(0)  # a kernel's null pointer argument
+
 
 @contextlib.contextmanager
 def forked(side: cp.cuda.Stream | None) -> Iterator[None]:

@@ -30,7 +30,7 @@ from .geometry import (
     batch_chunks,
     chunk_length,
 )
-from .launch import forked, joined, multiprocessors
+from .launch import NULL, forked, joined, multiprocessors
 
 K_ALIGN = 16  # k padded with zero digits: 16-byte aligned spans for the IMMA kernels
 PACK_THREADS = 256  # the most threads of a one-line-per-block pack kernel (``_line_threads``)
@@ -43,7 +43,6 @@ STRIP_BLOCKS_PER_SM = 4  # blocks it aims for, so small operands still spread ov
 STRIP_WIDTH = 32 * STRIP_LANE_COLUMNS  # ... and columns
 STRIP_GRID_Y = MAX_GRID_YZ  # strips of columns side by side (the blocks take more in turn)
 COLUMN_BLOCKS = 4096  # blocks B's column packing aims for (1024-8192 measured alike)
-_NULL = np.uint64(0)  # a null pointer argument
 
 
 def padded(k: int) -> int:
@@ -69,8 +68,9 @@ def packable_b(b: cp.ndarray) -> cp.ndarray:
 class PackedOperand:
     """An operand's lines packed for the tensor cores, with their scales and NaN/Inf flags;
     a stack's matrices one after another (``batch`` of them, ``count // batch`` lines each).
-    ``flagged`` (one int32 on the device): how many lines the INT8 pack kernels flagged, NaN/Inf
-    or unresolved, for the whole pack (not a ``part``), so "auto" reads one number per operand.
+    ``flagged`` (one int32 on the device): how many lines the pack kernels flagged, NaN/Inf or
+    unresolved, for the whole pack (not a ``part``), so "auto" reads one number per operand and
+    the bypass skips every tile where both counts are 0.
     """
 
     def __init__(self, count: int, slots: int, k_pad: int, dtype: Any, batch: int = 1) -> None:
@@ -190,7 +190,7 @@ def _strip_grid(x: cp.ndarray) -> tuple[int, int, int]:
 
 # strip_max_bits' k-exponents step (packs.cuh, KExponentsStep): arrivals, blocks a pair, the
 # two operands' k-tops, the exponents and k; null pointers for none.
-_NO_EXPONENTS = (_NULL, np.uint32(0), _NULL, _NULL, _NULL, np.int32(0))
+_NO_EXPONENTS = (NULL, np.uint32(0), NULL, NULL, NULL, np.int32(0))
 
 
 def _launch_strips(
@@ -205,9 +205,9 @@ def _launch_strips(
     count, rows, cols = x.shape
     row_blocks, strips, per_block = grid
     if lines_along_rows:
-        col_top, col_bad, row_top, row_bad = tops.k, _NULL, tops.lines, tops.bad
+        col_top, col_bad, row_top, row_bad = tops.k, NULL, tops.lines, tops.bad
     else:
-        col_top, col_bad, row_top, row_bad = tops.lines, tops.bad, tops.k, _NULL
+        col_top, col_bad, row_top, row_bad = tops.lines, tops.bad, tops.k, NULL
     item = x.itemsize
     for first in batch_chunks(count):
         build.pack_module().get_function("strip_max_bits")(
@@ -314,7 +314,7 @@ def deep_argument(slices: int, k: int, bypass_wide: bool) -> np.int32:
 
 def _line_tops(tops: OperandTops | None) -> tuple[Any, Any]:
     """The packers' line_top and line_bad arguments: ``tops``' lines, or null pointers."""
-    return (_NULL, _NULL) if tops is None else (tops.lines, tops.bad)
+    return (NULL, NULL) if tops is None else (tops.lines, tops.bad)
 
 
 def pack_int8(
@@ -420,5 +420,13 @@ def pack_fp16(
     lines: cp.ndarray, kexp: cp.ndarray, side: int, reversed_slots: bool
 ) -> PackedOperand:
     packed = PackedOperand(lines.shape[0], 2, padded(lines.shape[1]), cp.float16)
-    _launch_pack("pack_fp16", lines, packed, kexp, np.int32(side), np.int32(reversed_slots))
+    _launch_pack(
+        "pack_fp16",
+        lines,
+        packed,
+        kexp,
+        np.int32(side),
+        np.int32(reversed_slots),
+        tail=(packed.flagged,),
+    )
     return packed

@@ -78,7 +78,6 @@ FP16_K_BLOCK = 1024
 CLASSES_BEFORE_ASKING = 2
 COMBINE_THREADS = 256
 BYPASS_TILE = 64  # output rows and columns per block of the bypass_lines kernel
-_NULL = np.uint64(0)  # a null pointer argument
 
 
 def gemm_tn(
@@ -225,18 +224,16 @@ def _bypass_lines(
 ) -> None:
     """``bypass.recompute_lines`` for the flagged rows and columns of each pair of the stacks
     ``a`` (s, m, k) and ``b`` (s, k, n) (no host synchronisation: tiles without a flagged line
-    return at once, and every tile where the INT8 packs flagged none)."""
+    return at once, and every tile where the packs flagged none)."""
     (count, m, k), n = a.shape, b.shape[2]
     a_s, b_s = (tuple(np.int64(x // a.itemsize) for x in y.strides) for y in (a, b))
     rows = min(-(-m // BYPASS_TILE), MAX_GRID_YZ)
-    # (the FP16 packer flags lines without counting them)
-    counted = a_pack.data.dtype == cp.int8 and b_pack.data.dtype == cp.int8
-    flagged = (a_pack.flagged, b_pack.flagged) if counted else (_NULL, _NULL)
     for first in batch_chunks(count):
         build.combine_module().get_function("bypass_lines")(
             (-(-n // BYPASS_TILE), rows, chunk_length(first, count)), (16, 16),
-            (a_pack.nonfinite, b_pack.nonfinite, *flagged, a, a_s[1], a_s[2], a_s[0], b,
-             b_s[1], b_s[2], b_s[0], np.int32(m), np.int32(n), np.int32(k), np.int32(first), c),
+            (a_pack.nonfinite, b_pack.nonfinite, a_pack.flagged, b_pack.flagged, a, a_s[1],
+             a_s[2], a_s[0], b, b_s[1], b_s[2], b_s[0], np.int32(m), np.int32(n), np.int32(k),
+             np.int32(first), c),
         )  # fmt: skip
 
 

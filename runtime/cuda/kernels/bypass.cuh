@@ -62,10 +62,9 @@ __device__ __forceinline__ void in_order_tile(  // inlined: acc stays in registe
 // bypass.recompute_lines: every entry whose row of A or column of B is flagged (NaN/Inf, or
 // unresolved) becomes canonical(its in-order sum). A block takes a 64 x 64 output tile and
 // leaves at once when no line of the tile is flagged, so data without bypassed lines pay one
-// cheap launch; where the packs counted their flagged lines (rows_flagged and cols_flagged,
-// else null) and both counts are 0, before reading a flag (a stack's thousands of tiles each
-// read 128 flags otherwise). Stacks: pair z = blockIdx.z + batch0 starts z * a_bs into a,
-// z * b_bs into b.
+// cheap launch; where the packs' counts of flagged lines (rows_flagged, cols_flagged) are both
+// 0, before reading a flag (a stack's thousands of tiles each read 128 flags otherwise).
+// Stacks: pair z = blockIdx.z + batch0 starts z * a_bs into a, z * b_bs into b.
 extern "C" __global__ void bypass_lines(
     const int* __restrict__ row_bad, const int* __restrict__ col_bad,
     const int* __restrict__ rows_flagged, const int* __restrict__ cols_flagged,
@@ -73,7 +72,7 @@ extern "C" __global__ void bypass_lines(
     const float* __restrict__ b, long long b_rs, long long b_cs, long long b_bs,
     int m, int n, int k, int batch0, float* __restrict__ c)
 {
-    if (rows_flagged != nullptr && *rows_flagged == 0 && *cols_flagged == 0) return;
+    if (*rows_flagged == 0 && *cols_flagged == 0) return;
     const long long z = blockIdx.z + (long long)batch0;
     a += z * a_bs;
     b += z * b_bs;

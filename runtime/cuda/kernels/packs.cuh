@@ -671,11 +671,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) pack_int8_column_chunks(
 }
 
 // fp16split: hi = fp16(x 2^(TOP - e)), lo = fp16((x 2^(TOP - e) - hi) 2^LO_SHIFT) of the
-// rebalanced values; slots (hi, lo), or (lo, hi) when reversed.
+// rebalanced values; slots (hi, lo), or (lo, hi) when reversed. Lines with a NaN/Inf flagged,
+// and counted into *flagged.
 extern "C" __global__ void pack_fp16(
     const float* __restrict__ x, long long line_stride, int k, int k_pad,
     const int* __restrict__ kexp, int sign, int reversed,
-    __half* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite)
+    __half* __restrict__ out, int* __restrict__ exps, int* __restrict__ nonfinite,
+    int* __restrict__ flagged)
 {
     const long long line = blockIdx.x;
     const float* row = x + line * line_stride;
@@ -683,7 +685,11 @@ extern "C" __global__ void pack_fp16(
     const double top = line_max(row, k, kexp, sign, &bad);
     int e;
     frexp(top, &e);
-    if (threadIdx.x == 0) { exps[line] = e; nonfinite[line] = bad; }
+    if (threadIdx.x == 0) {
+        exps[line] = e;
+        nonfinite[line] = bad;
+        if (bad) atomicAdd(flagged, 1);
+    }
     __half* dst = out + line * 2LL * k_pad;
     for (int c = threadIdx.x; c < k_pad; c += blockDim.x) {
         const double scaled =
