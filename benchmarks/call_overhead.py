@@ -65,7 +65,7 @@ def timed(call: Callable[[], Any], reps: int) -> tuple[float, float]:
     return host / reps * 1e6, whole / reps * 1e6
 
 
-MIN_REPS = 50  # calls back to back a timing averages, at least
+MIN_REPS = 50  # calls back to back a timing averages, at least: short calls vary call to call
 HELD_CALLS = 48  # calls enqueued behind the long GEMM: well within the launch queue
 LONG_GEMM_SIDE = 8192  # its GEMM keeps the GPU busy for longer than they take to enqueue
 
@@ -129,8 +129,6 @@ def case(label: str, shape: tuple[int, ...]) -> list[dict[str, Any]]:
     """Every level before and after on one product (a @ b, both of ``shape``)."""
     a, b = operands(shape, 1), operands(shape, 2)
     pairs = shape[0] if len(shape) > 2 else 1
-    # (at least MIN_REPS: a stack of small products measured over 18 calls read 0.27x one run,
-    # 0.5x the next)
     reps = max(MIN_REPS, min(200, int(4e10 / (2 * shape[-1] ** 3 * pairs))))
     sgemm_error = checked(lambda: a @ b, a, b)
     sgemm_call = timed(lambda: a @ b, reps)[1]
