@@ -39,14 +39,21 @@ SOURCE = "fused_wgmma.cu"
 # The launch configuration fused_wgmma.cu is written for (its constants; a kernel traps on a
 # block or dynamic smem that differs, rather than deadlock or overrun)
 THREADS = 384
-BLOCK_M, BLOCK_N = 128, 64  # output tile; TMA boxes of k_block B x 1 slot x BLOCK_M | BLOCK_N
+BLOCK_N = 64  # output tile columns; TMA boxes of k_block B x 1 slot x tile_m | BLOCK_N lines
+# A kernel's schedule, by its output tile's rows (the kernel's TILE_M): both consumer
+# warpgroups on one 128-row tile, or each on its own 64-row tiles in turn (ping-pong: one
+# consumer's main loop runs while the other's epilogue does)
+COOPERATIVE, PINGPONG = 128, 64
+BLOCK_M = COOPERATIVE  # the largest tile's rows (the int32 line-coordinate check)
 BLOCK_K = 128  # k bytes per stage (a Form's default): the box's inner dimension, one swizzle row
 K_BLOCKS = (128, 64)  # the k-blocks the kernel builds: a 128B or 64B swizzle row each
-RASTER_GROUP = 16  # tile-rows along m visited together (L2 reuse of B)
+RASTER_ROWS = 2048  # rows of A whose tiles are visited together (L2 reuse of B)
 MAP_CACHE = 4096  # tensor maps kept (a few hundred bytes each)
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory a block may opt in to on sm_90
 SMEM_ALIGN = 1024  # slack the kernel aligns its ring's base with (the swizzle patterns repeat)
 BARRIERS = 2 * 8  # bytes of a stage's two mbarriers (full, empty)
+TURNS = 2 * 8  # bytes of the ping-pong consumers' two turn mbarriers
+EXPONENTS = 2 * 2 * 128 * 4  # bytes of the consumers' tile exponents (2 tiles x 2 x 128 int32)
 # The levels whose kernel has given the oracle's bits and beaten Triton's on a GPU, each with
 # the side (of both output sides) from which cuBLAS's class sums beat it, None for never:
 # ``fused`` routes their fused products here (measured: wgmma-*.json, fused-anchors.md)
@@ -55,28 +62,45 @@ ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": 16384}
 
 class Form(NamedTuple):
     """A level's kernel: its name in the module, the level's pairs (compiled into it), its
-    slices a side (one slot a slice in each pack line) and its k-block in bytes (a stage's k,
-    the TMA box's inner size and the swizzle's width)."""
+    slices a side (one slot a slice in each pack line), its k-block in bytes (a stage's k,
+    the TMA box's inner size and the swizzle's width) and its output tile's rows (its
+    schedule: COOPERATIVE or PINGPONG)."""
 
     kernel: str
     pairs: tuple[tuple[int, int], ...]
     slices: int
     k_block: int = BLOCK_K
+    tile_m: int = COOPERATIVE
 
     @property
     def stage_bytes(self) -> int:
-        """One k-block of the slices of a 128-line tile of A and a 64-line tile of B."""
-        return self.slices * (BLOCK_M + BLOCK_N) * self.k_block
+        """One k-block of the slices of a tile_m-line tile of A and a 64-line tile of B."""
+        return self.slices * (self.tile_m + BLOCK_N) * self.k_block
+
+    @property
+    def turns(self) -> int:
+        """Bytes of the schedule's turn barriers (ping-pong's two)."""
+        return TURNS if self.tile_m == PINGPONG else 0
 
     @property
     def stages(self) -> int:
         """The ring's stages: as many as fit in shared memory (the kernel's Level::STAGES)."""
-        return (SMEM_LIMIT - SMEM_ALIGN) // (self.stage_bytes + BARRIERS)
+        rest = SMEM_ALIGN + self.turns + EXPONENTS
+        return (SMEM_LIMIT - rest) // (self.stage_bytes + BARRIERS)
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory: the ring, its barriers and 1 KB to align its base."""
-        return self.stages * (self.stage_bytes + BARRIERS) + SMEM_ALIGN
+        """Dynamic shared memory: the ring, its barriers, the turn barriers, the tile exponents
+        and 1 KB to align the ring's base."""
+        return self.stages * (self.stage_bytes + BARRIERS) + self.turns + EXPONENTS + SMEM_ALIGN
+
+    def tiles(self, count: int, m: int, n: int) -> int:
+        """Output tiles of a stack of ``count`` m x n products."""
+        return count * -(-m // self.tile_m) * -(-n // BLOCK_N)
+
+    def blocks_wanted(self, tiles: int) -> int:
+        """Blocks that give every consumer a tile: one a tile, or one a pair of tiles."""
+        return tiles if self.tile_m == COOPERATIVE else -(-tiles // 2)
 
 
 FORMS = {
@@ -93,6 +117,10 @@ FORMS = {
 # kernels at 4096 and 8192: wgmma-fused-*_k64.json.)
 VARIANTS = {
     "V_k128": Form("fused_wgmma_V_k128", triangle(4, 4, 3), 4, 128),
+    # the ping-pong schedule: 64-row tiles, a consumer's epilogue beside the other's main loop
+    "T6_pingpong": Form("fused_wgmma_T6_pingpong", triangle(3, 3, 2), 3, 128, PINGPONG),
+    "IV_pingpong": Form("fused_wgmma_IV_pingpong", triangle(3, 3, 3), 3, 128, PINGPONG),
+    "V_pingpong": Form("fused_wgmma_V_pingpong", triangle(4, 4, 3), 4, 64, PINGPONG),
 }
 
 
@@ -184,14 +212,15 @@ def product(
         return
     k_pad, k_block = a_pack.k_pad, found.k_block
     kernel = hopper.kernel(SOURCE, found.kernel, found.smem, cp.cuda.runtime.getDevice())
-    map_a = _tensor_map(a_pack.data.data.ptr, k_pad, found.slices, count * m, BLOCK_M, k_block)
+    map_a = _tensor_map(a_pack.data.data.ptr, k_pad, found.slices, count * m, found.tile_m,
+                        k_block)  # fmt: skip
     map_b = _tensor_map(b_pack.data.data.ptr, k_pad, found.slices, count * n, BLOCK_N, k_block)
     w0, step = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
     slack = float(np.float64(k_pad * overflow_slack(level)))  # the CPU's k_slack, as its double
     args = _Args(a_pack.exponents.data.ptr, b_pack.exponents.data.ptr, c.data.ptr, slack, m, n,
-                 k_pad, count, w0, step, RASTER_GROUP)  # fmt: skip
-    tiles = count * -(-m // BLOCK_M) * -(-n // BLOCK_N)
-    hopper.launch(kernel, tiles, THREADS, (map_a, map_b), args, cp.cuda.get_current_stream().ptr)
+                 k_pad, count, w0, step, RASTER_ROWS // found.tile_m)  # fmt: skip
+    blocks = found.blocks_wanted(found.tiles(count, m, n))
+    hopper.launch(kernel, blocks, THREADS, (map_a, map_b), args, cp.cuda.get_current_stream().ptr)
 
 
 def _validate(
@@ -219,7 +248,7 @@ def _validate(
     count, m, n = c.shape
     need(count * max(m, n) + BLOCK_M <= MAX_INT32, f"c {c.shape}",
          "s * m and s * n (+ one tile) must fit in int32 (TMA line coordinates)")  # fmt: skip
-    tiles = count * -(-m // BLOCK_M) * -(-n // BLOCK_N)
+    tiles = found.tiles(count, m, n)
     need(tiles <= MAX_INT32, f"c {c.shape}", f"gives {tiles} output tiles, more than int32 holds")
     need(c.data.ptr % 4 == 0, "c's pointer", "must be 4-byte aligned")
     k_block = int32_k_block(level)

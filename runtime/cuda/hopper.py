@@ -104,12 +104,12 @@ def cubin(source: str) -> bytes:
 
 
 def launch(
-    kernel: Kernel, tiles: int, threads: int, maps: tuple[Any, ...], args: ctypes.Structure,
+    kernel: Kernel, blocks: int, threads: int, maps: tuple[Any, ...], args: ctypes.Structure,
     stream: int,
 ) -> None:  # fmt: skip
-    """One launch of ``kernel`` on the raw stream handle ``stream``: a persistent grid of at
-    most one block an SM over ``tiles`` output tiles, the parameters the tensor ``maps`` then
-    ``args``'s fields in order."""
+    """One launch of ``kernel`` on the raw stream handle ``stream``: a persistent grid of
+    ``blocks`` blocks (as many as give each a tile of work), at most one an SM, the parameters
+    the tensor ``maps`` then ``args``'s fields in order."""
     from cuda.bindings import driver as cu
 
     base = ctypes.addressof(args)
@@ -120,7 +120,7 @@ def launch(
     # the driver copies the parameters at the call (and into the node under capture):
     # args and params need to live only until it returns
     check(cu.cuLaunchKernel(
-        kernel.function, min(kernel.sms, tiles), 1, 1, threads, 1, 1, kernel.smem,
+        kernel.function, min(kernel.sms, blocks), 1, 1, threads, 1, 1, kernel.smem,
         cu.CUstream(stream), ctypes.addressof(params), 0,
     ), f"cuLaunchKernel({kernel.name})")  # fmt: skip
 

@@ -143,6 +143,29 @@ def test_each_variant_has_each_pairs_bits_on_stacks_and_the_ends_of_the_range(na
     )
 
 
+PING_PONG = [name for name, form in fused_wgmma.VARIANTS.items()
+             if form.tile_m == fused_wgmma.PINGPONG]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PING_PONG)
+@pytest.mark.parametrize("shape", [(1088, 200, 3000), (60, 100, 60), (64, 48, 64), (1, 1024, 130)])
+def test_ping_pong_consumers_take_turn_after_turn_with_their_levels_bits(name, shape):
+    """Many tiles a block (799 of 64 x 64 on at most 132 blocks: each consumer's turn barrier
+    and every stage's parity wrap again and again, and the odd last tile leaves a consumer
+    without one), one tile in all (the second consumer has none), a row of A only: the level's
+    kernel's raw bits, on poisoned C."""
+    variant = fused_wgmma.VARIANTS[name]
+    level = fused_wgmma.level_of(variant)
+    rng = np.random.default_rng(sum(shape))
+    m, k, n = shape
+    x = cp.asarray(gemmul8(np, rng, (m, k), 1.5))
+    y = cp.asarray(gemmul8(np, rng, (k, n), 1.5))
+    a_pack, b_pack = sliced._packs(x, y, get_level(level), pack_reuse.KEEP_NOTHING)
+    own = raw(a_pack, b_pack, level, (1, m, n))
+    assert not cp.isnan(own).any()
+    np.testing.assert_array_equal(bits(raw(a_pack, b_pack, level, (1, m, n), variant)), bits(own))
+
+
 @pytest.mark.parametrize("level", ROUTED)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("phi", [0.5, 4.0])

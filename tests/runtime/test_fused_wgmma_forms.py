@@ -1,8 +1,9 @@
 """The wgmma kernels' forms (``runtime/cuda/fused_wgmma.py``) against the level ladder and the
 kernel source, on any machine: each form (and each variant) is its level's (pairs, slices), each
-names an entry point of ``fused_wgmma.cu`` built for that level's slices and classes and its
-k-block, its ring is the most stages that fit shared memory, and (where NVRTC is installed) the
-built module holds every kernel. The kernels' bits: the GPU tests of test_fused_wgmma.py."""
+names an entry point of ``fused_wgmma.cu`` built for that level's slices and classes, its
+k-block and its schedule, its ring is the most stages that fit shared memory, and (where NVRTC
+is installed) the built module holds every kernel. The kernels' bits: the GPU tests of
+test_fused_wgmma.py."""
 
 from __future__ import annotations
 
@@ -14,25 +15,32 @@ from mixpert.runtime import LADDER, get_level
 from mixpert.runtime.cuda import fused_wgmma, hopper
 
 SMEM_LIMIT = 227 * 1024  # Hopper's dynamic shared memory a block
-ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+)\)", re.MULTILINE)
+ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+), (\w+)\)", re.MULTILINE)
+SCHEDULES = {"COOPERATIVE": fused_wgmma.COOPERATIVE, "PINGPONG": fused_wgmma.PINGPONG}
 # the rings the kernels were measured with (levels) or are built to try (variants), in stages
-RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 4, "V_k128": 2}
+RINGS = {"I": 4, "T6": 3, "IV": 3, "V": 4, "V_k128": 2, "T6_pingpong": 4, "IV_pingpong": 4,
+         "V_pingpong": 6}  # fmt: skip
 K_BLOCKS = {"I": 128, "T6": 128, "IV": 128, "V": 64}  # (V's 128-byte ring held 2 stages)
 KERNELS = {**fused_wgmma.FORMS, **fused_wgmma.VARIANTS}
 
 
-def entries() -> dict[str, tuple[int, int, int]]:
-    """The kernel source's entry points: name -> (slices, classes, k-block bytes)."""
+def entries() -> dict[str, tuple[int, int, int, int]]:
+    """The kernel source's entry points: name -> (slices, classes, k-block bytes, tile rows)."""
     text = (hopper.KERNELS / fused_wgmma.SOURCE).read_text()
-    return {name: (int(s), int(g), int(bk)) for name, s, g, bk in ENTRY.findall(text)}
+    return {
+        name: (int(s), int(g), int(bk), SCHEDULES[schedule])
+        for name, s, g, bk, schedule in ENTRY.findall(text)
+    }
 
 
 def ring_fits(form: fused_wgmma.Form) -> None:
-    """The form's ring is the most stages (with their two mbarriers, and 1 KB of alignment)
-    that fit in shared memory: as the kernel sizes it, and at least 2."""
-    stage = form.slices * (fused_wgmma.BLOCK_M + fused_wgmma.BLOCK_N) * form.k_block
+    """The form's ring is the most stages (with their two mbarriers, beside ping-pong's two turn
+    barriers, the consumers' 2 KB of tile exponents and 1 KB of alignment) that fit in shared
+    memory: as the kernel sizes it, and at least 2."""
+    stage = form.slices * (form.tile_m + fused_wgmma.BLOCK_N) * form.k_block
+    turns = 16 if form.tile_m == fused_wgmma.PINGPONG else 0
     assert form.stage_bytes == stage
-    assert form.smem == form.stages * (stage + 16) + 1024
+    assert form.smem == form.stages * (stage + 16) + turns + 2048 + 1024
     assert form.smem <= SMEM_LIMIT < form.smem + stage + 16  # the most stages that fit
     assert form.stages >= 2  # (a ring of one stage would leave the tensor cores waiting on loads)
 
@@ -43,20 +51,20 @@ def test_each_form_is_its_levels_and_an_entry_of_the_kernel_source(name) -> None
     assert fused_wgmma.form(level) == form
     classes = max(i + j for i, j in form.pairs) + 1
     assert form.k_block == K_BLOCKS[name]
-    assert entries()[form.kernel] == (form.slices, classes, form.k_block)
+    assert entries()[form.kernel] == (form.slices, classes, form.k_block, fused_wgmma.COOPERATIVE)
     ring_fits(form)
     assert form.stages == RINGS[name]
 
 
 @pytest.mark.parametrize("name", sorted(fused_wgmma.VARIANTS))
-def test_each_variant_is_a_levels_pairs_on_its_own_k_block(name) -> None:
+def test_each_variant_is_a_levels_pairs_on_its_own_k_block_or_schedule(name) -> None:
     variant = fused_wgmma.VARIANTS[name]
     level = get_level(fused_wgmma.level_of(variant))
     assert fused_wgmma.computes(variant, level) and fused_wgmma.form(level) != variant
     assert variant.kernel not in {form.kernel for form in fused_wgmma.FORMS.values()}
     assert variant.k_block in fused_wgmma.K_BLOCKS and variant.k_block in hopper.SWIZZLES
     classes = max(i + j for i, j in variant.pairs) + 1
-    assert entries()[variant.kernel] == (variant.slices, classes, variant.k_block)
+    assert entries()[variant.kernel] == (variant.slices, classes, variant.k_block, variant.tile_m)
     ring_fits(variant)
     assert variant.stages == RINGS[name]
 
@@ -109,11 +117,11 @@ def test_the_tensor_maps_follow_the_k_block(name, monkeypatch) -> None:
     monkeypatch.setattr(hopper, "int8_tensor_map", lambda *a, **kw: calls.append((a, kw)))
     fused_wgmma._tensor_map.cache_clear()
     k_pad, lines = 1008, 300
-    fused_wgmma._tensor_map(4096, k_pad, form.slices, lines, fused_wgmma.BLOCK_M, form.k_block)
+    fused_wgmma._tensor_map(4096, k_pad, form.slices, lines, form.tile_m, form.k_block)
     fused_wgmma._tensor_map.cache_clear()
     ((args, kwargs),) = calls
     assert args == (4096, (k_pad, form.slices, lines), (k_pad, form.slices * k_pad),
-                    (form.k_block, 1, fused_wgmma.BLOCK_M))  # fmt: skip
+                    (form.k_block, 1, form.tile_m))  # fmt: skip
     assert kwargs == {"swizzle": form.k_block}
 
 
@@ -122,3 +130,14 @@ def test_tensor_maps_take_the_128_and_64_byte_swizzles_with_boxes_that_fit() -> 
     for swizzle, box in ((32, 32), (64, 128), (256, 128)):
         with pytest.raises(ValueError, match=f"swizzle {swizzle} with a box of {box} bytes"):
             hopper.int8_tensor_map(0, (1024, 4, 128), (1024, 4096), (box, 1, 128), swizzle)
+
+
+def test_a_ping_pong_variant_is_its_levels_kernel_on_64_row_tiles_two_to_a_block() -> None:
+    """Ping-pong: the level's pairs, slices and k-block on 64-row tiles, each of the two
+    consumers on its own, so a block is launched for each pair of tiles."""
+    for name in ("T6", "IV", "V"):
+        own, pp = fused_wgmma.FORMS[name], fused_wgmma.VARIANTS[f"{name}_pingpong"]
+        assert (pp.pairs, pp.slices, pp.k_block) == (own.pairs, own.slices, own.k_block)
+        assert (own.tile_m, pp.tile_m) == (128, 64)
+        assert own.tiles(3, 129, 65) == 3 * 2 * 2 and pp.tiles(3, 129, 65) == 3 * 3 * 2
+        assert own.blocks_wanted(12) == 12 and pp.blocks_wanted(18) == pp.blocks_wanted(17) == 9

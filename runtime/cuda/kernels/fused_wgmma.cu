@@ -23,10 +23,17 @@
 //
 // Machinery from wgmma_gemm.cu (verified on the H200), PTX wrappers shared in hopper.cuh:
 //   * persistent grid, 384 threads: WG0 producer (setmaxnreg.dec 40, one thread issues TMA),
-//     WG1/WG2 consumers (setmaxnreg.inc 232), each 64 rows of the 128 x 64 output tile.
+//     WG1/WG2 consumers (setmaxnreg.inc 232). Two schedules (TILE_M):
+//       cooperative (128): both consumers on one 128 x 64 output tile, 64 rows each, every
+//         stage read by both; the tensor cores idle while they run the epilogue.
+//       ping-pong (64): each consumer on its own 64 x 64 tiles, the CTA's tiles taken in turn,
+//         every stage one consumer's; the producer loads tile after tile, so one consumer's
+//         main loop runs while the other runs its epilogue (CUTLASS's KernelTmaWarpSpecialized-
+//         Pingpong, ordered by the ring alone).
 //   * each consumer holds G class accumulators of m64n64 INT32: G x 32 registers (128 at G = 4).
-//   * stage = one BK-byte k-block of A's S slices (S x 128 rows) and B's S slices (S x 64 rows):
-//     S x 192 BK bytes, as many stages as fit in the 227 KB. BK = 128 (I, T6, IV): S x 24 KB,
+//   * stage = one BK-byte k-block of A's S slices (S x TILE_M rows) and B's S slices (S x 64
+//     rows): S x (TILE_M + 64) BK bytes, as many stages as fit in the 227 KB (cooperative below;
+//     ping-pong at BK = 128: S x 16 KB, 7 | 4 stages at S = 2 | 3). BK = 128 (I, T6, IV): S x 24 KB,
 //     STAGES = 4 | 3 for S = 2 | 3 (192 | 216 KB); BK = 64 (V): 4 x 12 KB, STAGES = 4 (192 KB),
 //     where 128 would give 2.
 //   * TMA: one 3-D map per operand, dims {k_pad, S slots, lines} (innermost first), strides
@@ -46,7 +53,8 @@
 
 namespace {
 
-constexpr int BLOCK_M = 128;              // output tile rows (2 consumer WGs x 64)
+constexpr int COOPERATIVE = 128;          // TILE_M of the cooperative schedule (2 WGs x 64 rows)
+constexpr int PINGPONG = 64;              // TILE_M of the ping-pong schedule (1 WG a tile)
 constexpr int BLOCK_N = 64;               // output tile cols (one wgmma N)
 constexpr int WGMMA_K = 32;               // k per wgmma for 8-bit types
 constexpr int ACC_REGS = 64 * BLOCK_N / 128;   // 32 INT32 per thread per m64n64 accumulator
@@ -100,30 +108,42 @@ static_assert(lists(triangle(4, 4), {{0, 0}, {0, 1}, {1, 0}, {0, 2}, {1, 1}, {2,
 
 // One level's kernel: S slices per operand (S slots a line), G weight classes g = 0..G-1 (the
 // pairs: triangle(S, G)), k-blocks of BK bytes (one row of the BK-byte swizzle: 128 or 64),
-// and its shared-memory layout.
-template <int S, int G, int BK>
+// output tiles of TILE_M rows (its schedule), and its shared-memory layout.
+template <int S, int G, int BK, int TILE_M = COOPERATIVE>
 struct Level {
   static constexpr int SLICES = S;
   static constexpr int CLASSES = G;
   static constexpr int BLOCK_K = BK;                         // k bytes per stage
-  static constexpr int A_SLICE_BYTES = BLOCK_M * BK;         // 16384 | 8192
+  static constexpr int BLOCK_M = TILE_M;                     // output tile rows
+  static constexpr bool PING_PONG = TILE_M == PINGPONG;
+  // Consumer warps that read (and release) each stage: both consumers' or one's.
+  static constexpr int STAGE_READERS = PING_PONG ? 4 : NUM_CONSUMER_WARPS;
+  static constexpr int A_SLICE_BYTES = BLOCK_M * BK;         // 16384 | 8192 cooperative
   static constexpr int B_SLICE_BYTES = BLOCK_N * BK;         //  8192 | 4096
   static constexpr int A_STAGE_BYTES = S * A_SLICE_BYTES;
   static constexpr int B_STAGE_BYTES = S * B_SLICE_BYTES;
   static constexpr int STAGE_TX_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;   // < 2^20 (tx-count)
   static constexpr int SMEM_ALIGN_SLACK = 1024;   // the kernel aligns the dynamic smem base itself
-  // As many stages (and their two mbarriers) as fit in the 227 KB beside the slack.
-  static constexpr int STAGES = (SMEM_LIMIT - SMEM_ALIGN_SLACK) / (STAGE_TX_BYTES + 2 * 8);
+  // Ping-pong's two turn barriers (each consumer's "the other's main loop is issued").
+  static constexpr int TURN_BYTES = PING_PONG ? 2 * 8 : 0;
+  // Each consumer's tile exponents (64 of A's rows, 64 of B's columns), two tiles' worth.
+  static constexpr int EXP_BYTES = 2 * 2 * 128 * 4;
+  // As many stages (and their two mbarriers) as fit in the 227 KB beside the rest.
+  static constexpr int STAGES = (SMEM_LIMIT - SMEM_ALIGN_SLACK - TURN_BYTES - EXP_BYTES) /
+                                (STAGE_TX_BYTES + 2 * 8);
   // Dynamic smem layout (offsets from a 1024-byte aligned base: the swizzle pattern repeats
   // every 8 rows x BK B (1024 | 512 B), and TMA and the descriptors (base_offset 0) assume it).
   static constexpr int SMEM_A_OFF = 0;
   static constexpr int SMEM_B_OFF = SMEM_A_OFF + STAGES * A_STAGE_BYTES;
   static constexpr int SMEM_BAR_OFF = SMEM_B_OFF + STAGES * B_STAGE_BYTES;
-  static constexpr int SMEM_USED = SMEM_BAR_OFF + 2 * STAGES * 8;
-  // The launch's dynamic smem (fused_wgmma.py): I 197,696; T6 and IV 222,256; V 197,696;
-  // V_k128 197,664.
+  static constexpr int SMEM_TURN_OFF = SMEM_BAR_OFF + 2 * STAGES * 8;
+  static constexpr int SMEM_EXP_OFF = SMEM_TURN_OFF + TURN_BYTES;
+  static constexpr int SMEM_USED = SMEM_EXP_OFF + EXP_BYTES;
+  // The launch's dynamic smem (fused_wgmma.py): I 199,744; T6 and IV 224,304; V 199,744;
+  // V_k128 199,712; T6_pingpong and IV_pingpong 199,760; V_pingpong 199,824.
   static constexpr int SMEM_BYTES = SMEM_USED + SMEM_ALIGN_SLACK;
   static_assert(2 <= S && S <= 4 && (G == 3 || G == 4), "levels I, T6, IV, V");
+  static_assert(TILE_M == COOPERATIVE || TILE_M == PINGPONG, "the two schedules");
   static_assert(BK == 128 || BK == 64, "k-blocks of one 128B or 64B swizzle row");
   static_assert(A_SLICE_BYTES % 1024 == 0 && B_SLICE_BYTES % 1024 == 0 && SMEM_B_OFF % 1024 == 0,
                 "tiles must be 1024B aligned");
@@ -133,7 +153,9 @@ struct Level {
 };
 static_assert(Level<2, 3, 128>::STAGES == 4 && Level<3, 3, 128>::STAGES == 3 &&
               Level<3, 4, 128>::STAGES == 3 && Level<4, 4, 64>::STAGES == 4 &&
-              Level<4, 4, 128>::STAGES == 2, "the rings fused_wgmma.py sizes the launches for");
+              Level<4, 4, 128>::STAGES == 2 && Level<3, 4, 128, PINGPONG>::STAGES == 4 &&
+              Level<3, 3, 128, PINGPONG>::STAGES == 4 && Level<4, 4, 64, PINGPONG>::STAGES == 6,
+              "the rings fused_wgmma.py sizes the launches for");
 
 // ---------------------------------------------------------------- wgmma (rest: hopper.cuh)
 
@@ -224,8 +246,25 @@ __device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int 
 
 // ---------------------------------------------------------------- the kernel
 
+// Waits until `threads` threads (whole warps) have reached barrier `id` (1-15: 0 is
+// __syncthreads'), their shared-memory writes before it visible to each other after it.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The i-th output tile of this block's sequence, the order in which the producer loads them:
+// cooperative, every gridDim.x-th tile; ping-pong, tiles two by two (adjacent in the raster
+// order, so the two consumers share B's tile and a band of A in L2), one for each consumer.
+template <class L>
+__device__ __forceinline__ long long block_tile(int i) {
+  const long long grid = gridDim.x;
+  if constexpr (L::PING_PONG) return 2 * (blockIdx.x + (i / 2) * grid) + i % 2;
+  return blockIdx.x + i * grid;
+}
+
 // The kernel of level L = Level<S, G, BK>; the extern "C" entry points below are its wrappers.
-// Launch: grid = min(#SMs, batch * ceil(m/128) * ceil(n/64)), block = 384 (NUM_THREADS),
+// Launch: grid = min(#SMs, batch * ceil(m/TILE_M) * ceil(n/64), halved rounding up for
+// ping-pong), block = 384 (NUM_THREADS),
 // dynamic smem = L::SMEM_BYTES. k_pad > 0, a multiple of 16, small enough that no class sum
 // leaves INT32 (combine.int32_k_block(level)).
 template <class L>
@@ -254,7 +293,12 @@ __device__ __forceinline__ void fused_wgmma(
   const u32 sB = base + L::SMEM_B_OFF;
   const u32 bar_full = base + L::SMEM_BAR_OFF;     // STAGES x 8 B
   const u32 bar_empty = bar_full + STAGES * 8;     // STAGES x 8 B
+  const u32 bar_turn = base + L::SMEM_TURN_OFF;    // ping-pong: 2 x 8 B, one a consumer
+  // [tile parity][consumer][128]: rows' exponents, then columns'
+  int* const tile_exps = reinterpret_cast<int*>(smem_raw + (base - smem_u32(smem_raw)) +
+                                                L::SMEM_EXP_OFF);
 
+  constexpr int BLOCK_M = L::BLOCK_M;
   const int tiles_m = (m + BLOCK_M - 1) / BLOCK_M;
   const int tiles_n = (n + BLOCK_N - 1) / BLOCK_N;
   const int num_tiles = batch * tiles_m * tiles_n;
@@ -263,7 +307,12 @@ __device__ __forceinline__ void fused_wgmma(
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    init_ring<STAGES>(&tmap_a, &tmap_b, bar_full, bar_empty, NUM_CONSUMER_WARPS);
+    init_ring<STAGES>(&tmap_a, &tmap_b, bar_full, bar_empty, L::STAGE_READERS);
+    if constexpr (L::PING_PONG) {   // one arrival a warp of the other consumer
+      mbar_init(bar_turn, 4);
+      mbar_init(bar_turn + 8, 4);
+      fence_barrier_init();
+    }
   }
   __syncthreads();
 
@@ -273,9 +322,10 @@ __device__ __forceinline__ void fused_wgmma(
     if (threadIdx.x == 0) {
       int stage = 0;
       u32 phase = 0;
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      for (int i = 0; block_tile<L>(i) < num_tiles; ++i) {
         int tb, tm, tn;
-        tile_coords(tile, tiles_m, tiles_n, raster_group, tb, tm, tn);
+        tile_coords(static_cast<int>(block_tile<L>(i)), tiles_m, tiles_n, raster_group, tb, tm,
+                    tn);
         const int a_line = tb * m + tm * BLOCK_M;   // < batch * m <= 2^31 - 1 (host checks)
         const int b_line = tb * n + tn * BLOCK_N;
         for (int kb = 0; kb < num_kb; ++kb) {
@@ -318,19 +368,46 @@ __device__ __forceinline__ void fused_wgmma(
 #pragma unroll
       for (int i = 0; i < ACC_REGS; ++i) acc[g][i] = 0;
 
-    int stage = 0;
-    u32 phase = 0;
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    // Cooperative: every tile of the block's sequence, rows 64 cw.. of it. Ping-pong: every
+    // other one, all its rows.
+    const int first = L::PING_PONG ? cw : 0;
+    const int stride = L::PING_PONG ? 2 : 1;
+    const int tile_row = L::PING_PONG ? 0 : cw * 64;
+    u32 turn_phase = 0;
+    int tiles_done = 0;
+    for (int i = first; block_tile<L>(i) < num_tiles; i += stride, ++tiles_done) {
       int tb, tm, tn;
-      tile_coords(tile, tiles_m, tiles_n, raster_group, tb, tm, tn);
+      tile_coords(static_cast<int>(block_tile<L>(i)), tiles_m, tiles_n, raster_group, tb, tm,
+                  tn);
+      // The epilogue's line exponents, one a thread (threads 0-63 this consumer's rows of A,
+      // 64-127 the tile's columns of B), loaded now so the main loop hides their latency.
+      const bool row_side = t < 64;
+      const int exp_line = row_side ? tm * BLOCK_M + tile_row + t : tn * BLOCK_N + t - 64;
+      const int* exp_base = row_side ? a_exp + static_cast<long long>(tb) * m
+                                     : b_exp + static_cast<long long>(tb) * n;
+      const int my_exp = exp_line < (row_side ? m : n) ? __ldg(exp_base + exp_line) : 0;
+      // Where the producer put this tile's first k-block: the tiles before it in the sequence
+      // took num_kb stages each.
+      const unsigned long long first_load = static_cast<unsigned long long>(i) * num_kb;
+      int stage = static_cast<int>(first_load % STAGES);
+      u32 phase = static_cast<u32>(first_load / STAGES) & 1u;
+      if constexpr (L::PING_PONG) {
+        // A stage's full barrier tells its phases apart by parity only: wait on it only once
+        // every load before this tile's has landed, i.e. once the other consumer has waited on
+        // all of the previous tile's (its turn barrier); that also keeps the main loops in turn.
+        if (i > 0) {
+          mbar_wait(bar_turn + 8 * cw, turn_phase);
+          turn_phase ^= 1;
+        }
+      }
 
       int prev_stage = -1;
       for (int kb = 0; kb < num_kb; ++kb) {
         mbar_wait(bar_full + 8 * stage, phase);
 
-        // This consumer's 64 rows of each A slice start 64 BK bytes into it (8 | 4 KB: a whole
-        // number of swizzle patterns, phase unchanged).
-        const u32 a_base = sA + stage * L::A_STAGE_BYTES + cw * 64 * BLOCK_K;
+        // This consumer's rows of each A slice start tile_row BK bytes into it (8 | 4 KB: a
+        // whole number of swizzle patterns, phase unchanged).
+        const u32 a_base = sA + stage * L::A_STAGE_BYTES + tile_row * BLOCK_K;
         const u32 b_base = sB + stage * L::B_STAGE_BYTES;
 
 #pragma unroll
@@ -364,6 +441,9 @@ __device__ __forceinline__ void fused_wgmma(
           phase ^= 1;
         }
       }
+      // Ping-pong: the whole main loop is issued; the other consumer's may begin.
+      if constexpr (L::PING_PONG)
+        if (lane == 0) mbar_arrive(bar_turn + 8 * (1 - cw));
       wgmma_wait<0>();
 #pragma unroll
       for (int g = 0; g < CLASSES; ++g)
@@ -371,19 +451,24 @@ __device__ __forceinline__ void fused_wgmma(
         for (int i = 0; i < ACC_REGS; ++i) fence_operand(acc[g][i]);
       // Release the last stage before the epilogue: the producer prefetches meanwhile.
       if (lane == 0) mbar_arrive(bar_empty + 8 * prev_stage);
+      // The exponents to the whole warpgroup. Two buffers: a thread writes this one again two
+      // tiles on, after every thread has passed the next tile's barrier, so done reading it.
+      int* const exps = tile_exps + ((tiles_done & 1) * 2 + cw) * 128;
+      exps[t] = my_exp;
+      named_barrier_sync(1 + cw, 128);
 
       // ---------------------------------------------------------- epilogue
       // m64nNk32 s32 fragment (PTX ISA; CUTLASS CLayout_64xN), per class accumulator:
       //   acc[g][4i + 0/1] -> row 16*warp + lane/4,     cols 8i + 2*(lane%4) + 0/1
       //   acc[g][4i + 2/3] -> row 16*warp + lane/4 + 8, same cols
-      const int row0 = tm * BLOCK_M + cw * 64 + warp * 16 + lane / 4;   // < m + 128
+      const int row = warp * 16 + lane / 4;   // of this consumer's rows (exps[row])
+      const int row0 = tm * BLOCK_M + tile_row + row;   // < m + 128
       const int col0 = tn * BLOCK_N + 2 * (lane % 4);
       const bool lo_ok = row0 < m;
       const bool hi_ok = row0 + 8 < m;
-      const long long a_line = static_cast<long long>(tb) * m;
-      const long long b_line = static_cast<long long>(tb) * n;
-      const int ea_lo = lo_ok ? __ldg(a_exp + a_line + row0) : 0;
-      const int ea_hi = hi_ok ? __ldg(a_exp + a_line + row0 + 8) : 0;
+      const int ea_lo = exps[row];
+      const int ea_hi = exps[row + 8];
+      const int* const col_exps = exps + 64 + 2 * (lane % 4);   // column col0's, col0 + 1's, ...
       float* c_lo = C + static_cast<long long>(tb) * m * n + static_cast<long long>(row0) * n + col0;
       float* c_hi = c_lo + 8LL * n;
 #pragma unroll
@@ -391,8 +476,8 @@ __device__ __forceinline__ void fused_wgmma(
         const int col = col0 + 8 * i;
         const bool c0_ok = col < n;
         const bool c1_ok = col + 1 < n;
-        const int eb0 = c0_ok ? __ldg(b_exp + b_line + col) : 0;
-        const int eb1 = c1_ok ? __ldg(b_exp + b_line + col + 1) : 0;
+        const int eb0 = col_exps[8 * i];
+        const int eb1 = col_exps[8 * i + 1];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {   // h = 0: row0, h = 1: row0 + 8
           const bool row_ok = h == 0 ? lo_ok : hi_ok;
@@ -421,22 +506,27 @@ __device__ __forceinline__ void fused_wgmma(
 
 }  // namespace
 
-// The entry points, one a level (S slices, G classes) and k-block (BK bytes), and one variant:
-// the same parameters for all; the host builds the maps with S slots, boxes of BK bytes and the
-// BK-byte swizzle, and launches with that kernel's SMEM_BYTES.
-#define FUSED_WGMMA_KERNEL(NAME, S, G, BK)                                                      \
+// The entry points, one a level (S slices, G classes), k-block (BK bytes) and schedule (TILE_M),
+// and the variants: the same parameters for all; the host builds the maps with S slots, boxes
+// of BK bytes x TILE_M | 64 lines and the BK-byte swizzle, and launches with that kernel's
+// SMEM_BYTES.
+#define FUSED_WGMMA_KERNEL(NAME, S, G, BK, TILE_M)                                              \
   extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)                                  \
   NAME(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,      \
        const int* __restrict__ a_exp, const int* __restrict__ b_exp, float* __restrict__ C,     \
        double k_slack, int m, int n, int k_pad, int batch, int w0, int step,                    \
        int raster_group) {                                                                      \
-    fused_wgmma<Level<S, G, BK>>(tmap_a, tmap_b, a_exp, b_exp, C, k_slack, m, n, k_pad, batch,  \
-                                 w0, step, raster_group);                                       \
+    fused_wgmma<Level<S, G, BK, TILE_M>>(tmap_a, tmap_b, a_exp, b_exp, C, k_slack, m, n, k_pad, \
+                                         batch, w0, step, raster_group);                        \
   }
 
-FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128)
-FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3, 128)
-FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4, 128)
-FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 64)
+FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128, COOPERATIVE)
+FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3, 128, COOPERATIVE)
+FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4, 128, COOPERATIVE)
+FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 64, COOPERATIVE)
 // Level V on 128-byte k-blocks, a ring of 2 stages (fused_wgmma.VARIANTS).
-FUSED_WGMMA_KERNEL(fused_wgmma_V_k128, 4, 4, 128)
+FUSED_WGMMA_KERNEL(fused_wgmma_V_k128, 4, 4, 128, COOPERATIVE)
+// The ping-pong schedule (fused_wgmma.VARIANTS): T6 and IV, rings of 4; V on 64-byte k-blocks.
+FUSED_WGMMA_KERNEL(fused_wgmma_T6_pingpong, 3, 3, 128, PINGPONG)
+FUSED_WGMMA_KERNEL(fused_wgmma_IV_pingpong, 3, 4, 128, PINGPONG)
+FUSED_WGMMA_KERNEL(fused_wgmma_V_pingpong, 4, 4, 64, PINGPONG)
