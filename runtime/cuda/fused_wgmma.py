@@ -12,8 +12,9 @@ of that swizzle) of a tile's lines, zeros past k_pad (not the next slot's digits
 A level's kernel is routed to (``routed``) once it has given the oracle's bits and its speed
 on a GPU (``ROUTED``, with the output side from which the class-sum pipeline beats it); the
 others are built and tested (``product``), not used by ``fused``. ``VARIANTS`` are other builds
-of a level's kernel (the same pairs and bits, another k-block), launched only when asked for by
-name (``product(..., variant=VARIANTS[name])``): candidates measured against the level's own.
+of a level's kernel (the same pairs and bits, another k-block or schedule), launched only when
+asked for by name (``product(..., variant=VARIANTS[name])``): candidates measured against the
+level's own.
 """
 
 from __future__ import annotations
@@ -111,10 +112,11 @@ FORMS = {
     # (the same bytes in flight, refilled twice as often; measured: wgmma-fused-V_k64.json)
     "V": Form("fused_wgmma_V", triangle(4, 4, 3), 4, 64),
 }
-# Builds of a level's kernel not routed to, each a level's pairs and slices on another k-block,
-# measured against the level's own (``check_gpu.py --variant``): V on 128-byte k-blocks, the ring
-# of 2 its kernel had. (I, T6 and IV on 64-byte k-blocks, rings of 9, 6, 6, ran 0.81-0.94x their
-# kernels at 4096 and 8192: wgmma-fused-*_k64.json.)
+# Builds of a level's kernel not routed to, each a level's pairs and slices on another k-block
+# or schedule, measured against the level's own (``check_gpu.py --variant``, ``kernel_times.py``):
+# V on 128-byte k-blocks, the ring of 2 its kernel had; the ping-pong schedule, 0.70-1.03x its
+# level's kernel on stacks and from 2048 up (epilogue-56/). (I, T6 and IV on 64-byte k-blocks,
+# rings of 9, 6, 6, ran 0.81-0.94x their kernels at 4096 and 8192: wgmma-fused-*_k64.json.)
 VARIANTS = {
     "V_k128": Form("fused_wgmma_V_k128", triangle(4, 4, 3), 4, 128),
     # the ping-pong schedule: 64-row tiles, a consumer's epilogue beside the other's main loop

@@ -29,11 +29,17 @@
 //       ping-pong (64): each consumer on its own 64 x 64 tiles, the CTA's tiles taken in turn,
 //         every stage one consumer's; the producer loads tile after tile, so one consumer's
 //         main loop runs while the other runs its epilogue (CUTLASS's KernelTmaWarpSpecialized-
-//         Pingpong, ordered by the ring alone).
+//         Pingpong; a turn barrier a consumer keeps the main loops in turn). A variant: it
+//         measured slower (docs/performance.md).
 //   * each consumer holds G class accumulators of m64n64 INT32: G x 32 registers (128 at G = 4).
+//   * the epilogue's line exponents: each consumer thread loads one (of its 64 rows, or of the
+//     tile's 64 columns) before the main loop, which hides the load, and writes it to shared
+//     memory after it for the warpgroup (loaded in the epilogue, they cost a tile's time a
+//     third at k = 1024).
 //   * stage = one BK-byte k-block of A's S slices (S x TILE_M rows) and B's S slices (S x 64
-//     rows): S x (TILE_M + 64) BK bytes, as many stages as fit in the 227 KB (cooperative below;
-//     ping-pong at BK = 128: S x 16 KB, 7 | 4 stages at S = 2 | 3). BK = 128 (I, T6, IV): S x 24 KB,
+//     rows): S x (TILE_M + 64) BK bytes, as many stages as fit in the 227 KB beside 2 KB of tile
+//     exponents (cooperative below; ping-pong: S x 16 KB, 4 stages at S = 3 (T6, IV), V's 4 x 8
+//     KB on 64-byte k-blocks 6). Cooperative, BK = 128 (I, T6, IV): S x 24 KB,
 //     STAGES = 4 | 3 for S = 2 | 3 (192 | 216 KB); BK = 64 (V): 4 x 12 KB, STAGES = 4 (192 KB),
 //     where 128 would give 2.
 //   * TMA: one 3-D map per operand, dims {k_pad, S slots, lines} (innermost first), strides
@@ -262,7 +268,8 @@ __device__ __forceinline__ long long block_tile(int i) {
   return blockIdx.x + i * grid;
 }
 
-// The kernel of level L = Level<S, G, BK>; the extern "C" entry points below are its wrappers.
+// The kernel of level L = Level<S, G, BK, TILE_M>; the extern "C" entry points below are its
+// wrappers.
 // Launch: grid = min(#SMs, batch * ceil(m/TILE_M) * ceil(n/64), halved rounding up for
 // ping-pong), block = 384 (NUM_THREADS),
 // dynamic smem = L::SMEM_BYTES. k_pad > 0, a multiple of 16, small enough that no class sum
