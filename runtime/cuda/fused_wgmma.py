@@ -55,6 +55,9 @@ SMEM_ALIGN = 1024  # slack the kernel aligns its ring's base with (the swizzle p
 BARRIERS = 2 * 8  # bytes of a stage's two mbarriers (full, empty)
 TURNS = 2 * 8  # bytes of the ping-pong consumers' two turn mbarriers
 EXPONENTS = 2 * 2 * 128 * 4  # bytes of the consumers' tile exponents (2 tiles x 2 x 128 int32)
+# The macro that builds the variants' kernels too: a build of their own, so that the module
+# every process builds at first use holds the levels' kernels alone
+VARIANT_BUILD = ("FUSED_WGMMA_VARIANTS",)
 # The levels whose kernel has given the oracle's bits and beaten Triton's on a GPU, each with
 # the side (of both output sides) from which cuBLAS's class sums beat it, None for never:
 # ``fused`` routes their fused products here (measured: wgmma-*.json, fused-anchors.md)
@@ -64,14 +67,15 @@ ROUTED: dict[str, int | None] = {"T6": None, "IV": None, "V": 16384}
 class Form(NamedTuple):
     """A level's kernel: its name in the module, the level's pairs (compiled into it), its
     slices a side (one slot a slice in each pack line), its k-block in bytes (a stage's k,
-    the TMA box's inner size and the swizzle's width) and its output tile's rows (its
-    schedule: COOPERATIVE or PINGPONG)."""
+    the TMA box's inner size and the swizzle's width), its output tile's rows (its
+    schedule: COOPERATIVE or PINGPONG) and the macros of the build that holds it."""
 
     kernel: str
     pairs: tuple[tuple[int, int], ...]
     slices: int
     k_block: int = BLOCK_K
     tile_m: int = COOPERATIVE
+    defines: tuple[str, ...] = ()
 
     @property
     def stage_bytes(self) -> int:
@@ -118,11 +122,14 @@ FORMS = {
 # level's kernel on stacks and from 2048 up (epilogue-56/). (I, T6 and IV on 64-byte k-blocks,
 # rings of 9, 6, 6, ran 0.81-0.94x their kernels at 4096 and 8192: wgmma-fused-*_k64.json.)
 VARIANTS = {
-    "V_k128": Form("fused_wgmma_V_k128", triangle(4, 4, 3), 4, 128),
-    # the ping-pong schedule: 64-row tiles, a consumer's epilogue beside the other's main loop
-    "T6_pingpong": Form("fused_wgmma_T6_pingpong", triangle(3, 3, 2), 3, 128, PINGPONG),
-    "IV_pingpong": Form("fused_wgmma_IV_pingpong", triangle(3, 3, 3), 3, 128, PINGPONG),
-    "V_pingpong": Form("fused_wgmma_V_pingpong", triangle(4, 4, 3), 4, 64, PINGPONG),
+    name: Form(f"fused_wgmma_{name}", triangle(s, s, g), s, k_block, tile_m, VARIANT_BUILD)
+    for name, s, g, k_block, tile_m in (
+        ("V_k128", 4, 3, 128, COOPERATIVE),
+        # the ping-pong schedule: 64-row tiles, a consumer's epilogue beside the other's main loop
+        ("T6_pingpong", 3, 2, 128, PINGPONG),
+        ("IV_pingpong", 3, 3, 128, PINGPONG),
+        ("V_pingpong", 4, 3, 64, PINGPONG),
+    )
 }
 
 
@@ -196,7 +203,7 @@ def available(level: Level) -> bool:
 
 @functools.cache
 def _available(device: int, found: Form) -> bool:
-    return hopper.available(SOURCE, found.kernel, found.smem)
+    return hopper.available(SOURCE, found.kernel, found.smem, found.defines)
 
 
 def product(
@@ -213,7 +220,9 @@ def product(
     if count == 0 or m == 0 or n == 0:
         return
     k_pad, k_block = a_pack.k_pad, found.k_block
-    kernel = hopper.kernel(SOURCE, found.kernel, found.smem, cp.cuda.runtime.getDevice())
+    kernel = hopper.kernel(
+        SOURCE, found.kernel, found.smem, cp.cuda.runtime.getDevice(), found.defines
+    )
     map_a = _tensor_map(a_pack.data.data.ptr, k_pad, found.slices, count * m, found.tile_m,
                         k_block)  # fmt: skip
     map_b = _tensor_map(b_pack.data.data.ptr, k_pad, found.slices, count * n, BLOCK_N, k_block)

@@ -37,28 +37,29 @@ class Kernel(NamedTuple):
     sms: int
 
 
-def available(source: str, name: str, smem: int) -> bool:
-    """Whether the current device is compute capability 9.0 and the kernel builds and loads."""
+def available(source: str, name: str, smem: int, defines: tuple[str, ...] = ()) -> bool:
+    """Whether the current device is compute capability 9.0 and the kernel builds (with the
+    macros ``defines``) and loads."""
     try:
         import cupy as cp
 
         device = cp.cuda.runtime.getDevice()
         if cp.cuda.Device(device).compute_capability != "90":
             return False
-        kernel(source, name, smem, device)
+        kernel(source, name, smem, device, defines)
     except Exception:  # no CuPy, device or cuda-bindings; NVRTC too old; a refused cubin
         return False
     return True
 
 
 @functools.cache
-def kernel(source: str, name: str, smem: int, device: int) -> Kernel:
-    """Kernel ``name`` of ``kernels/<source>`` loaded into ``device``'s primary context, its
-    dynamic shared memory limit raised to ``smem`` bytes."""
+def kernel(source: str, name: str, smem: int, device: int, defines: tuple[str, ...] = ()) -> Kernel:
+    """Kernel ``name`` of ``kernels/<source>`` (built with the macros ``defines``) loaded into
+    ``device``'s primary context, its dynamic shared memory limit raised to ``smem`` bytes."""
     import numpy as np
     from cuda.bindings import driver as cu
 
-    image = np.frombuffer(cubin(source), dtype=np.uint8)
+    image = np.frombuffer(cubin(source, defines), dtype=np.uint8)
     check(cu.cuInit(0), "cuInit")
     dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
     context = check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -81,15 +82,16 @@ def kernel(source: str, name: str, smem: int, device: int) -> Kernel:
 
 
 @functools.cache
-def cubin(source: str) -> bytes:
-    """``kernels/<source>`` compiled by NVRTC to sm_90a SASS (once a process: one cubin serves
-    every sm_90 device)."""
+def cubin(source: str, defines: tuple[str, ...] = ()) -> bytes:
+    """``kernels/<source>`` compiled by NVRTC to sm_90a SASS with the macros ``defines`` set
+    (once a process: one cubin serves every sm_90 device)."""
     from cuda.bindings import nvrtc
 
     text = (KERNELS / source).read_bytes()
     program = _nvrtc(nvrtc.nvrtcCreateProgram(text, source.encode(), 0, [], []))
     try:
-        (status,) = nvrtc.nvrtcCompileProgram(program, len(OPTIONS), list(OPTIONS))
+        options = [*OPTIONS, *(b"-D" + name.encode() for name in defines)]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             size = _nvrtc(nvrtc.nvrtcGetProgramLogSize(program))
             log = b" " * size

@@ -97,7 +97,9 @@ def test_routed_levels_leave_to_the_class_sums_the_outputs_both_of_whose_sides_r
         assert not fused_wgmma.pipeline_wins(level, 2**20, side - 1)
 
 
-def test_the_built_module_holds_every_kernel() -> None:
+def test_the_module_holds_the_levels_kernels_and_the_variant_build_the_variants_too() -> None:
+    """The build every process makes at first use holds the levels' kernels alone (each
+    variant would lengthen it); the variants' build holds them all."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="needs NVRTC (cuda-bindings)")
     try:
         image = hopper.cubin(fused_wgmma.SOURCE)
@@ -105,8 +107,15 @@ def test_the_built_module_holds_every_kernel() -> None:
         if str(error).startswith(f"NVRTC failed on {fused_wgmma.SOURCE}"):
             raise
         pytest.skip(f"NVRTC cannot build sm_90a here: {error}")
-    for form in KERNELS.values():
+    with_variants = hopper.cubin(fused_wgmma.SOURCE, fused_wgmma.VARIANT_BUILD)
+    for form in fused_wgmma.FORMS.values():
+        assert form.defines == ()
         assert form.kernel.encode() + b"\0" in image
+        assert form.kernel.encode() + b"\0" in with_variants
+    for variant in fused_wgmma.VARIANTS.values():
+        assert variant.defines == fused_wgmma.VARIANT_BUILD
+        assert variant.kernel.encode() + b"\0" not in image
+        assert variant.kernel.encode() + b"\0" in with_variants
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))

@@ -215,12 +215,13 @@ def main() -> None:
     try:
         t0 = time.time()
         ok_avail = fused_wgmma.available(LEVEL) and (
-            VARIANT is None or hopper.available(fused_wgmma.SOURCE, form.kernel, form.smem)
+            VARIANT is None
+            or hopper.available(fused_wgmma.SOURCE, form.kernel, form.smem, form.defines)
         )
         print(f"{form.kernel} available: {ok_avail} (build + load {time.time() - t0:.2f} s); "
               f"k-block {form.k_block} B, {form.stages} stages, {form.smem:,} B smem")  # fmt: skip
-        if not ok_avail:
-            hopper.kernel(fused_wgmma.SOURCE, form.kernel, form.smem, dev.id)  # the reason
+        if not ok_avail:  # (the build or load raises with the reason)
+            hopper.kernel(fused_wgmma.SOURCE, form.kernel, form.smem, dev.id, form.defines)
             sys.exit(f"error: {form.kernel} not available on this device")
 
         # ------------------------------------------------------------ correctness

@@ -531,9 +531,13 @@ FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128, COOPERATIVE)
 FUSED_WGMMA_KERNEL(fused_wgmma_T6, 3, 3, 128, COOPERATIVE)
 FUSED_WGMMA_KERNEL(fused_wgmma_IV, 3, 4, 128, COOPERATIVE)
 FUSED_WGMMA_KERNEL(fused_wgmma_V, 4, 4, 64, COOPERATIVE)
-// Level V on 128-byte k-blocks, a ring of 2 stages (fused_wgmma.VARIANTS).
+// The variants (fused_wgmma.VARIANTS), built only where asked for: each kernel lengthens the
+// module's build at first use.
+#ifdef FUSED_WGMMA_VARIANTS
+// Level V on 128-byte k-blocks, a ring of 2 stages.
 FUSED_WGMMA_KERNEL(fused_wgmma_V_k128, 4, 4, 128, COOPERATIVE)
-// The ping-pong schedule (fused_wgmma.VARIANTS): T6 and IV, rings of 4; V on 64-byte k-blocks.
+// The ping-pong schedule: T6 and IV, rings of 4; V on 64-byte k-blocks.
 FUSED_WGMMA_KERNEL(fused_wgmma_T6_pingpong, 3, 3, 128, PINGPONG)
 FUSED_WGMMA_KERNEL(fused_wgmma_IV_pingpong, 3, 4, 128, PINGPONG)
 FUSED_WGMMA_KERNEL(fused_wgmma_V_pingpong, 4, 4, 64, PINGPONG)
+#endif
