@@ -2,8 +2,8 @@
 kernel source, on any machine: each form (and each variant) is its level's (pairs, slices), each
 names an entry point of ``fused_wgmma.cu`` built for that level's slices and classes, its
 k-block and its schedule, its ring is the most stages that fit shared memory, and (where NVRTC
-is installed) the built module holds every kernel. The kernels' bits: the GPU tests of
-test_fused_wgmma.py."""
+is installed) the default build holds the levels' kernels, the variants' build every kernel.
+The kernels' bits: the GPU tests of test_fused_wgmma.py."""
 
 from __future__ import annotations
 
