@@ -7,8 +7,9 @@ replayed plans (benchmarks/replay_stages.py), not from this.
 
     PYTHONPATH=/path/to/mixpert-repo python kernel_times.py [IV,T6,V] [--out DIR] [--tag TAG]
 
-Writes DIR/kernel-times-<levels><TAG>.json; a tree without the ping-pong variants times its
-levels' own kernels only (a "before" run)."""
+Times are mixpert.timing.gpu_median_seconds's (CUDA events, medians of bursts of launches back
+to back). Writes DIR/kernel-times-<levels><TAG>.json; a tree without the ping-pong variants
+times its levels' own kernels only (a "before" run)."""
 
 import argparse
 import functools
@@ -20,6 +21,7 @@ import cupy as cp
 
 from mixpert.runtime.cuda import fused_wgmma
 from mixpert.runtime.levels import LEVELS
+from mixpert.timing import gpu_median_seconds
 
 # (count, m, n, k)
 SHAPES = [(1, 1024, 1024, 1024), (64, 1024, 1024, 1024), (16, 2048, 2048, 1024),
@@ -27,20 +29,9 @@ SHAPES = [(1, 1024, 1024, 1024), (64, 1024, 1024, 1024), (16, 2048, 2048, 1024),
           (1, 8192, 8192, 8192), (256, 256, 256, 256)]  # fmt: skip
 
 
-def best_ms(fn) -> float:
-    """Best of 5 x 10 launches back to back, after 3 warm-ups (ms a launch)."""
-    for _ in range(3):
-        fn()
-    cp.cuda.Device().synchronize()
-    best, start, end = float("inf"), cp.cuda.Event(), cp.cuda.Event()
-    for _ in range(5):
-        start.record()
-        for _ in range(10):
-            fn()
-        end.record()
-        end.synchronize()
-        best = min(best, cp.cuda.get_elapsed_time(start, end) / 10)
-    return best
+def launch_ms(fn, ops: float) -> float:
+    """ms a launch of ``fn``, whose work is ``ops`` integer operations."""
+    return gpu_median_seconds(fn, ops) * 1e3
 
 
 def main() -> None:
@@ -59,8 +50,8 @@ def main() -> None:
             a_pack, b_pack = cg.build_packs(a, b)
             del a, b
             own = cp.full((count, m, n), cp.nan, cp.float32)
-            ms = best_ms(functools.partial(fused_wgmma.product, a_pack, b_pack, level, own))
             ops = 2.0 * len(level.pairs) * count * m * n * k
+            ms = launch_ms(functools.partial(fused_wgmma.product, a_pack, b_pack, level, own), ops)
             row = {"level": name, "count": count, "m": m, "n": n, "k": k, "own_ms": ms,
                    "own_tops": ops / ms / 1e9}  # fmt: skip
             line = (
@@ -68,8 +59,9 @@ def main() -> None:
             )
             if pingpong is not None:
                 pp = cp.full((count, m, n), cp.nan, cp.float32)
-                pp_ms = best_ms(
-                    functools.partial(fused_wgmma.product, a_pack, b_pack, level, pp, pingpong)
+                pp_ms = launch_ms(
+                    functools.partial(fused_wgmma.product, a_pack, b_pack, level, pp, pingpong),
+                    ops,
                 )
                 same = bool((own.view(cp.uint32) == pp.view(cp.uint32)).all())
                 row.update(pingpong_ms=pp_ms, pingpong_tops=ops / pp_ms / 1e9, same_bits=same)
