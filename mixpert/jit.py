@@ -117,6 +117,8 @@ class MixpertFunction(Generic[P, R]):
         self._names: tuple[str, ...] | None = None  # the parameters', for placement_for
         self._refused: dict[tuple[Any, ...], str] = {}  # argument kind -> why CuPy refused
         self._entries: dict[tuple[type, ...], Callable[..., Any]] = {}  # _learn_entry
+        # argument types -> compiled code a call of such types runs at once (_learn_entry)
+        self._direct: dict[tuple[type, ...], Callable[..., Any]] = {}
         if not isinstance(replay, bool):
             raise TypeError(f"replay={replay!r}: give True (replay calls on CuPy arrays) or False")
         self.replay = replay
@@ -221,6 +223,9 @@ class MixpertFunction(Generic[P, R]):
         return self._python
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        entry = None if kwargs else self._direct.get(tuple(map(type, args)))
+        if entry is not None:  # (CuPy arrays and scalars that need no look: _learn_entry)
+            return self._body(None, "object", self._active_for(args)[1], args, entry)
         if kwargs:  # positional from here on: plans match, tuning and profiling call by position
             bound = inspect.signature(self.py_func).bind(*args, **kwargs)
             bound.apply_defaults()
@@ -247,22 +252,29 @@ class MixpertFunction(Generic[P, R]):
         return result
 
     def _body(
-        self, disp: MixpertDispatcher, mode: str, plan: ActivePlan, args: tuple[Any, ...]
+        self,
+        disp: MixpertDispatcher | None,
+        mode: str,
+        plan: ActivePlan,
+        args: tuple[Any, ...],
+        entry: Callable[..., Any] | None = None,
     ) -> Any:
         """The compiled body on ``args`` under ``plan`` (the interpreted one under
-        NUMBA_DISABLE_JIT), with the runtime's errors as the caller should see them."""
+        NUMBA_DISABLE_JIT; ``entry``, object-mode code known to take them), with the runtime's
+        errors as the caller should see them."""
         with activate(plan, PackScope(self._invariant_operands, args), self._ops_run):
             if numba.config.DISABLE_JIT:
                 return self._interpreted()(*args)
             try:
                 if mode != "object":
-                    return disp(*args)
-                key = _entry_key(args)
-                entry = None if key is None else self._entries.get(key)
+                    return disp(*args)  # type: ignore[misc]
+                if entry is None:
+                    key = _entry_key(args)
+                    entry = None if key is None else self._entries.get(key)
                 if entry is not None:  # object mode: straight to the compiled code
                     return entry(*args)
-                result = disp(*args)
-                self._learn_entry(disp, args)
+                result = disp(*args)  # type: ignore[misc]
+                self._learn_entry(disp, args)  # type: ignore[arg-type]
                 return result
             except MixpertRuntimeError as relay:
                 reraise_pending(relay)
@@ -284,6 +296,13 @@ class MixpertFunction(Generic[P, R]):
         compiled = disp.overloads.get(tuple(_numba_type(a) for a in args))
         if compiled is not None and compiled.objectmode:
             self._entries[key] = compiled.entry_point
+            # a call of these types needs nothing __call__ does before the body where a CuPy
+            # array says object mode and no value is looked at: no masked or NumPy array, no
+            # Python float (NEP 50's weak floats), no int (its Numba type is its value's), no
+            # replay, no move to the GPU (nopython calls alone)
+            cupy = any(is_cupy_array(a) for a in args)
+            if cupy and self._replays is None and not {int, float} & set(key):
+                self._direct[key] = compiled.entry_point
 
     def _one_trip(self, plan: ActivePlan, args: tuple[Any, ...]) -> tuple[bool, Any, str]:
         """(True, result, "") where the call ran on the GPU in one trip (``mixpert.one_trip``);

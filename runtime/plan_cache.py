@@ -18,6 +18,7 @@ from typing import Any, Protocol
 DEFAULT_ENTRIES = 64
 DEFAULT_MIB = 2048
 SWITCH = "MIXPERT_PLAN_CACHE"
+MISSING = object()  # ``PlanCache.find``: no plan kept for the key yet
 
 
 class Plan(Protocol):
@@ -43,7 +44,23 @@ def limits() -> tuple[int, int]:
 
 def enabled() -> bool:
     """Whether plans are kept (``$MIXPERT_PLAN_CACHE`` is not "0"; read at each lookup)."""
-    return os.environ.get(SWITCH) != "0"
+    return _read_switch() != _OFF
+
+
+# The switch is read several times a product. ``os.environ.get`` of an unset variable raises
+# and catches a KeyError inside, microseconds on a busy host; its own mapping (bytes on POSIX,
+# kept in step with every change made through os.environ) answers in tens of nanoseconds.
+_environ_data = getattr(os.environ, "_data", None)
+if os.name == "posix" and isinstance(_environ_data, dict):
+    _SWITCH_KEY, _OFF = os.fsencode(SWITCH), os.fsencode("0")
+
+    def _read_switch() -> bytes | None:
+        return _environ_data.get(_SWITCH_KEY)  # type: ignore[union-attr]
+else:
+    _OFF = "0"  # type: ignore[assignment]
+
+    def _read_switch() -> str | None:  # type: ignore[misc]
+        return os.environ.get(SWITCH)
 
 
 class PlanCache:
@@ -54,6 +71,17 @@ class PlanCache:
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()  # None: cannot be made
         self._lock = threading.Lock()
         self.bytes = 0
+
+    def find(self, key: Hashable) -> Any:
+        """The plan kept for ``key`` (None: one that cannot be made, or plans are off), or
+        MISSING where none is kept yet (``get`` makes it): a hit without a closure to make."""
+        if not enabled():
+            return None
+        with self._lock:
+            plan = self._plans.get(key, MISSING)
+            if plan is not MISSING:
+                self._plans.move_to_end(key)
+            return plan
 
     def get(self, key: Hashable, make: Callable[[], Plan | None]) -> Any:
         """The plan for ``key``, made by ``make`` on first use (None: run uncached)."""

@@ -91,7 +91,7 @@ def product(op_index: int, a: Any, b: Any) -> Any | None:
     level = level_for(op_index)
     kind = level.kind
     if kind == "fp32":
-        return _native(a, b)
+        return _native(op_index, a, b)
     if kind == "int8":
         keep = keep_for(op_index, a, b)
         if keep is KEEP_NOTHING and m and k and n:
@@ -99,32 +99,34 @@ def product(op_index: int, a: Any, b: Any) -> Any | None:
             if c is not None:
                 return c
         return dispatch.cupy_matrix_product(a, b, level, keep)
+    if kind == "policy" and m and k and n:
+        return _auto(op_index, a, b, level, (m, k, n))
     keep = keep_for(op_index, a, b) if kind == "policy" else KEEP_NOTHING  # ("auto" may pack)
-    if kind == "policy" and keep is KEEP_NOTHING and m and k and n:
-        c = _auto(op_index, a, b, (m, k, n))
+    return dispatch.cupy_matrix_product(a, b, level, keep)
+
+
+def _auto(op_index: int, a: Any, b: Any, level: Level, shape: tuple[int, int, int]) -> Any:
+    """a @ b at "auto" by the route it took for this shape before
+    (``dispatch.kept_auto_route_on_gpu``): native float32 as ``_native`` (it packs nothing, so
+    no kept packs are asked for), an INT8 level by the op's plan with the route's fallback
+    where no pack is kept; else the general path."""
+    route = dispatch.kept_auto_route_on_gpu(*shape)
+    if route.level.kind == "fp32":
+        return _native(op_index, a, b)
+    keep = keep_for(op_index, a, b)
+    if keep is KEEP_NOTHING and route.level.kind == "int8":
+        c = _planned(op_index, a, b, route.level, shape, route.fallback)
         if c is not None:
             return c
     return dispatch.cupy_matrix_product(a, b, level, keep)
 
 
-def _auto(op_index: int, a: Any, b: Any, shape: tuple[int, int, int]) -> Any:
-    """a @ b at "auto" by the route it took for this shape before
-    (``dispatch.kept_auto_route_on_gpu``): native float32 as ``_native``, an INT8 level by the
-    op's plan with the route's fallback; None for other routes (the general path)."""
-    route = dispatch.kept_auto_route_on_gpu(*shape)
-    if route.level.kind == "fp32":
-        return _native(a, b)
-    if route.level.kind == "int8":
-        return _planned(op_index, a, b, route.level, shape, route.fallback)
-    return None
-
-
-def _native(a: Any, b: Any) -> Any:
-    """CuPy's own SGEMM of two float32 matrices, replayed as one graph where the backend serves
-    one (``cuda.backend.replayed_sgemm``: small products, from a signature's second call; the
-    same bits, for less host time than CuPy's call)."""
+def _native(op_index: int, a: Any, b: Any) -> Any:
+    """CuPy's own SGEMM of two float32 matrices, replayed as one graph of the op's own where the
+    backend serves one (``cuda.backend.replayed_sgemm``: small products, from a signature's
+    second call; the same bits, for less host time than CuPy's call)."""
     replay = getattr(_backend(), "replayed_sgemm", None)
-    c = None if replay is None else replay(a, b)
+    c = None if replay is None else replay(a, b, op_index)
     return device.cupy_module().matmul(a, b) if c is None else c
 
 

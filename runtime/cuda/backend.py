@@ -8,7 +8,7 @@ dispatcher's questions about the GPU. The products themselves are the package's 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import cupy as cp
@@ -282,26 +282,34 @@ def captured_plan(
 # Native products replay a graph up to this many multiply-adds: past it the GPU's work hides
 # CuPy's host time.
 REPLAY_SGEMM_MAX_WORK = 1024**3
-_sighted: set[tuple[int, ...]] = set()  # native signatures seen once: planned when seen again
+_sighted: set[tuple[Any, ...]] = set()  # native signatures seen once: planned when seen again
 _SIGHTED_MAX = 4096
 
 
-def replayed_sgemm(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
+def replayed_sgemm(a: cp.ndarray, b: cp.ndarray, owner: Hashable = None) -> cp.ndarray | None:
     """``a.dot(b)`` for float32 CuPy matrices (CuPy's cuBLAS SGEMM), bit for bit, replayed from
     the plan cache's ``CapturedSgemm`` where both are C-contiguous and 256-byte aligned on the
     current device and the product is small; planned at a signature's second call (a capture
-    costs milliseconds: a shape met once never pays it). None where none serves."""
+    costs milliseconds: a shape met once never pays it). None where none serves.
+
+    ``owner`` (a jitted function's op) gets a plan of its own: a site called in a loop then
+    finds its graph pointed at its operands already, where sites sharing a plan would rewrite
+    its addresses (a driver call) at every call."""
     (m, k), n = a.shape, b.shape[1]
     if m * k * n > REPLAY_SGEMM_MAX_WORK or not (m and k and n):
         return None
-    if a.data.ptr % 256 or b.data.ptr % 256 or not (a.flags.c_contiguous and b.flags.c_contiguous):
+    # (CuPy's own flags, read without building the ``flags`` object: a call's microseconds count)
+    if a.data.ptr % 256 or b.data.ptr % 256 or not (a._c_contiguous and b._c_contiguous):
         return None
     device = cp.cuda.runtime.getDevice()
     if device != a.data.device_id or device != b.data.device_id:
         return None
     stream = cp.cuda.get_current_stream()
-    key = (stream.ptr, m, k, n, graph_gemm.compute_type())
+    key = ("sgemm", owner, stream.ptr, m, k, n, graph_gemm.compute_type())
     cache = _device_plans(device)
+    plan = cache.find(key)
+    if plan is not plan_cache.MISSING:
+        return None if plan is None else plan(a, b)
 
     def make() -> CapturedSgemm | None:
         if key not in _sighted or stream.is_capturing():
@@ -316,7 +324,7 @@ def replayed_sgemm(a: cp.ndarray, b: cp.ndarray) -> cp.ndarray | None:
             return None
 
     try:
-        plan = cache.get(("sgemm", *key), make)
+        plan = cache.get(key, make)
     except _Capturing:
         return None
     return None if plan is None else plan(a, b)

@@ -247,7 +247,7 @@ class CapturedSgemm(_GraphPlan):
         """a @ b (C-contiguous float32 CuPy matrices of the plan's shape, 256-byte aligned) as
         a new array; None once released."""
         m, _, n = self.shape
-        c = cp.empty((m, n), dtype=cp.float32)
+        c = cp.ndarray((m, n), dtype=_FLOAT32)  # (cupy.empty's own call, less one layer)
         with self._lock:
             if self._graph is None:
                 return None

@@ -20,6 +20,7 @@ import re
 
 import cupy as cp
 import numpy as np
+from cupy._core import _routines_linalg
 from cupy.cuda import cublas
 
 from . import libraries
@@ -28,6 +29,7 @@ CUDA_R_32F = 0  # cudaDataType (library_types.h)
 # CuPy's compute-type settings (cupy._core._routines_linalg.COMPUTE_TYPE_*) that change
 # float32's cuBLAS compute type
 _PEDANTIC, _TF32 = 2, 7
+_FLOAT32 = np.dtype(np.float32)
 _ONE = np.array(1, np.float32)
 _ZERO = np.array(0, np.float32)
 _ONE_PTR, _ZERO_PTR = _ONE.ctypes.data, _ZERO.ctypes.data  # (host: the graph keeps the values)
@@ -66,9 +68,7 @@ def _cublas_layout(x: cp.ndarray, trans: int) -> tuple[cp.ndarray, int, int]:
 def compute_type() -> int:
     """float32's cuBLAS compute type as CuPy's config gives it (read each call: CuPy reads it
     each product)."""
-    from cupy._core import _routines_linalg
-
-    setting = _routines_linalg.get_compute_type(np.dtype(np.float32))
+    setting = _routines_linalg.get_compute_type(_FLOAT32)
     if setting == _PEDANTIC:
         return cublas.CUBLAS_COMPUTE_32F_PEDANTIC
     if setting == _TF32:

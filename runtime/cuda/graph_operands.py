@@ -112,14 +112,16 @@ class _KernelNode:
         self.params.extra = None
         self._words = [ctypes.c_uint64.from_buffer(self.args[i], at) for i, at, _, _ in hits]
 
-    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], force: bool) -> None:
-        changed = force
+    def moved(self, bases: Sequence[int]) -> bool:
+        """Whether ``bases`` put any of its words elsewhere than the graph holds them."""
+        return any(
+            word.value != bases[buffer] + delta
+            for word, (_, _, buffer, delta) in zip(self._words, self.hits, strict=True)
+        )
+
+    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int]) -> None:
         for word, (_, _, buffer, delta) in zip(self._words, self.hits, strict=True):
-            address = bases[buffer] + delta
-            changed |= word.value != address
-            word.value = address
-        if not changed:  # (the executable graph holds these words already: ours, last set)
-            return
+            word.value = bases[buffer] + delta
         try:
             _check(cuda.cuGraphExecKernelNodeSetParams_v2(executable, self.node, self.params))
         except RuntimeError:
@@ -134,13 +136,11 @@ class _MemsetNode:
     def __init__(self, node: int, params: _MemsetParams, buffer: int, delta: int):
         self.node, self.params, self.buffer, self.delta = _P(node), params, buffer, delta
 
-    def point(
-        self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], context: _P, force: bool
-    ) -> None:
-        address = bases[self.buffer] + self.delta
-        if address == self.params.dst and not force:
-            return
-        self.params.dst = address
+    def moved(self, bases: Sequence[int]) -> bool:
+        return self.params.dst != bases[self.buffer] + self.delta
+
+    def point(self, cuda: ctypes.CDLL, executable: _P, bases: Sequence[int], context: _P) -> None:
+        self.params.dst = bases[self.buffer] + self.delta
         try:
             _check(cuda.cuGraphExecMemsetNodeSetParams(executable, self.node, self.params, context))
         except RuntimeError:
@@ -162,13 +162,17 @@ class Binding:
         """The graph's next launches use ``bases[i]`` where it used buffer i's address: the
         nodes whose addresses change are rewritten (all of them with ``force``; a loop whose
         operands and output stay where they were costs no driver call)."""
+        kernels = [k for k in self._kernels if force or k.moved(bases)]
+        memsets = [m for m in self._memsets if force or m.moved(bases)]
+        if not (kernels or memsets):  # (the executable graph holds these addresses already)
+            return
         cuda = _driver()
         # (a thread that made no runtime call yet has no current context: the driver needs it)
         _check(cuda.cuCtxSetCurrent(self._context))
-        for kernel in self._kernels:
-            kernel.point(cuda, self._executable, bases, force)
-        for memset in self._memsets:
-            memset.point(cuda, self._executable, bases, self._context, force)
+        for kernel in kernels:
+            kernel.point(cuda, self._executable, bases)
+        for memset in memsets:
+            memset.point(cuda, self._executable, bases, self._context)
 
 
 def find(

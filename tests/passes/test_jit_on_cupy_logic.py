@@ -6,6 +6,7 @@ signatures, when a call runs directly. A stand-in plays CuPy (host arrays whose 
 
 from __future__ import annotations
 
+import importlib
 import logging
 from types import SimpleNamespace
 from typing import Any
@@ -78,6 +79,7 @@ def cp(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
 
 
 RNG = np.random.default_rng(46)
+jit_module = importlib.import_module("mixpert.jit")  # (``mixpert.jit`` names the decorator)
 
 
 def f32(*shape: int) -> np.ndarray:
@@ -116,11 +118,13 @@ def test_a_native_site_replays_cupys_product_where_the_backend_serves_one(cp, mo
     """Small products replay CuPy's very SGEMM as a graph (``replayed_sgemm``: from a shape's
     second call); where it gives None, CuPy's own product runs."""
     replayed: list[tuple[int, ...]] = []
+    owners: set[int] = set()
 
-    def replayed_sgemm(a: Array, b: Array) -> Array | None:
+    def replayed_sgemm(a: Array, b: Array, owner: int) -> Array | None:
         if a.shape[0] != 8:
             return None
         replayed.append(a.shape + b.shape[1:])
+        owners.add(owner)
         return Array(a.values @ b.values)
 
     monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace(
@@ -133,6 +137,7 @@ def test_a_native_site_replays_cupys_product_where_the_backend_serves_one(cp, mo
         np.testing.assert_array_equal(got.values, mlp(x, *ws))
     assert replayed == [(8, 4, 4)] * 6
     assert cp.products == [(16, 4, 4)] * 3
+    assert len(owners) == 3  # (each site its own plan: its graph stays pointed at its operands)
 
 
 def test_later_calls_skip_the_dispatchers_typing(cp) -> None:
@@ -149,6 +154,26 @@ def test_later_calls_skip_the_dispatchers_typing(cp) -> None:
     np.testing.assert_array_equal(f(*args).values, first.values)
     np.testing.assert_array_equal(f(*args[:1], w1=args[1], w2=args[2], w3=args[3]).values,
                                   first.values)  # fmt: skip
+
+
+def test_calls_whose_types_say_all_run_the_compiled_code_at_once(cp, monkeypatch) -> None:
+    """A call of CuPy arrays and scalars whose types decide their Numba types goes straight to
+    the kept code; Python floats and ints (and NumPy arrays) keep the wrapper's look at them."""
+    f = at("fp32", scaled)
+    x, w = Array(f32(4, 4)), Array(f32(4, 4))
+    f(x, w, np.float32(0.5), True)
+    f(x, w, 1.5, 3)
+    assert set(f._direct) == {(Array, Array, np.float32, bool)}
+    looked_at: list[int] = []
+    real = jit_module.weak_float_arguments
+    monkeypatch.setattr(jit_module, "weak_float_arguments",
+                        lambda args: looked_at.append(1) or real(args))  # fmt: skip
+    got = f(x, w, np.float32(0.5), True)
+    np.testing.assert_array_equal(got.values, (x.values @ w.values) * np.float32(0.5) + 1)
+    assert looked_at == []
+    np.testing.assert_array_equal(f(x, w, 1.5, 3).values, (x.values @ w.values) * 1.5 + 3)
+    assert looked_at == [1]
+    assert not at("fp32", scaled, replay=True)._direct  # (a replayed call: its own path)
 
 
 def scaled(x, w, s, n):

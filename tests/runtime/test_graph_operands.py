@@ -164,8 +164,10 @@ def test_only_nodes_whose_addresses_moved_are_rewritten(monkeypatch) -> None:
     a2, b2, c2 = 0x1000_0000, 0x2000_0000, 0x3000_0000
     driver.sets.clear()
     binding.point((a2, b2, c2))
+    driver.current = None
     binding.point((a2, b2, c2))
     assert driver.sets == [1, 2, 3]
+    assert driver.current is None  # (nothing moved: not even the context is set)
     binding.point((a2, b2, c2 + 256))
     assert driver.sets == [1, 2, 3, 2, 3]
     assert driver.kernels_set[2] == [pointer(c2 + 256)] and driver.memsets_set[3][0] == c2 + 256

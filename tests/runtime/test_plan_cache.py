@@ -66,6 +66,34 @@ def test_the_switch_turns_the_cache_off_at_each_lookup(monkeypatch) -> None:
         plan_cache.limits()
 
 
+def test_the_switch_is_read_as_os_environ_holds_it_now(monkeypatch) -> None:
+    monkeypatch.delenv(plan_cache.SWITCH, raising=False)
+    assert plan_cache.enabled()
+    monkeypatch.setenv(plan_cache.SWITCH, "0")
+    assert not plan_cache.enabled()
+    monkeypatch.setenv(plan_cache.SWITCH, "8,1")
+    assert plan_cache.enabled()
+    monkeypatch.setenv(plan_cache.SWITCH, "0")
+    monkeypatch.delenv(plan_cache.SWITCH)
+    assert plan_cache.enabled()
+
+
+def test_find_gives_a_kept_plan_and_marks_it_used(monkeypatch) -> None:
+    monkeypatch.delenv(plan_cache.SWITCH, raising=False)
+    cache = PlanCache(max_entries=2, max_bytes=100)
+    assert cache.find("a") is plan_cache.MISSING
+    first, second = FakePlan(1), FakePlan(1)
+    cache.get("a", lambda: first)
+    cache.get("b", lambda: second)
+    assert cache.find("a") is first  # (now the most recently used: "b" goes first)
+    cache.get("c", lambda: FakePlan(1))
+    assert second.released == [1] and first.released == []
+    assert cache.get("never", lambda: None) is None
+    assert cache.find("never") is None  # (kept as one that cannot be made)
+    monkeypatch.setenv(plan_cache.SWITCH, "0")
+    assert cache.find("a") is None
+
+
 def test_threads_asking_one_key_at_once_share_one_plan() -> None:
     cache = PlanCache(max_entries=4, max_bytes=1000)
     start = threading.Barrier(8)
