@@ -5,7 +5,8 @@ one CUDA graph (``mixpert.replay``).
 ``product`` serves the site, or returns None and ``hook.run_site`` takes the general path:
 
 - a site the plan runs natively (level fp32) is a type check and CuPy's own product, replayed
-  as one graph where the backend serves one (``_native``): no route, no kept-pack scope, no
+  as one graph of the op's own where the backend serves one (``_native``: a loop's operands
+  then stay where the graph points, and no call rewrites it): no route, no kept-pack scope, no
   dispatch (every layer of checks shows at tens of microseconds a call);
 - an INT8 site goes to its op's own execution plan for the signature (m, k, n, level, device,
   stream): the plan cache's ``CapturedProduct`` (``cuda.backend.captured_plan``), looked up
