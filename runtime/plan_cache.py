@@ -44,23 +44,17 @@ def limits() -> tuple[int, int]:
 
 def enabled() -> bool:
     """Whether plans are kept (``$MIXPERT_PLAN_CACHE`` is not "0"; read at each lookup)."""
-    return _read_switch() != _OFF
+    # (read several times a product: ``os.environ.get`` of an unset variable raises and catches
+    # a KeyError inside, microseconds on a busy host, where os.environ's own mapping of encoded
+    # names, kept in step with every change made through it, answers in tens of nanoseconds)
+    data = getattr(os.environ, "_data", None) if _POSIX else None
+    if type(data) is dict:
+        return data.get(_SWITCH_BYTES) != _OFF_BYTES
+    return os.environ.get(SWITCH) != "0"
 
 
-# The switch is read several times a product. ``os.environ.get`` of an unset variable raises
-# and catches a KeyError inside, microseconds on a busy host; its own mapping (bytes on POSIX,
-# kept in step with every change made through os.environ) answers in tens of nanoseconds.
-_environ_data = getattr(os.environ, "_data", None)
-if os.name == "posix" and isinstance(_environ_data, dict):
-    _SWITCH_KEY, _OFF = os.fsencode(SWITCH), os.fsencode("0")
-
-    def _read_switch() -> bytes | None:
-        return _environ_data.get(_SWITCH_KEY)  # type: ignore[union-attr]
-else:
-    _OFF = "0"  # type: ignore[assignment]
-
-    def _read_switch() -> str | None:  # type: ignore[misc]
-        return os.environ.get(SWITCH)
+_POSIX = os.name == "posix"
+_SWITCH_BYTES, _OFF_BYTES = os.fsencode(SWITCH), os.fsencode("0")
 
 
 class PlanCache:
@@ -71,6 +65,10 @@ class PlanCache:
         self._plans: OrderedDict[Hashable, Any] = OrderedDict()  # None: cannot be made
         self._lock = threading.Lock()
         self.bytes = 0
+
+    def has_room(self) -> bool:
+        """Whether one more plan would be kept without evicting another (by entries)."""
+        return len(self._plans) < self.max_entries
 
     def find(self, key: Hashable) -> Any:
         """The plan kept for ``key`` (None: one that cannot be made, or plans are off), or

@@ -292,9 +292,11 @@ def replayed_sgemm(a: cp.ndarray, b: cp.ndarray, owner: Hashable = None) -> cp.n
     current device and the product is small; planned at a signature's second call (a capture
     costs milliseconds: a shape met once never pays it). None where none serves.
 
-    ``owner`` (a jitted function's op) gets a plan of its own: a site called in a loop then
-    finds its graph pointed at its operands already, where sites sharing a plan would rewrite
-    its addresses (a driver call) at every call."""
+    ``owner`` (a jitted function's op) gets a plan of its own while the cache has room for
+    one: a site called in a loop then finds its graph pointed at its operands already, where
+    sites sharing a plan would rewrite its addresses (a driver call) at every call. A full
+    cache gives the new signature the plan its shape shares (owner None): many sites and
+    shapes would otherwise evict each other's plans and capture again and again."""
     (m, k), n = a.shape, b.shape[1]
     if m * k * n > REPLAY_SGEMM_MAX_WORK or not (m and k and n):
         return None
@@ -308,6 +310,9 @@ def replayed_sgemm(a: cp.ndarray, b: cp.ndarray, owner: Hashable = None) -> cp.n
     key = ("sgemm", owner, stream.ptr, m, k, n, graph_gemm.compute_type())
     cache = _device_plans(device)
     plan = cache.find(key)
+    if plan is plan_cache.MISSING and owner is not None and not cache.has_room():
+        key = ("sgemm", None, *key[2:])
+        plan = cache.find(key)
     if plan is not plan_cache.MISSING:
         return None if plan is None else plan(a, b)
 

@@ -140,6 +140,33 @@ def test_a_native_site_replays_cupys_product_where_the_backend_serves_one(cp, mo
     assert len(owners) == 3  # (each site its own plan: its graph stays pointed at its operands)
 
 
+def powers(x, w, n):
+    for _ in range(n):
+        x = x @ w  # (w is loop-invariant: its packs may be kept)
+    return x
+
+
+def test_an_auto_site_whose_route_is_native_replays_though_its_operand_keeps_packs(
+    cp, monkeypatch
+) -> None:
+    """A native route packs nothing: the site replays CuPy's SGEMM (its op's own plan) whether
+    or not the compiler kept a slot for its loop-invariant operand."""
+    owners: list[int] = []
+
+    def replayed_sgemm(a: Array, b: Array, owner: int) -> Array:
+        owners.append(owner)
+        return Array(a.values @ b.values)
+
+    monkeypatch.setattr(cupy_sites, "_backend", lambda: SimpleNamespace(
+        replayed_sgemm=replayed_sgemm
+    ))  # fmt: skip
+    f = at("auto", powers)
+    assert any(op.invariant[1] for op in f.ops.values())
+    x, w = f32(8, 4), f32(4, 4)
+    np.testing.assert_array_equal(f(Array(x), Array(w), 3).values, x @ w @ w @ w)
+    assert len(owners) == 3 and len(set(owners)) == 1 and cp.products == []
+
+
 def test_later_calls_skip_the_dispatchers_typing(cp) -> None:
     f = at("fp32")
     args = (Array(f32(8, 4)), *(Array(f32(4, 4)) for _ in range(3)))
@@ -173,7 +200,14 @@ def test_calls_whose_types_say_all_run_the_compiled_code_at_once(cp, monkeypatch
     assert looked_at == []
     np.testing.assert_array_equal(f(x, w, 1.5, 3).values, (x.values @ w.values) * 1.5 + 3)
     assert looked_at == [1]
-    assert not at("fp32", scaled, replay=True)._direct  # (a replayed call: its own path)
+    numpy_args = (f32(4, 4), w, np.float32(0.5), True)  # (a NumPy array: its dtype and layout)
+    np.testing.assert_array_equal(f(*numpy_args), (numpy_args[0] @ w.values) * np.float32(0.5) + 1)
+    assert set(f._direct) == {(Array, Array, np.float32, bool)}
+    replayed = at("fp32", scaled, replay=True)
+    monkeypatch.setattr(replayed._replays, "call", lambda args, plan, body: body(args))
+    for _ in range(2):  # (each call through the replay's layer, which runs it directly here)
+        replayed(x, w, np.float32(0.5), True)
+    assert replayed._entries and not replayed._direct  # (a replayed call: its own path)
 
 
 def scaled(x, w, s, n):

@@ -146,7 +146,7 @@ def test_every_address_in_a_buffer_is_found_and_rewritten(monkeypatch) -> None:
         2: [pointer(b2)],
     }
     assert driver.memsets_set == {3: (c2, CONTEXT)}
-    binding.point((A, B, C))  # and back: each call sets every address afresh
+    binding.point((A, B, C))  # and back: every node whose addresses moved is rewritten
     assert driver.kernels_set[1][0] == pointer(A + 64) and driver.memsets_set[3][0] == C
 
 

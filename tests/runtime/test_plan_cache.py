@@ -78,13 +78,22 @@ def test_the_switch_is_read_as_os_environ_holds_it_now(monkeypatch) -> None:
     assert plan_cache.enabled()
 
 
+def test_the_switch_follows_an_environment_mapping_put_in_os_environs_place(monkeypatch) -> None:
+    monkeypatch.setattr(plan_cache.os, "environ", {plan_cache.SWITCH: "0"})
+    assert not plan_cache.enabled()
+    monkeypatch.setattr(plan_cache.os, "environ", {})
+    assert plan_cache.enabled()
+
+
 def test_find_gives_a_kept_plan_and_marks_it_used(monkeypatch) -> None:
     monkeypatch.delenv(plan_cache.SWITCH, raising=False)
     cache = PlanCache(max_entries=2, max_bytes=100)
     assert cache.find("a") is plan_cache.MISSING
     first, second = FakePlan(1), FakePlan(1)
     cache.get("a", lambda: first)
+    assert cache.has_room()
     cache.get("b", lambda: second)
+    assert not cache.has_room()
     assert cache.find("a") is first  # (now the most recently used: "b" goes first)
     cache.get("c", lambda: FakePlan(1))
     assert second.released == [1] and first.released == []
