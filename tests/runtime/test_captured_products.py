@@ -268,6 +268,42 @@ def test_a_cache_evicted_mid_loop_keeps_the_bits(monkeypatch) -> None:
     assert len(cache) <= 2
 
 
+def test_ops_sgemm_plans_share_their_shapes_plan_once_the_cache_is_full(monkeypatch) -> None:
+    """Each owner (a jitted op) gets a replayed SGEMM plan of its own while the cache has room;
+    past that, new owners share the shape's plan: the calls keep CuPy's bits, and once every
+    owner has its plan no call captures again (no cycle of evictions and captures)."""
+    import cupy
+
+    from mixpert.runtime.cuda import backend
+
+    monkeypatch.setenv(plan_cache.SWITCH, "2,1024")
+    backend._plans.clear()
+    backend._sighted.clear()  # (a signature is planned at its second sight)
+    captures: list[tuple[int, int, int]] = []
+
+    class Counted(backend.CapturedSgemm):
+        def __init__(self, m: int, k: int, n: int) -> None:
+            captures.append((m, k, n))
+            super().__init__(m, k, n)
+
+    monkeypatch.setattr(backend, "CapturedSgemm", Counted)
+    owners = ["op0", "op1", "op2", "op3"]
+    for round_ in range(6):
+        a, b = (cupy.asarray(x) for x in _operands(64, 96, 48, round_))
+        want = cupy.matmul(a, b)
+        for owner in owners:
+            got = backend.replayed_sgemm(a, b, owner)
+            assert got is None or _same_bits(got, want), (round_, owner)
+            if round_ >= 2:
+                assert got is not None, (round_, owner)  # planned: every owner replays
+        if round_ == 2:
+            settled = len(captures)
+    assert len(captures) == settled  # rounds 3-5 captured nothing
+    cache = backend._plans[cupy.cuda.Device().id]
+    owners_kept = [key[1] for key in cache._plans]
+    assert len(owners_kept) == 2 and None in owners_kept  # one own plan and the shared one
+
+
 @pytest.mark.parametrize("level, n", [("IV", 256), ("auto", 3072)])  # auto: IV, its fallback
 def test_a_call_returns_before_the_gpu_is_done(level, n) -> None:
     """No host synchronisation in a replayed call, "auto"'s fallback included: enqueued behind

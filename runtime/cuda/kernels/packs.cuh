@@ -15,6 +15,29 @@ __device__ __forceinline__ double rebalanced(float v, int f, int sign)
     return (f == DEAD || !finite_bits(v)) ? 0.0 : exact_double(v) * pow2(sign * f);
 }
 
+// The maxima of rebalanced magnitudes without float64 arithmetic per entry: |x| 2^(sign f) as
+// the 64-bit key (E + sign f) 2^23 + fraction, E its binade's biased exponent (a subnormal's
+// normalised), which orders as the value does; NO_KEY for a zero, a NaN/Inf or a dead
+// k-index (rebalanced's 0). key_value gives the value back, exactly.
+#define NO_KEY (-0x7fffffffffffffffLL - 1)
+
+__device__ __forceinline__ long long rebalanced_key(float x, int f, int sign)
+{
+    const unsigned int m = magnitude_bits(x);
+    if (f == DEAD || m == 0u || m >= 0x7f800000u) return NO_KEY;
+    const long long moved = (long long)(sign * f) * 0x800000LL;
+    if (m >= 0x800000u) return (long long)m + moved;
+    const int lead = 31 - __clz(m);  // a subnormal, m 2^-149: its leading bit, below 23
+    return (long long)(lead - 22) * 0x800000LL + ((m << (23 - lead)) & 0x7fffffu) + moved;
+}
+
+__device__ __forceinline__ double key_value(long long key)
+{
+    if (key == NO_KEY) return 0.0;
+    const long long e = key >> 23;  // floor: the biased exponent, beyond float32's range too
+    return (double)(0x800000LL + (key - e * 0x800000LL)) * pow2((int)e - 150);
+}
+
 // Largest |value| (of rebalanced values, so finite) over the block, returned to every thread;
 // *any_bad flags a NaN/Inf among the original entries.
 __device__ double block_max(double top, int bad, int* any_bad)
@@ -61,9 +84,9 @@ __device__ __forceinline__ void load_row4(const float* __restrict__ row, int c, 
 __device__ double line_max(const float* __restrict__ row, int k, const int* __restrict__ kexp,
                            int sign, int* any_bad)
 {
-    double top = 0.0;
     int bad = 0;
     unsigned int bits = 0u;  // no k-index moves: magnitudes compare as bits
+    long long key = NO_KEY;  // else as rebalanced_key
     const bool moves = kexp[k] != 0;
     for (int c = 4 * threadIdx.x; c < k; c += 4 * blockDim.x) {
         float v[4];
@@ -71,14 +94,14 @@ __device__ double line_max(const float* __restrict__ row, int k, const int* __re
         for (int t = 0; t < 4 && c + t < k; ++t) {
             if (moves) {
                 bad |= !finite_bits(v[t]);
-                top = fmax(top, fabs(rebalanced(v[t], kexp[c + t], sign)));
+                key = max(key, rebalanced_key(v[t], kexp[c + t], sign));
             } else {
                 const unsigned int m = magnitude_bits(v[t]);
                 if (m < 0x7f800000u) bits = max(bits, m); else bad = 1;
             }
         }
     }
-    top = fmax(top, exact_double(__uint_as_float(bits)));
+    const double top = fmax(key_value(key), exact_double(__uint_as_float(bits)));
     return block_max(top, bad, any_bad);
 }
 
@@ -312,10 +335,12 @@ __device__ __forceinline__ int deep_entry(float x, int f, int sign, int shift, i
 // How a line's entries become packer integers. The quick way, when no k-index moves and 2^shift
 // is a normal float32: x 2^shift in float32 is exact for a normal x (or below 2^-126, where rint
 // gives 0 anyway), F2I rounds half to even like rint, and deep entries are those whose
-// magnitude bits lie below floor_bits, the bits of 2^(e - deep - 1). Subnormal entries (flushed
-// by -ftz) and the other lines take the exact way above. The exact way for every entry (and
-// float64 before it) kept the packers busy issuing ~100 instructions per entry (ncu on an H100:
-// integer pipe 77% busy, DRAM 40%); the quick way made pack A 1.4x faster at n = 8192.
+// magnitude bits lie below floor_bits, the bits of 2^(e - deep - 1). A line whose k-indices
+// move takes the same way entry by entry, with 2^(sign f + shift) and the deep entries' bound
+// per k-index. Subnormal entries (flushed by -ftz) and scales beyond float32's take the exact way
+// above. The exact way for every entry (and float64 before it) kept the packers busy issuing
+// ~100 instructions per entry (ncu on an H100: integer pipe 77% busy, DRAM 40%); the quick way
+// made pack A 1.4x faster at n = 8192.
 struct LineScale {
     int shift, limit;
     bool quick;
@@ -342,12 +367,24 @@ __device__ __forceinline__ LineScale line_scale(int e, int slices, int deep, boo
 __device__ __forceinline__ int packer_integer(float x, int f, int sign, const LineScale& s,
                                               int* deep_count)
 {
+    const unsigned int m = magnitude_bits(x);
     if (s.quick) {
-        const unsigned int m = magnitude_bits(x);
         if (m >= 0x7f800000u) return 0;
         *deep_count += m != 0u && m < s.floor_bits;
         if (m >= 0x800000u || m == 0u) return __float2int_rn(x * s.scale);
         return scaled_integer(x, 0, sign, s.shift);  // subnormal
+    }
+    // A line whose k-indices move, the quick way entry by entry where x is normal and
+    // 2^(sign f + shift) a normal float32; deep where |x| < 2^t, t = e - deep - 1 - sign f
+    // (e - deep - 1 = limit - shift): x's bits below 2^t's.
+    if (f == DEAD || m == 0u || m >= 0x7f800000u) return 0;
+    if (m >= 0x800000u) {
+        const int up = s.shift + sign * f;
+        if (up >= -126 && up <= 127) {
+            const int t = s.limit - s.shift - sign * f;
+            *deep_count += t > 127 || (t > -126 && m < (unsigned int)(t + 127) << 23);
+            return __float2int_rn(x * __uint_as_float((unsigned int)(up + 127) << 23));
+        }
     }
     *deep_count += deep_entry(x, f, sign, s.shift, s.limit);
     return scaled_integer(x, f, sign, s.shift);
@@ -490,6 +527,7 @@ __device__ __forceinline__ void strip_max(
     const int* __restrict__ kexp, bool moves, double* top, int* bad)
 {
     unsigned int bits = 0u;  // no k-index moves: magnitudes compare as bits
+    long long key = NO_KEY;  // else as rebalanced_key
     for (int q0 = q_begin + threadIdx.y; q0 < q_end; q0 += 8 * 16) {
 #pragma unroll
         for (int r = 0; r < 16; ++r) {
@@ -498,7 +536,7 @@ __device__ __forceinline__ void strip_max(
                 const float v = x[q * row_stride + col];
                 if (moves) {
                     *bad |= !finite_bits(v);
-                    *top = fmax(*top, fabs(rebalanced(v, kexp[q], 1)));
+                    key = max(key, rebalanced_key(v, kexp[q], 1));
                 } else {
                     const unsigned int m = magnitude_bits(v);
                     if (m < 0x7f800000u) bits = max(bits, m); else *bad = 1;
@@ -506,7 +544,7 @@ __device__ __forceinline__ void strip_max(
             }
         }
     }
-    *top = fmax(*top, exact_double(__uint_as_float(bits)));
+    *top = fmax(*top, fmax(key_value(key), exact_double(__uint_as_float(bits))));
 }
 
 // The digits of the strip's columns col0 .. col0 + 31 for k-indices [q_begin, q_end) (both
