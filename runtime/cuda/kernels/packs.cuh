@@ -375,13 +375,14 @@ __device__ __forceinline__ int packer_integer(float x, int f, int sign, const Li
         return scaled_integer(x, 0, sign, s.shift);  // subnormal
     }
     // A line whose k-indices move, the quick way entry by entry where x is normal and
-    // 2^(sign f + shift) a normal float32; deep where |x| < 2^t, t = e - deep - 1 - sign f
-    // (e - deep - 1 = limit - shift): x's bits below 2^t's.
+    // 2^up = 2^(sign f + shift) a normal float32; deep where |x| < 2^t, t = limit - up
+    // (= e - deep - 1 - sign f; far below any entry where the level bypasses no line): x's
+    // bits below 2^t's. (|f| stays below 150: float32 binades halved.)
     if (f == DEAD || m == 0u || m >= 0x7f800000u) return 0;
     if (m >= 0x800000u) {
         const int up = s.shift + sign * f;
         if (up >= -126 && up <= 127) {
-            const int t = s.limit - s.shift - sign * f;
+            const int t = s.limit - s.shift - sign * f;  // limit - up
             *deep_count += t > 127 || (t > -126 && m < (unsigned int)(t + 127) << 23);
             return __float2int_rn(x * __uint_as_float((unsigned int)(up + 127) << 23));
         }
