@@ -83,12 +83,9 @@ class PlanCache:
 
     def get(self, key: Hashable, make: Callable[[], Plan | None]) -> Any:
         """The plan for ``key``, made by ``make`` on first use (None: run uncached)."""
-        if not enabled():  # (read each call: benchmarks compare both ways)
-            return None
-        with self._lock:
-            if key in self._plans:
-                self._plans.move_to_end(key)
-                return self._plans[key]
+        found = self.find(key)  # (plans off: None, read each call: benchmarks compare both ways)
+        if found is not MISSING:
+            return found
         # (made outside the lock: capturing takes milliseconds)
         plan = make() if self.max_entries > 0 else None
         if plan is not None and plan.nbytes > self.max_bytes:
