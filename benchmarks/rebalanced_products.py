@@ -29,6 +29,7 @@ from call_overhead import checked, timed  # noqa: E402
 
 import mixpert  # noqa: E402
 from mixpert.bench.gemm import results_folder  # noqa: E402
+from mixpert.bench.plot_style import grouped_bars  # noqa: E402
 from mixpert.runtime import equilibrate  # noqa: E402
 
 SHAPES = ((1024, 1024, 1024), (4096, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096))
@@ -86,27 +87,16 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401  (no plot without it)
     except ImportError:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    width = 0.8 / (len(LEVELS) + 1)
-    for i, level in enumerate(LEVELS):
-        ratios = [next(r["ratio_to_sgemm"] for r in rows if r["shape"] == s and r["level"] == level)
-                  for s in shapes]  # fmt: skip
-        ax.bar([j + i * width for j in range(len(shapes))], ratios, width, label=level)
-    tf32 = [next(r["tf32_ratio_to_sgemm"] for r in rows if r["shape"] == s) for s in shapes]
-    ax.bar([j + len(LEVELS) * width for j in range(len(shapes))], tf32, width, label="TF32")
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([j + 0.4 for j in range(len(shapes))], shapes)
-    ax.set(ylabel="x cuBLAS SGEMM", title=f"products whose k-indices move, {device_name()}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ratio = {(r["shape"], r["level"]): r["ratio_to_sgemm"] for r in rows}
+    series = {level: [ratio[shape, level] for shape in shapes] for level in LEVELS}
+    series["TF32"] = [next(r["tf32_ratio_to_sgemm"] for r in rows if r["shape"] == shape)
+                      for shape in shapes]  # fmt: skip
+    grouped_bars(path, f"products whose k-indices move, {device_name()}", shapes, series,
+                 "x cuBLAS SGEMM")  # fmt: skip
 
 
 def main() -> None:

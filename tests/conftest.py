@@ -3,15 +3,19 @@
 Hypothesis profiles: "ci" (default; modest example counts, no deadline) and "thorough"; pick one
 with ``HYPOTHESIS_PROFILE=thorough python -m pytest``.
 
-Helpers (``gemmul8``, ``normal``, ``uniform``, ``binade_rows``, ``relative_error``) are plain
-functions: test modules import them with ``from conftest import ...``.
+Helpers (``gemmul8``, ``normal``, ``uniform``, ``binade_rows``, ``relative_error``,
+``gpu_benchmark``) are plain functions: test modules import them with ``from conftest import ...``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -110,3 +114,24 @@ GENERATORS: dict[str, Generator] = {
 
 relative_error = metrics.relative_error  # MixPert Eq. 10
 oracle = metrics.float64_product  # the float64 product of the float32 inputs
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def gpu_benchmark(
+    monkeypatch: pytest.MonkeyPatch, script: str, cupy: ModuleType | None = None
+) -> ModuleType:
+    """``benchmarks/<script>`` (a GPU-only script) loaded without a GPU, for its tables and
+    plots: its GPU check passed over, CuPy ``cupy`` (else the real one where imported, or an
+    empty placeholder), its sibling ``call_overhead`` imported afresh over the same."""
+    monkeypatch.setattr(device, "exit_without_gpu", lambda what: None)
+    if cupy is not None or "cupy" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "cupy", cupy or ModuleType("cupy"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.delitem(sys.modules, "call_overhead", raising=False)
+    name = Path(script).stem
+    spec = importlib.util.spec_from_file_location(f"{name}_script", BENCHMARKS / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,31 +4,16 @@ placeholder CuPy)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from mixpert.runtime import device
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from conftest import gpu_benchmark
 
 
 @pytest.fixture
 def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.setattr(device, "exit_without_gpu", lambda what: None)
-    if "cupy" not in sys.modules:
-        monkeypatch.setitem(sys.modules, "cupy", ModuleType("cupy"))
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # (its sibling call_overhead)
-    monkeypatch.delitem(sys.modules, "call_overhead", raising=False)
-    spec = importlib.util.spec_from_file_location(
-        "jit_on_cupy_script", BENCHMARKS / "jit_on_cupy.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_benchmark(monkeypatch, "jit_on_cupy.py")
 
 
 def rows() -> list[dict]:

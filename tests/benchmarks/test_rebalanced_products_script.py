@@ -4,35 +4,23 @@ script and call_overhead.py, which it imports, loaded over a placeholder CuPy)."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from conftest import gpu_benchmark
 
-from mixpert.runtime import cpu, device, equilibrate
+from mixpert.runtime import cpu, equilibrate
 from mixpert.runtime.levels import get_level
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
 def script(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.setattr(device, "exit_without_gpu", lambda what: None)
     placeholder = ModuleType("cupy")
     placeholder.asarray = np.asarray  # (the operands, built on the host as NumPy arrays)
     placeholder.asnumpy = np.asarray
-    monkeypatch.setitem(sys.modules, "cupy", placeholder)
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # (its sibling call_overhead)
-    monkeypatch.delitem(sys.modules, "call_overhead", raising=False)
-    spec = importlib.util.spec_from_file_location(
-        "rebalanced_products_script", BENCHMARKS / "rebalanced_products.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_benchmark(monkeypatch, "rebalanced_products.py", placeholder)
 
 
 def test_operands_move_most_k_indices_and_leave_no_line_unresolved(script) -> None:
