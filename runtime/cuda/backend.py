@@ -64,13 +64,16 @@ _FLOAT32 = np.dtype(np.float32)
 
 class Call(NamedTuple):
     """What a call asks beyond a @ b at its level: the operands whose packs to keep (kind
-    "int8": ``pack_reuse``), and level "auto"'s fallback to cuBLAS SGEMM after packing, as its
+    "int8": ``pack_reuse``), level "auto"'s fallback to cuBLAS SGEMM after packing, as its
     route gives it (kinds "int8" and "blocks": ``auto.Fallback``, with ``on_native`` called
-    when the fallback runs). The other kinds take none of it."""
+    when the fallback runs), and a second stream B's tops and pack run on beside A's (kind
+    "int8" with nothing kept: a fork where the call is captured into a graph). The other kinds
+    take none of it."""
 
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING
     fallback: Fallback | None = None
     on_native: Callable[[], None] | None = None
+    side: cp.cuda.Stream | None = None
 
 
 PLAIN = Call()
@@ -86,7 +89,7 @@ class Product(Protocol):
 
 
 def _int8(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> cp.ndarray:
-    return int8_product(a, b, level, call.keep, call.fallback, call.on_native)
+    return int8_product(a, b, level, call.keep, call.fallback, call.on_native, call.side)
 
 
 def _blocks(a: cp.ndarray, b: cp.ndarray, level: Level, call: Call = PLAIN) -> cp.ndarray:
@@ -120,6 +123,7 @@ def product_at_level(
     keep: pack_reuse.Keep = pack_reuse.KEEP_NOTHING,
     fallback: Fallback | None = None,
     on_native: Callable[[], None] | None = None,
+    side: cp.cuda.Stream | None = None,
 ) -> Any:
     """The CUDA backend's entry: a @ b at ``level`` (not "auto") for 2-D float arrays.
 
@@ -127,7 +131,7 @@ def product_at_level(
     dimensions give zeros. NaN/Inf lines are handled inside the combine kernels (IV-blocks: its
     bypass kernels). Levels of kind "int8" keep the packs of the operands ``keep`` names
     (``pack_reuse``; IV-blocks packs nothing to keep); ``fallback``: level "auto"'s, from its
-    route, for ``int8_product`` and ``iv_blocks.blocks_product`` (``Call``).
+    route, for ``int8_product`` and ``iv_blocks.blocks_product``; ``side``: ``Call``'s.
     """
     product = PRODUCTS.get(level.kind)
     if product is None:
@@ -140,7 +144,7 @@ def product_at_level(
         c = cp.zeros((m, n), dtype=cp.float32)
     else:
         _check_workspace(level, m, k, n)
-        c = product(a, b, level, Call(keep, fallback, on_native))
+        c = product(a, b, level, Call(keep, fallback, on_native, side))
     return cp.asnumpy(c) if host else c
 
 

@@ -11,7 +11,9 @@ tests/passes/test_replay_standin.py."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -187,6 +189,30 @@ def test_auto_replays_with_its_fallback_decided_on_the_gpu() -> None:
         x, w = gpu(2048, 2048, seed=seed), gpu(2048, 2048, seed=seed + 7, scale=2048**-0.5)
         assert same_bits(replayed(x, w), direct(x, w))
     assert [g is not None for g in graphs(replayed)] == [True]
+
+
+def forks(graph: Any) -> int:
+    """Nodes of a captured CuPy graph that two nodes or more depend on: where work queued on two
+    streams went apart (one stream's capture is a chain)."""
+    get = ctypes.CDLL("libcuda.so.1").cuGraphGetEdges_v2
+    get.argtypes = [ctypes.c_void_p] * 4 + [ctypes.POINTER(ctypes.c_size_t)]
+    count = ctypes.c_size_t()
+    assert get(graph.graph, None, None, None, ctypes.byref(count)) == 0
+    sources, targets = (ctypes.c_void_p * count.value)(), (ctypes.c_void_p * count.value)()
+    assert get(graph.graph, sources, targets, None, ctypes.byref(count)) == 0
+    return sum(1 for dependents in Counter(sources).values() if dependents >= 2)
+
+
+@pytest.mark.parametrize(("level", "forked"), [("T6", True), ("IV", True), ("fp32", False)])
+def test_an_int8_site_packs_b_beside_a_in_the_graph(level, forked) -> None:
+    """B's tops and pack run on a second stream beside A's, as a plan's own graph runs them
+    (fp32: one cuBLAS call, a chain), with the direct call's bits."""
+    direct, replayed = pair(batched, [level])
+    for seed in range(3):
+        x, w = gpu(512, 384, seed=seed), gpu(384, 256, seed=seed + 5)
+        assert same_bits(replayed(x, w), direct(x, w))
+    (call,) = graphs(replayed)
+    assert (forks(call._graph) > 0) is forked
 
 
 def test_a_native_site_keeps_cupys_bits_and_an_int8_site_the_plans() -> None:
