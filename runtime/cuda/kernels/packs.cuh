@@ -550,50 +550,57 @@ __device__ __forceinline__ void strip_max(
 
 // The digits of the strip's columns col0 .. col0 + 31 for k-indices [q_begin, q_end) (both
 // multiples of 16, q_begin of the tile), a tile of COLUMN_TILE_K at a time: the block reads
-// the tile's rows (each warp load 32 consecutive floats of a row) into shared memory, column
-// by column; then warp w writes columns 4 w .. 4 w + 3, lane l the digits of k-indices 4 l ..
-// 4 l + 3, so each warp store fills 128 consecutive bytes of a slot. count[j]: this thread's
-// deep entries of column 4 w + j. The next tile's loads are in flight (in registers) while a
-// tile is sliced.
+// the tile into shared memory, column by column, each warp load 4 rows x 8 consecutive floats
+// (lane 8 g + j: row g, column j), so that its 32 stores into the tile's columns fall in 32
+// banks (a warp load of 32 floats of one row stored 4 lanes to a bank); then warp w writes
+// columns 4 w .. 4 w + 3, lane l the digits of k-indices 4 l .. 4 l + 3, so each warp store
+// fills 128 consecutive bytes of a slot. count[j]: this thread's deep entries of column
+// 4 w + j. The next tile's loads are in flight (in registers) while a tile is sliced.
 __device__ void strip_digits(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int col0,
     int q_begin, int q_end, const int* __restrict__ kexp, const LineScale* scale, int slices,
     int reversed, signed char* __restrict__ out, int (&count)[4])
 {
     __shared__ __align__(16) float tile[32][COLUMN_TILE_K + 4];  // [column][k]: 16-byte rows
-    __shared__ int tile_kexp[COLUMN_TILE_K];
-    constexpr int ROWS_PER_THREAD = COLUMN_TILE_K / 8;
-    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx, column = col0 + tx;
-    float next[ROWS_PER_THREAD];  // this thread's entries of a tile: rows ty, ty + 8, ...
+    __shared__ __align__(16) int tile_kexp[COLUMN_TILE_K];
+    constexpr int LOADS = COLUMN_TILE_K / 8;  // a thread's entries of a tile
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
+    const int g = tx >> 3, j = tx & 7;  // the row and column of this lane's loads in a 4 x 8
+    float next[LOADS];  // entry r: row 16 ty + 4 (r / 4) + g, column 8 (r % 4) + j of a tile
+    const auto row = [&](int r) { return 16 * ty + 4 * (r >> 2) + g; };
     const auto fetch = [&](int q0) {
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_THREAD; ++r) {
-            const int q = q0 + ty + 8 * r;
+        for (int r = 0; r < LOADS; ++r) {
+            const int q = q0 + row(r), column = col0 + 8 * (r & 3) + j;
             next[r] = (q < k && column < n) ? x[q * row_stride + column] : 0.0f;
         }
     };
     fetch(q_begin);
     for (int q0 = q_begin; q0 < q_end; q0 += COLUMN_TILE_K) {
 #pragma unroll
-        for (int r = 0; r < ROWS_PER_THREAD; ++r) tile[tx][ty + 8 * r] = next[r];
+        for (int r = 0; r < LOADS; ++r) tile[8 * (r & 3) + j][row(r)] = next[r];
         if (t < COLUMN_TILE_K) tile_kexp[t] = q0 + t < k ? kexp[q0 + t] : 0;
         __syncthreads();
         if (q0 + COLUMN_TILE_K < q_end) fetch(q0 + COLUMN_TILE_K);
         const int first = q0 + 4 * tx;
-        if (first < q_end)
+        if (first < q_end) {
+            const int4 f = *reinterpret_cast<const int4*>(&tile_kexp[4 * tx]);
+            const int fs[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int c = 4 * ty + j;
+            for (int c4 = 0; c4 < 4; ++c4) {
+                const int c = 4 * ty + c4;
                 if (col0 + c >= n) break;
                 const float4 v = *reinterpret_cast<const float4*>(&tile[c][4 * tx]);
                 const float values[4] = {v.x, v.y, v.z, v.w};
+                const LineScale line = scale[c];  // (in registers: the stores below may alias)
                 int rest[4];
+#pragma unroll
                 for (int i = 0; i < 4; ++i)
-                    rest[i] = packer_integer(values[i], tile_kexp[4 * tx + i], 1, scale[c],
-                                             &count[j]);
+                    rest[i] = packer_integer(values[i], fs[i], 1, line, &count[c4]);
                 write_digits4(rest, slices, reversed,
                               out + (long long)(col0 + c) * slices * k_pad + first, k_pad);
             }
+        }
         __syncthreads();
     }
 }
