@@ -151,10 +151,14 @@ extern "C" __global__ void k_exponents(
 
 // ... by the block that calls it (t: its thread's index among `threads`); the tops are read
 // from L2 (__ldcg), where the other blocks' atomics left them.
+// (__restrict__ and the unrolling let a thread's loads of several k-indices go out together:
+// this block is the last of its launch, on the critical path of small products.)
 __device__ void k_exponents_by_block(
-    const unsigned int* a_top, const unsigned int* b_top, int k, int* f, int t, int threads)
+    const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
+    int* __restrict__ f, int t, int threads)
 {
     int moves = 0;
+#pragma unroll 4
     for (int q = t; q < k; q += threads) {
         const int fq = k_exponent(__ldcg(a_top + q), __ldcg(b_top + q));
         f[q] = fq;
