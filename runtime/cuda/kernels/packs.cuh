@@ -152,8 +152,10 @@ extern "C" __global__ void k_exponents(
 // ... by the block that calls it (t: its thread's index among `threads`); the tops are read
 // from L2 (__ldcg), where the other blocks' atomics left them.
 // (__restrict__ and the unrolling let a thread's loads of several k-indices go out together:
-// this block is the last of its launch, on the critical path of small products.)
-__device__ void k_exponents_by_block(
+// this block is the last of its launch, on the critical path of small products. Not inlined:
+// inlined, the unrolled loop changed strip_max_bits' registers (38 -> 32), and the stack's
+// strip maxima ran slower at the occupancy that gave.)
+__device__ __noinline__ void k_exponents_by_block(
     const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
     int* __restrict__ f, int t, int threads)
 {
