@@ -13,7 +13,8 @@ are cached per plan and capped at ops x levels.
 On a GPU the walk's plan is then checked against measured times: an op that ran slower at its
 tuned level than at "auto" (small, skinny and batched shapes, where the model's shape-free costs
 are wrong) goes to "auto" where the error allows, and so does a whole plan whose call measures
-slower than every op at "auto" (``_auto_where_faster``): the runtime's own
+slower than every op at "auto" (``_auto_where_faster``; slower by a margin that timing noise
+does not reach): the runtime's own
 float32-grade choice for the op's shape, which knows the paths the model does not (cuBLAS,
 fp32-ordered's small-stack, pairs, tall, thin and split-k kernels, level IV).
 """
@@ -34,6 +35,11 @@ from .profiling import BudgetExhausted, Profiler, Trial, Tunable
 from .targets import BASELINE_LEVEL, DEFAULT_CANDIDATES, predicted_time
 
 MEASURED_FALLBACK = AUTO.name  # on a GPU, where an op's tuned level measures slower
+# ... by at least this factor: the check is for shapes where the cost model is far off
+# (packing costing more than the INT8 tensor cores save: 1.5x and more), and two levels a few
+# percent apart swap places between runs of the tuner on timing noise (an MLP's T6 and "auto"
+# did). The margin "auto"'s calibration asks of level IV (``runtime.calibration.MARGIN``).
+MEASURED_MARGIN = 1.10
 
 
 class TolUnreachableWarning(UserWarning):
@@ -201,15 +207,19 @@ def _auto_where_faster(
     """On a GPU, the measured check of the cost model: an op whose tuned level ran slower than
     "auto" on the tuning inputs (small, skinny or batched shapes, where packing costs more
     than the INT8 tensor cores save) goes to "auto" where the rule allows; then a plan whose
-    whole call ran slower than every op at "auto" becomes that. The model alone cannot see
-    this: its costs do not depend on shape. On the CPU emulation is the oracle and is never
-    faster, so the model's plan stands."""
+    whole call ran slower than every op at "auto" becomes that (slower: by MEASURED_MARGIN).
+    The model alone cannot see this: its costs do not depend on shape. On the CPU emulation is
+    the oracle and is never faster, so the model's plan stands."""
     if not any(device.is_cupy_array(a) for a in prof.args) or not levels:
         return levels, current
     prof.budget = None  # the walk's cap; this check costs at most 13 + len(levels) runs
     fallback = dict.fromkeys(levels, MEASURED_FALLBACK)
     tuned_s, fallback_s = prof.op_seconds(levels), prof.op_seconds(fallback)
-    slower = [op for op in levels if tuned_s.get(op, 0.0) > fallback_s.get(op, float("inf"))]
+    slower = [
+        op
+        for op in levels
+        if tuned_s.get(op, 0.0) > MEASURED_MARGIN * fallback_s.get(op, float("inf"))
+    ]
     for op in sorted(slower, key=lambda op: fallback_s[op] - tuned_s[op]):  # largest loss first
         trial_levels = {**levels, op: MEASURED_FALLBACK}
         trial = prof.trial(trial_levels)
@@ -217,7 +227,9 @@ def _auto_where_faster(
             levels, current = trial_levels, trial
     # the whole call too: per-op times miss what the levels cost around the products (copies,
     # conversions, launches), so a plan slower than every op at "auto" becomes that
-    if levels != fallback and prof.call_seconds(levels) > prof.call_seconds(fallback):
+    if levels != fallback and (
+        prof.call_seconds(levels) > MEASURED_MARGIN * prof.call_seconds(fallback)
+    ):
         trial = prof.trial(fallback)
         if rule.accepts(trial, fallback):
             levels, current = fallback, trial

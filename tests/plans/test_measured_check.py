@@ -1,6 +1,7 @@
 """The tuner's measured check (``search._auto_where_faster``, on a GPU), its logic on the CPU
 with the timings given: an op measured slower than "auto" goes to "auto", and a whole call
-measured slower than every op at "auto" becomes that, where the acceptance rule allows."""
+measured slower than every op at "auto" becomes that, where the acceptance rule allows; slower
+within the margin timing noise reaches changes nothing."""
 
 from __future__ import annotations
 
@@ -69,6 +70,18 @@ def test_a_whole_call_faster_keeps_its_plan(checked, monkeypatch) -> None:
     prof, rule, walked, trial = checked
     _timings(monkeypatch, prof, (1.0, 1.0), (2.0, 2.0), call_tuned=3.0, call_auto=4.0)
     assert search._auto_where_faster(prof, rule, walked, trial)[0] == walked
+
+
+def test_slower_within_the_margin_keeps_the_plan(checked, monkeypatch) -> None:
+    """Ops and the whole call a few percent slower than at "auto" (timing noise between two
+    close levels): the tuned plan stands; just past the margin, it does not."""
+    prof, rule, walked, trial = checked
+    within = search.MEASURED_MARGIN - 0.05
+    _timings(monkeypatch, prof, (within, within), (1.0, 1.0), call_tuned=within, call_auto=1.0)
+    assert search._auto_where_faster(prof, rule, walked, trial)[0] == walked
+    past = search.MEASURED_MARGIN + 0.05
+    _timings(monkeypatch, prof, (past, past), (1.0, 1.0), call_tuned=past, call_auto=1.0)
+    assert search._auto_where_faster(prof, rule, walked, trial)[0] == dict.fromkeys(walked, "auto")
 
 
 def test_call_seconds_times_whole_calls_after_a_warm_up(checked) -> None:
