@@ -151,20 +151,34 @@ extern "C" __global__ void k_exponents(
 
 // ... by the block that calls it (t: its thread's index among `threads`); the tops are read
 // from L2 (__ldcg), where the other blocks' atomics left them.
-// (__restrict__ and the unrolling let a thread's loads of several k-indices go out together:
-// this block is the last of its launch, on the critical path of small products. Not inlined:
-// inlined, the unrolled loop changed strip_max_bits' registers (38 -> 32), and the stack's
-// strip maxima ran slower at the occupancy that gave.)
+// A thread loads K_EXPONENT_BATCH k-indices' tops before it computes any: the tops are read
+// with strong (L2) loads, which the compiler keeps in order with the stores to f, so one
+// k-index after another cost an L2 round trip each. This block is the last of its launch, on
+// the critical path of small products. Not inlined: inlined, an unrolled loop here changed
+// strip_max_bits' registers (38 -> 32) and its main loop's loads in flight, and the stack's
+// strip maxima ran slower.
+#define K_EXPONENT_BATCH 4
 __device__ __noinline__ void k_exponents_by_block(
     const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
     int* __restrict__ f, int t, int threads)
 {
     int moves = 0;
-#pragma unroll 4
-    for (int q = t; q < k; q += threads) {
-        const int fq = k_exponent(__ldcg(a_top + q), __ldcg(b_top + q));
-        f[q] = fq;
-        moves |= fq != 0;
+    for (int q0 = t; q0 < k; q0 += K_EXPONENT_BATCH * threads) {
+        unsigned int a[K_EXPONENT_BATCH], b[K_EXPONENT_BATCH];
+#pragma unroll
+        for (int i = 0; i < K_EXPONENT_BATCH; ++i) {
+            const int q = q0 + i * threads;
+            a[i] = q < k ? __ldcg(a_top + q) : 0u;
+            b[i] = q < k ? __ldcg(b_top + q) : 0u;
+        }
+#pragma unroll
+        for (int i = 0; i < K_EXPONENT_BATCH; ++i) {
+            const int q = q0 + i * threads;
+            if (q >= k) break;
+            const int fq = k_exponent(a[i], b[i]);
+            f[q] = fq;
+            moves |= fq != 0;
+        }
     }
     moves = __syncthreads_or(moves);
     if (t == 0) f[k] = moves;
