@@ -583,11 +583,12 @@ __device__ void strip_digits(
 {
     __shared__ __align__(16) float tile[32][COLUMN_TILE_K + 4];  // [column][k]: 16-byte rows
     __shared__ __align__(16) int tile_kexp[COLUMN_TILE_K];
-    constexpr int LOADS = COLUMN_TILE_K / 8;  // a thread's entries of a tile
+    constexpr int LOADS = COLUMN_TILE_K / 8;  // a thread's entries of a tile (a warp's rows)
+    static_assert(LOADS % 4 == 0 && 4 * 32 == COLUMN_TILE_K, "4 x 8 loads; lane l: k 4 l");
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
     const int g = tx >> 3, j = tx & 7;  // the row and column of this lane's loads in a 4 x 8
-    float next[LOADS];  // entry r: row 16 ty + 4 (r / 4) + g, column 8 (r % 4) + j of a tile
-    const auto row = [&](int r) { return 16 * ty + 4 * (r >> 2) + g; };
+    float next[LOADS];  // entry r: row LOADS ty + 4 (r / 4) + g, column 8 (r % 4) + j
+    const auto row = [&](int r) { return LOADS * ty + 4 * (r >> 2) + g; };
     const auto fetch = [&](int q0) {
 #pragma unroll
         for (int r = 0; r < LOADS; ++r) {
