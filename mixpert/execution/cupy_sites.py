@@ -19,9 +19,9 @@ one CUDA graph (``mixpert.replay``).
 While this thread captures a whole call (``capturing``), a site runs what a graph can hold,
 with the bits of the direct call: level fp32 as CuPy's own cuBLAS call made directly
 (``cuda.graph_gemm``: CuPy's wrapper refuses capture), an INT8 level as its kernels run
-uncaptured (the kernels a ``CapturedProduct`` replays, B's tops and pack forked onto a second
-stream as in its graph), "auto" as its route says (its INT8 route with the fallback decided on
-the GPU, where graphs take conditional nodes).
+uncaptured (the kernels a ``CapturedProduct`` replays; for two matrices, B's tops and pack
+forked onto a second stream as in its graph), "auto" as its route says (its INT8 route with
+the fallback decided on the GPU, where graphs take conditional nodes).
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def _captured(op_index: int, a: Any, b: Any) -> Any:
         return _backend().ordered_product(a, b)
     keep = keep_for(op_index, a, b) if level.kind == "int8" else KEEP_NOTHING
     # B's tops and pack beside A's, as a plan's own graph forks them (nothing kept: kept packs
-    # are read, not made)
+    # take pack_reuse's way, on one stream)
     side = _side_stream() if level.kind == "int8" and keep is KEEP_NOTHING else None
     if fallback is not None and level.kind == "int8" and _backend().capturable(level, fallback):
         # "auto"'s INT8 route: its fallback after packing decided on the GPU, as its plan's
@@ -207,11 +207,12 @@ def _captured(op_index: int, a: Any, b: Any) -> Any:
 def _side_stream() -> Any:
     """This thread's second stream on the current device, made at the first captured call's
     uncaptured run (the warm-up before the capture): the same for every call, so a graph's
-    fork costs no stream made inside a capture."""
+    fork costs no stream made inside a capture. One still capturing outside a capture (a
+    capture that failed between fork and join) is replaced."""
     cp = device.cupy_module()
     here = cp.cuda.runtime.getDevice()
     side = _mode.sides.get(here)
-    if side is None:
+    if side is None or (side.is_capturing() and not cp.cuda.get_current_stream().is_capturing()):
         side = _mode.sides[here] = cp.cuda.Stream(non_blocking=True)
     return side
 

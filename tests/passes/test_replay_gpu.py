@@ -207,7 +207,7 @@ def forks(graph: Any) -> int:
 def test_an_int8_site_packs_b_beside_a_in_the_graph(level, forked) -> None:
     """B's tops and pack run on a second stream beside A's, as a plan's own graph runs them
     (fp32: one cuBLAS call, a chain), with the direct call's bits."""
-    direct, replayed = pair(batched, [level])
+    direct, replayed = pair(batched, [level])  # (here a product of two matrices)
     for seed in range(3):
         x, w = gpu(512, 384, seed=seed), gpu(384, 256, seed=seed + 5)
         assert same_bits(replayed(x, w), direct(x, w))

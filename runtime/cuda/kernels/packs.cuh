@@ -151,9 +151,9 @@ extern "C" __global__ void k_exponents(
 
 // ... by the block that calls it (t: its thread's index among `threads`); the tops are read
 // from L2 (__ldcg), where the other blocks' atomics left them.
-// A thread loads K_EXPONENT_BATCH k-indices' tops before it computes any: the tops are read
-// with strong (L2) loads, which the compiler keeps in order with the stores to f, so one
-// k-index after another cost an L2 round trip each. This block is the last of its launch, on
+// A thread loads K_EXPONENT_BATCH k-indices' tops before it computes any: __ldcg is volatile
+// asm, which the compiler keeps in order with the stores to f, so one k-index after another
+// cost an L2 round trip each. This block is the last of its launch, on
 // the critical path of small products. Not inlined: inlined, an unrolled loop here changed
 // strip_max_bits' registers (38 -> 32) and its main loop's loads in flight, and the stack's
 // strip maxima ran slower.
@@ -575,7 +575,7 @@ __device__ __forceinline__ void strip_max(
 // banks (a warp load of 32 floats of one row stored 4 lanes to a bank); then warp w writes
 // columns 4 w .. 4 w + 3, lane l the digits of k-indices 4 l .. 4 l + 3, so each warp store
 // fills 128 consecutive bytes of a slot. count[j]: this thread's deep entries of column
-// 4 w + j. The next tile's loads are in flight (in registers) while a tile is sliced.
+// 4 w + c4. The next tile's loads are in flight (in registers) while a tile is sliced.
 __device__ void strip_digits(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int col0,
     int q_begin, int q_end, const int* __restrict__ kexp, const LineScale* scale, int slices,
@@ -584,7 +584,8 @@ __device__ void strip_digits(
     __shared__ __align__(16) float tile[32][COLUMN_TILE_K + 4];  // [column][k]: 16-byte rows
     __shared__ __align__(16) int tile_kexp[COLUMN_TILE_K];
     constexpr int LOADS = COLUMN_TILE_K / 8;  // a thread's entries of a tile (a warp's rows)
-    static_assert(LOADS % 4 == 0 && 4 * 32 == COLUMN_TILE_K, "4 x 8 loads; lane l: k 4 l");
+    // (lane l writes k-indices 4 l .. 4 l + 3; a row of the tile is 4 banks past the one before)
+    static_assert(4 * 32 == COLUMN_TILE_K && (COLUMN_TILE_K + 4) % 32 == 4, "tile layout");
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * 32 + tx;
     const int g = tx >> 3, j = tx & 7;  // the row and column of this lane's loads in a 4 x 8
     float next[LOADS];  // entry r: row LOADS ty + 4 (r / 4) + g, column 8 (r % 4) + j
@@ -613,7 +614,7 @@ __device__ void strip_digits(
                 if (col0 + c >= n) break;
                 const float4 v = *reinterpret_cast<const float4*>(&tile[c][4 * tx]);
                 const float values[4] = {v.x, v.y, v.z, v.w};
-                const LineScale line = scale[c];  // (in registers: the stores below may alias)
+                const LineScale line = scale[c];  // (read once a column, not once an entry)
                 int rest[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
