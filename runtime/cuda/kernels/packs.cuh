@@ -153,10 +153,10 @@ extern "C" __global__ void k_exponents(
 // from L2 (__ldcg), where the other blocks' atomics left them.
 // A thread loads K_EXPONENT_BATCH k-indices' tops before it computes any: __ldcg is volatile
 // asm, which the compiler keeps in order with the stores to f, so one k-index after another
-// cost an L2 round trip each. This block is the last of its launch, on
-// the critical path of small products. Not inlined: inlined, an unrolled loop here changed
-// strip_max_bits' registers (38 -> 32) and its main loop's loads in flight, and the stack's
-// strip maxima ran slower.
+// cost an L2 round trip each. This block is the last of its launch, on the critical path of
+// small products. Not inlined: inlined, an unrolled loop here changed strip_max_bits'
+// registers (38 -> 32) and its main loop's loads in flight, and the stack's strip maxima ran
+// slower.
 #define K_EXPONENT_BATCH 4
 __device__ __noinline__ void k_exponents_by_block(
     const unsigned int* __restrict__ a_top, const unsigned int* __restrict__ b_top, int k,
@@ -574,7 +574,7 @@ __device__ __forceinline__ void strip_max(
 // (lane 8 g + j: row g, column j), so that its 32 stores into the tile's columns fall in 32
 // banks (a warp load of 32 floats of one row stored 4 lanes to a bank); then warp w writes
 // columns 4 w .. 4 w + 3, lane l the digits of k-indices 4 l .. 4 l + 3, so each warp store
-// fills 128 consecutive bytes of a slot. count[j]: this thread's deep entries of column
+// fills 128 consecutive bytes of a slot. count[c4]: this thread's deep entries of column
 // 4 w + c4. The next tile's loads are in flight (in registers) while a tile is sliced.
 __device__ void strip_digits(
     const float* __restrict__ x, long long row_stride, int k, int n, int k_pad, int col0,
