@@ -106,7 +106,8 @@ class ReportNativeSites:
         takes_float32 = any(
             isinstance(t, types.Array) and t.dtype == types.float32 for t in state.args
         )
-        if record.sites and len(record.native_reasons) == len(record.sites) and takes_float32:
+        ops = {site.op.op_id for site in record.sites}  # (copies of one product: one op)
+        if ops and len(record.native_reasons) == len(ops) and takes_float32:
             listed = "; ".join(f"{op}: {why}" for op, why in record.native_reasons.items())
             fid = state.func_id
             warnings.warn_explicit(

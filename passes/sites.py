@@ -4,7 +4,8 @@ A site is one ``a @ b``, ``np.dot(a, b)`` (also with ``out``), ``np.matmul(a, b)
 (``a.T.dot(b)`` too) or a two-operand ``np.einsum`` that is one matrix product
 (``'ij,jk->ik'``, ``'ik,jk->ij'``, ...) in a function's
 untyped Numba IR. Its op id is ``qualname:ordinal``: the function's qualified name and the site's
-place among the function's sites in source order (line, then evaluation order). Neither the module
+place among the function's sites in source order (line, then evaluation order; the copies of one
+source product that CPython compiles twice share it: ``copied_lines``). Neither the module
 name (``__main__`` when the file runs as a script) nor line numbers enter it, so ids are the same
 imported or run, in every process, and across edits that add or move lines. ``source_hash``, a
 hash of the product's source line, lets a plan see that a product itself changed. Compiled code
@@ -13,11 +14,12 @@ carries the id's op index (``mixpert.execution.op_ids``), a constant.
 
 from __future__ import annotations
 
+import dis
 import hashlib
 import linecache
 import operator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from numba.core import ir
 from numba.core.ir_utils import find_callname, guard
@@ -145,24 +147,63 @@ def source_hash(source: str) -> str:
 
 
 def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
-    """Every matmul site of ``func_ir``, in source order (deterministic)."""
+    """Every matmul site of ``func_ir``, in source order (deterministic). The copies of one
+    source product that the bytecode holds twice (``copied_lines``) are sites of one op."""
     fid = func_ir.func_id
-    found: list[tuple[int, ir.Assign, Found]] = []
+    copied = copied_lines(fid.func)
+    found: list[tuple[int, tuple[Any, ...], ir.Assign, Found]] = []
     for label in sorted(func_ir.blocks):
+        on_line: dict[int, int] = {}  # line -> its sites in this block so far
         for stmt in func_ir.blocks[label].body:
             if isinstance(stmt, ir.Assign) and isinstance(stmt.value, ir.Expr):
                 hit = classify(func_ir, stmt.value)
                 if hit is not None:
-                    found.append((stmt.loc.line, stmt, hit))
+                    line = stmt.loc.line
+                    nth = on_line[line] = on_line.get(line, -1) + 1
+                    # a copy takes the same place on its line in its own block
+                    where = (line, nth, hit[0]) if line in copied else (line, nth, label)
+                    found.append((line, where, stmt, hit))
     # Ordinals follow source lines, then evaluation order within a line, whatever order the
     # blocks were laid out in (the sort is stable).
     found.sort(key=lambda item: item[0])
+    ops: dict[tuple[Any, ...], OpInfo] = {}
     sites = []
-    for ordinal, (line, stmt, (kind, lhs, rhs, out, transposed)) in enumerate(found):
-        op_id = f"{fid.func_qualname}:{ordinal}"
-        source = linecache.getline(fid.filename, line).strip()
-        qualname = fid.func_qualname
-        info = OpInfo(op_id, fid.modname, qualname, fid.filename, line, ordinal, kind, source)
+    for line, where, stmt, (kind, lhs, rhs, out, transposed) in found:
+        info = ops.get(where)
+        if info is None:
+            ordinal = len(ops)
+            op_id = f"{fid.func_qualname}:{ordinal}"
+            source = linecache.getline(fid.filename, line).strip()
+            qualname = fid.func_qualname
+            info = OpInfo(op_id, fid.modname, qualname, fid.filename, line, ordinal, kind, source)
+            ops[where] = info
         name = numba_name(kind, stmt.value)
         sites.append(Site(info, stmt, lhs, rhs, out, transposed, name))
     return sites
+
+
+# Instructions whose copies say a line's products were compiled twice: ``@`` and calls (a
+# lone return or jump is copied without its line's work).
+_PRODUCT_OPS = frozenset({"BINARY_OP", "CALL", "CALL_KW", "CALL_FUNCTION_EX"})
+
+
+def copied_lines(func: Any) -> frozenset[int]:
+    """Lines part of whose bytecode CPython compiled twice: an ``@`` or a call at one source
+    position (line and columns) more than once. CPython 3.12 copies a small block that ends in
+    ``return`` into each branch that reaches it, and a loop's condition may be compiled before
+    the loop and again at its end: each copy of a product there is the same source product,
+    and keeps one op id (the ids then match across Python versions)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return frozenset()
+    seen: set[tuple[Any, ...]] = set()
+    copied: set[int] = set()
+    for instruction in dis.get_instructions(code):
+        where = instruction.positions
+        if instruction.opname not in _PRODUCT_OPS or where is None or where.col_offset is None:
+            continue
+        key = (instruction.opname, instruction.arg, *where)
+        if key in seen:
+            copied.add(where.lineno)
+        seen.add(key)
+    return frozenset(copied)

@@ -6,6 +6,7 @@ import numba
 import numpy as np
 
 import mixpert
+from mixpert.passes import sites
 
 
 def edges(f) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
@@ -86,6 +87,15 @@ def branches(a, b, flag):
     return x @ a
 
 
+@mixpert.jit
+def loop_condition(a, b, c):
+    n = 0
+    while (a @ b).sum() > 0 and n < 3:  # (compiled before the loop and at its end)
+        a = a @ c
+        n += 1
+    return a
+
+
 @numba.njit
 def inner(x, w):
     return np.maximum(x @ w, 0)
@@ -154,7 +164,24 @@ def test_no_edge_through_shape_only_use() -> None:
 
 
 def test_ops_in_both_branches_feed_the_join() -> None:
+    """One op at the join, on Python 3.12 too, whose bytecode holds ``return x @ a`` once in
+    each branch."""
+    assert sorted(branches.ops) == ["branches:0", "branches:1", "branches:2"]
     assert edges(branches) == {("branches:2:0", "branches:5:0"), ("branches:4:0", "branches:5:0")}
+
+
+def test_a_product_compiled_twice_is_one_op() -> None:
+    """A loop's condition is in the bytecode twice: its product is one op, whose runs are
+    recorded under that one id, and the products of the body stay apart."""
+    assert len(sites.copied_lines(loop_condition.py_func)) == 1
+    assert sorted(loop_condition.ops) == ["loop_condition:0", "loop_condition:1"]
+    first = def_line("loop_condition")
+    assert {op.line - first for op in loop_condition.ops.values()} == {2, 3}
+    a = np.eye(8, dtype=np.float32)
+    with mixpert.record() as calls:
+        loop_condition(a, a, a * np.float32(0.5))
+    condition = [c.op_id for c in calls if loop_condition.ops[c.op_id].line == first + 2]
+    assert condition == ["loop_condition:0"] * 4  # checked before each of 3 turns and after
 
 
 def test_ops_inside_njit_callees_and_edges_through_calls() -> None:
