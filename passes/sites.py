@@ -160,8 +160,12 @@ def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
                 if hit is not None:
                     line = stmt.loc.line
                     nth = on_line[line] = on_line.get(line, -1) + 1
-                    # a copy takes the same place on its line in its own block
-                    where = (line, nth, hit[0]) if line in copied else (line, nth, label)
+                    # a copy takes the same place on its line in its own block, with operands
+                    # of the same making
+                    where: tuple[Any, ...] = (line, nth, label)
+                    if line in copied:
+                        operands = (made_of(func_ir, hit[1]), made_of(func_ir, hit[2]))
+                        where = (line, nth, hit[0], *operands)
                     found.append((line, where, stmt, hit))
     # Ordinals follow source lines, then evaluation order within a line, whatever order the
     # blocks were laid out in (the sort is stable).
@@ -180,6 +184,25 @@ def find_sites(func_ir: ir.FunctionIR) -> list[Site]:
         name = numba_name(kind, stmt.value)
         sites.append(Site(info, stmt, lhs, rhs, out, transposed, name))
     return sites
+
+
+def made_of(func_ir: ir.FunctionIR, var: ir.Var, depth: int = 4) -> str:
+    """What an operand is, alike in every copy of its line: a variable's source name (SSA's
+    versions dropped), else its defining expression, operands and all (temporaries' names
+    differ between copies)."""
+    if not var.name.startswith("$"):
+        return var.name.split(".")[0]
+    value = guard(func_ir.get_definition, var) if depth else None
+    if isinstance(value, ir.Const):
+        return repr(value.value)
+    if isinstance(value, (ir.Global, ir.FreeVar)):
+        return value.name
+    if isinstance(value, ir.Expr):
+        known = value._kws  # (an Expr's missing field raises KeyError, not AttributeError)
+        parts = [value.op, str(known.get("fn", "")), str(known.get("attr", ""))]
+        parts += [made_of(func_ir, v, depth - 1) for v in value.list_vars()]
+        return "(" + " ".join(parts) + ")"
+    return "?"
 
 
 # Instructions whose copies say a line's products were compiled twice: ``@`` and calls (a

@@ -96,6 +96,23 @@ def loop_condition(a, b, c):
     return a
 
 
+@mixpert.jit
+def two_in_a_condition(a, b, c):
+    n = 0
+    while (a @ b).sum() > 0 and (b @ c).sum() > 0 and n < 2:
+        n += 1
+    return n
+
+
+@mixpert.jit
+def join_of_a_sum(a, b, flag):
+    if flag:  # noqa: SIM108 (two statements, two blocks, on purpose)
+        x = a @ b
+    else:
+        x = np.dot(b, a)
+    return (x + np.float32(1)) @ a
+
+
 @numba.njit
 def inner(x, w):
     return np.maximum(x @ w, 0)
@@ -182,6 +199,19 @@ def test_a_product_compiled_twice_is_one_op() -> None:
         loop_condition(a, a, a * np.float32(0.5))
     condition = [c.op_id for c in calls if loop_condition.ops[c.op_id].line == first + 2]
     assert condition == ["loop_condition:0"] * 4  # checked before each of 3 turns and after
+
+
+def test_copies_keep_two_products_of_one_line_apart() -> None:
+    """Two products of a condition compiled twice: two ops, whatever the copies; a join's
+    product of a sum (temporaries named apart in each copy on Python 3.12): one op."""
+    first = def_line("two_in_a_condition")
+    assert {op.line - first for op in two_in_a_condition.ops.values()} == {2}
+    assert sorted(two_in_a_condition.ops) == ["two_in_a_condition:0", "two_in_a_condition:1"]
+    assert len(join_of_a_sum.ops) == 3
+    assert edges(join_of_a_sum) == {
+        ("join_of_a_sum:2:0", "join_of_a_sum:5:0"),
+        ("join_of_a_sum:4:0", "join_of_a_sum:5:0"),
+    }
 
 
 def test_ops_inside_njit_callees_and_edges_through_calls() -> None:
