@@ -36,7 +36,7 @@ from .targets import BASELINE_LEVEL, DEFAULT_CANDIDATES, predicted_time
 
 MEASURED_FALLBACK = AUTO.name  # on a GPU, where an op's tuned level measures slower
 # ... by at least this factor: the check is for shapes where the cost model is far off
-# (packing costing more than the INT8 tensor cores save: 1.5x and more), and two levels a few
+# (packing costing far more than the INT8 tensor cores save), and two levels a few
 # percent apart swap places between runs of the tuner on timing noise (an MLP's T6 and "auto"
 # did). The margin "auto"'s calibration asks of level IV (``runtime.calibration.MARGIN``).
 MEASURED_MARGIN = 1.10

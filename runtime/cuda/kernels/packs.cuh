@@ -154,8 +154,8 @@ extern "C" __global__ void k_exponents(
 // A thread loads K_EXPONENT_BATCH k-indices' tops before it computes any: __ldcg is volatile
 // asm, which the compiler keeps in order with the stores to f, so one k-index after another
 // cost an L2 round trip each. This block is the last of its launch, on the critical path of
-// small products. Not inlined: inlined, an unrolled loop here changed strip_max_bits'
-// registers (38 -> 32) and its main loop's loads in flight, and the stack's strip maxima ran
+// small products. Not inlined: inlined, an unrolled loop here changed strip_max_bits' register
+// allocation, fewer of its main loop's loads were in flight, and the stack's strip maxima ran
 // slower.
 #define K_EXPONENT_BATCH 4
 __device__ __noinline__ void k_exponents_by_block(
