@@ -50,16 +50,19 @@ from .packs import (
     PackedOperand,
     a_tops,
     b_tops,
+    column_pack_zeros,
     exponents_from_tops,
     k_exponents,
     pack_a,
     pack_b,
+    pack_b_zeros,
     pack_fp16,
     pack_int8,
     pack_int8_columns,
     packable_b,
     padded,
     tops_and_exponents,
+    tops_exponents_and_zeros,
     unit_inner,
 )
 
@@ -219,6 +222,30 @@ def _combine(
     return c if stack else c[0]
 
 
+def _fused_and_bypass(
+    a_pack: PackedOperand,
+    b_pack: PackedOperand,
+    a: cp.ndarray,
+    b: cp.ndarray,
+    c: cp.ndarray,
+    level: Level,
+    side: cp.cuda.Stream | None,
+) -> None:
+    """C (s, m, n) of the stacks ``a`` and ``b`` from their packs: the fused kernel, and the
+    bypass for the flagged lines. ``fused_wgmma``'s kernel leaves those lines' entries to the
+    bypass, so the two write disjoint entries and the bypass runs on ``side`` beside it: in a
+    captured graph a branch, not one more launch at the end of the product's chain. Triton's
+    kernel writes every entry: the bypass follows it."""
+    if fused.on_wgmma(level):
+        with forked(side):
+            _bypass_lines(a_pack, b_pack, a, b, c)
+        fused.product(a_pack, b_pack, level, c, leave_flagged=True)
+        joined(side)
+        return
+    fused.product(a_pack, b_pack, level, c)
+    _bypass_lines(a_pack, b_pack, a, b, c)
+
+
 def _bypass_lines(
     a_pack: PackedOperand, b_pack: PackedOperand, a: cp.ndarray, b: cp.ndarray, c: cp.ndarray
 ) -> None:
@@ -317,22 +344,22 @@ def int8_product(
         a_pack, b_pack = _packs(a, b, level, keep)
     c = cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32)
     if fallback is not None and on_native is None and conditional.usable():
-        _emulate_into(c, a_pack, b_pack, a, b, level)
+        _emulate_into(c, a_pack, b_pack, a, b, level, side=side)
         auto_fallback.sgemm_where_the_gpu_decides(a, b, c, a_pack, b_pack, fallback)
         return c
-    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
+    if fallback is None:
+        _emulate_into(c, a_pack, b_pack, a, b, level, side=side)
+        return c
+    read_counts = flag_counts(a_pack.flagged, b_pack.flagged)
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
-        if read_counts is None or fallback is None:
-            return True
         return not auto_fallback.mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
-        if _emulate_into(c, a_pack, b_pack, a, b, level, proceed):
+        if _emulate_into(c, a_pack, b_pack, a, b, level, proceed, side):
             return c
     finally:
-        if read_counts is not None:  # (its copy lands before the pinned buffer can be reused)
-            read_counts()
+        read_counts()  # (its copy lands before the pinned buffer can be reused)
     if on_native is not None:
         on_native()
     return auto_fallback.fallback_sgemm(a, b, c)
@@ -367,9 +394,12 @@ def packs_on_two_streams(
     with forked(side):
         b_lines = packable_b(b)
     a_rows = unit_inner(a)
-    a_top, b_top, kexp = tops_and_exponents(a_rows, b_lines, side)
+    # B's pack zeroed with the tops, not between the exponents and the pack
+    a_top, b_top, kexp, b_zeroed = tops_exponents_and_zeros(
+        a_rows, b_lines, pack_b_zeros(b_lines), side
+    )
     with forked(side):
-        b_pack = pack_b(b_lines, kexp, level, b_top)
+        b_pack = pack_b(b_lines, kexp, level, b_top, b_zeroed)
     a_pack = pack_a(a_rows, kexp, level, a_top)
     joined(side)
     a_pack.nan_inf, b_pack.nan_inf = a_top.bad, b_top.bad
@@ -384,10 +414,15 @@ def _emulate_into(
     b: cp.ndarray,
     level: Level,
     proceed: Callable[[], bool] | None = None,
+    side: cp.cuda.Stream | None = None,
 ) -> bool:
     """C = a @ b at ``level`` from the packs (the fused kernel where it serves, else blocks of
-    A's rows: class sums and combine), then the bypass; False where ``proceed`` stopped it."""
+    A's rows: class sums and combine), then the bypass; False where ``proceed`` stopped it.
+    ``side``: a stream the fused kernel's bypass may run on beside it (``_fused_and_bypass``)."""
     (m, k), n = a.shape, b.shape[1]
+    if fused.serves(level, m, n, a_pack.k_pad) and proceed is None:
+        _fused_and_bypass(a_pack, b_pack, a[None], b[None], c[None], level, side)
+        return True
     if fused.serves(level, m, n, a_pack.k_pad):
         fused.product(a_pack, b_pack, level, c[None])
         if proceed is not None and not proceed():
@@ -439,7 +474,7 @@ def int8_product_deciding_on_gpu(
         side.wait_event(stream.record())
         with side:
             decide()
-        _emulate_into(c, a_pack, b_pack, a, b, level)
+        _emulate_into(c, a_pack, b_pack, a, b, level, side=side)
         stream.wait_event(side.record())
     with conditional.only_if(stream, take_sgemm):
         sgemm()
@@ -460,18 +495,17 @@ def int8_product_stack(
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     count, m, k = a.shape
     n = b.shape[2]
-    a_top, b_top, kexp = tops_and_exponents(a, b, side)
+    a_top, b_top, kexp, b_zeroed = tops_exponents_and_zeros(a, b, column_pack_zeros(b), side)
     wide = level.bypass_wide
     with forked(side):
-        b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
+        b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top, b_zeroed)
     a_pack = pack_int8(
         a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, count, a_top
     )
     joined(side)
     c = cp.empty((count, m, n), dtype=cp.float32)
     if fused.serves(level, m, n, a_pack.k_pad):
-        fused.product(a_pack, b_pack, level, c)
-        _bypass_lines(a_pack, b_pack, a, b, c)
+        _fused_and_bypass(a_pack, b_pack, a, b, c, level, side)
         return c
     pairs = sum_blocking(level, m, k, n, count)[0]
     blocks = [

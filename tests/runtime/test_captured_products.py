@@ -477,3 +477,71 @@ def test_auto_uncached_decides_its_fallback_on_the_gpu(phi, monkeypatch) -> None
 
     # updated in place once run: a second executable graph only for the call behind the first
     assert all(len(pool) <= 2 for pool in conditional._executables.values())
+
+
+def _kernels_and_edges(graph) -> tuple[dict[int, str], list[tuple[int, int]]]:
+    """A captured CuPy graph's kernel nodes (handle -> kernel name) and all its edges."""
+    import ctypes
+
+    from mixpert.runtime.cuda.graph_operands import _KernelParams
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    p, size = ctypes.c_void_p, ctypes.c_size_t
+    cuda.cuGraphGetNodes.argtypes = [p, p, ctypes.POINTER(size)]
+    cuda.cuGraphGetEdges_v2.argtypes = [p] * 4 + [ctypes.POINTER(size)]
+    cuda.cuGraphNodeGetType.argtypes = [p, ctypes.POINTER(ctypes.c_int)]
+    cuda.cuGraphKernelNodeGetParams_v2.argtypes = [p, ctypes.POINTER(_KernelParams)]
+    cuda.cuFuncGetName.argtypes = [ctypes.POINTER(ctypes.c_char_p), p]
+    count = size()
+    assert cuda.cuGraphGetNodes(graph.graph, None, ctypes.byref(count)) == 0
+    nodes = (p * count.value)()
+    assert cuda.cuGraphGetNodes(graph.graph, nodes, ctypes.byref(count)) == 0
+    kernels = {}
+    for node in nodes:
+        kind, params, name = ctypes.c_int(), _KernelParams(), ctypes.c_char_p()
+        assert cuda.cuGraphNodeGetType(node, ctypes.byref(kind)) == 0
+        if kind.value == 0:  # CU_GRAPH_NODE_TYPE_KERNEL
+            assert cuda.cuGraphKernelNodeGetParams_v2(node, ctypes.byref(params)) == 0
+            assert cuda.cuFuncGetName(ctypes.byref(name), params.func) == 0
+            kernels[node] = name.value.decode()
+    assert cuda.cuGraphGetEdges_v2(graph.graph, None, None, None, ctypes.byref(count)) == 0
+    sources, targets = (p * count.value)(), (p * count.value)()
+    assert cuda.cuGraphGetEdges_v2(graph.graph, sources, targets, None, ctypes.byref(count)) == 0
+    return kernels, list(zip(sources, targets, strict=True))
+
+
+def _after(node: int, edges: list[tuple[int, int]]) -> set[int]:
+    """The nodes that run after ``node`` (its descendants)."""
+    found, pending = set(), [node]
+    while pending:
+        here = pending.pop()
+        for source, target in edges:
+            if source == here and target not in found:
+                found.add(target)
+                pending.append(target)
+    return found
+
+
+@pytest.mark.parametrize("level", ["T6", "IV", "V"])
+def test_the_bypass_runs_beside_the_fused_kernel(level, monkeypatch) -> None:
+    """In a plan's graph the bypass waits for the packs, not for the fused kernel (which leaves
+    the flagged lines' entries to it): neither runs after the other. Replayed on NaN, Inf and
+    unresolved lines, the oracle's bits."""
+    import cupy
+
+    from mixpert.runtime.cuda import backend, fused
+
+    if not fused.on_wgmma(mixpert.get_level(level)):
+        pytest.skip(f"level {level}'s fused products do not run fused_wgmma's kernel here")
+    for seed in range(3):
+        a, b = _operands(200, 300, 130, seed)
+        if seed:
+            a[3, 1], a[7, 2], b[5, 9], b[0, 128] = np.nan, np.float32(2.0**60), np.inf, np.nan
+        got = mixpert.matmul(cupy.asarray(a), cupy.asarray(b), level=level)
+        assert _same_bits(got, mixpert.matmul(a, b, level=level, backend="cpu")), seed
+        assert _same_bits(got, _uncached(cupy.asarray(a), cupy.asarray(b), level, monkeypatch))
+    (plan,) = (p for p in backend._plans[cupy.cuda.Device().id]._plans.values() if p)
+    kernels, edges = _kernels_and_edges(plan._graph)
+    (kernel,) = (node for node, name in kernels.items() if name.startswith("fused_wgmma"))
+    (bypass,) = (node for node, name in kernels.items() if name == "bypass_lines")
+    assert bypass not in _after(kernel, edges) and kernel not in _after(bypass, edges)
