@@ -305,7 +305,7 @@ def tops_exponents_and_zeros(
         a_top = _tops_in(out[:a_size], count, k, m)
         b_top = _tops_in(out[a_size : a_size + b_size], count, k, n)
         arrivals = out[a_size + b_size : a_size + b_size + count]
-        f = out[a_size + b_size + count :].view(cp.int32).reshape(count, k + 1)
+        f = out[a_size + b_size + count : size].view(cp.int32).reshape(count, k + 1)
         a_grid, b_grid = _strip_grid(a3), _strip_grid(b3)
         blocks = a_grid[0] * a_grid[1] + b_grid[0] * b_grid[1]
         exponents = (arrivals, np.uint32(blocks), a_top.k, b_top.k, f, np.int32(k))
