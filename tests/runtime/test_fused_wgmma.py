@@ -210,7 +210,9 @@ def test_routed_products_equal_the_cpu_oracle_and_the_class_sum_pipeline(
     a, b = gemmul8(np, rng, (m, k), phi), gemmul8(np, rng, (k, n), phi)
     launches = []
     product = fused_wgmma.product
-    monkeypatch.setattr(fused_wgmma, "product", lambda *x: launches.append(1) or product(*x))
+    monkeypatch.setattr(
+        fused_wgmma, "product", lambda *x, **kw: launches.append(1) or product(*x, **kw)
+    )
     got = on_gpu(a, b, level)
     assert launches, f"level {level} did not run its wgmma kernel"
     want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
