@@ -156,17 +156,13 @@ def product(
     level: Level,
     c: cp.ndarray,
     tile: Tile | None = None,
-    leave_flagged: bool = False,
 ) -> None:
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices): every entry
     gets ``combine``'s value, flagged lines included (``sliced``'s bypass overwrites those).
-    ``fused_wgmma``'s kernel where it serves, unless a Triton ``tile`` is asked for; with
-    ``leave_flagged`` (that kernel only) the flagged lines' entries are left to the bypass."""
+    ``fused_wgmma``'s kernel where it serves, unless a Triton ``tile`` is asked for."""
     if tile is None and on_wgmma(level):
-        fused_wgmma.product(a_pack, b_pack, level, c, leave_flagged=leave_flagged)
+        fused_wgmma.product(a_pack, b_pack, level, c)
         return
-    if leave_flagged:
-        raise ValueError(f"level {level.name}: only fused_wgmma's kernel leaves flagged lines")
     count, m, n = c.shape
     tile = tile or TILE
     kernel = _kernel(level, b_pack.slots, tile, cp.cuda.Device().id)

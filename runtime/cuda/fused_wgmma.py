@@ -139,8 +139,6 @@ class _Args(ctypes.Structure):
     _fields_ = [
         ("a_exp", ctypes.c_uint64),
         ("b_exp", ctypes.c_uint64),
-        ("a_flag", ctypes.c_uint64),
-        ("b_flag", ctypes.c_uint64),
         ("c", ctypes.c_uint64),
         ("k_slack", ctypes.c_double),
         ("m", ctypes.c_int32),
@@ -210,17 +208,15 @@ def _available(device: int, found: Form) -> bool:
 
 def product(
     a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray,
-    variant: Form | None = None, leave_flagged: bool = False,
+    variant: Form | None = None,
 ) -> None:  # fmt: skip
     """C (s, m, n) from the packs of two stacks of s pairs (s = 1: two matrices), as
     ``fused.product``: every entry gets ``combine``'s value, flagged lines included (``sliced``'s
-    bypass overwrites those), or with ``leave_flagged`` every entry but those of the lines the
-    packs flagged (``nonfinite``), which keep what C held: the bypass's, written beside. By
-    ``level``'s kernel, or by ``variant``, another build of it (e.g. ``VARIANTS["V_k128"]``:
-    the same bits). ValueError on anything the kernel cannot take."""
+    bypass overwrites those). By ``level``'s kernel, or by ``variant``, another build of it (e.g.
+    ``VARIANTS["V_k128"]``: the same bits). ValueError on anything the kernel cannot take."""
     import cupy as cp
 
-    found, (count, m, n) = _validate(a_pack, b_pack, level, c, variant, leave_flagged)
+    found, (count, m, n) = _validate(a_pack, b_pack, level, c, variant)
     if count == 0 or m == 0 or n == 0:
         return
     k_pad, k_block = a_pack.k_pad, found.k_block
@@ -232,16 +228,15 @@ def product(
     map_b = _tensor_map(b_pack.data.data.ptr, k_pad, found.slices, count * n, BLOCK_N, k_block)
     w0, step = pair_exponent(0), pair_exponent(1) - pair_exponent(0)
     slack = float(np.float64(k_pad * overflow_slack(level)))  # the CPU's k_slack, as its double
-    flags = (a_pack.nonfinite.data.ptr, b_pack.nonfinite.data.ptr) if leave_flagged else (0, 0)
-    args = _Args(a_pack.exponents.data.ptr, b_pack.exponents.data.ptr, *flags, c.data.ptr, slack,
-                 m, n, k_pad, count, w0, step, RASTER_ROWS // found.tile_m)  # fmt: skip
+    args = _Args(a_pack.exponents.data.ptr, b_pack.exponents.data.ptr, c.data.ptr, slack, m, n,
+                 k_pad, count, w0, step, RASTER_ROWS // found.tile_m)  # fmt: skip
     blocks = found.blocks_wanted(found.tiles(count, m, n))
     hopper.launch(kernel, blocks, THREADS, (map_a, map_b), args, cp.cuda.get_current_stream().ptr)
 
 
 def _validate(
     a_pack: PackedOperand, b_pack: PackedOperand, level: Level, c: cp.ndarray,
-    asked: Form | None = None, leave_flagged: bool = False,
+    asked: Form | None = None,
 ) -> tuple[Form, tuple[int, int, int]]:  # fmt: skip
     """The kernel (``asked``, else the level's) and (count, m, n) of C, or ValueError naming
     the rule broken."""
@@ -287,13 +282,10 @@ def _validate(
         need(pack.ld < MAX_TMA_STRIDE, f"{name}.ld = {pack.ld}", "must be < 2^40")
         need(data.data.ptr % TMA_ALIGNMENT == 0, f"{name}.data pointer",
              f"must be a multiple of {TMA_ALIGNMENT} (TMA base address)")  # fmt: skip
-        per_line = [("exponents", pack.exponents)]
-        if leave_flagged:
-            per_line.append(("nonfinite", pack.nonfinite))
-        for field, vector in per_line:
-            need(vector.dtype == cp.int32 and vector.ndim == 1 and vector.shape[0] >= lines
-                 and vector.flags.c_contiguous, f"{name}.{field} {vector.shape} {vector.dtype}",
-                 f"must be a contiguous int32 vector of >= {lines} entries")  # fmt: skip
+        exps = pack.exponents
+        need(exps.dtype == cp.int32 and exps.ndim == 1 and exps.shape[0] >= lines
+             and exps.flags.c_contiguous, f"{name}.exponents {exps.shape} {exps.dtype}",
+             f"must be a contiguous int32 vector of >= {lines} entries")  # fmt: skip
     need(a_pack.k_pad == b_pack.k_pad, f"k_pad {a_pack.k_pad} / {b_pack.k_pad}",
          "A's and B's packs must have the same k_pad")  # fmt: skip
     return found, (count, m, n)

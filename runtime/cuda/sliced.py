@@ -222,30 +222,6 @@ def _combine(
     return c if stack else c[0]
 
 
-def _fused_and_bypass(
-    a_pack: PackedOperand,
-    b_pack: PackedOperand,
-    a: cp.ndarray,
-    b: cp.ndarray,
-    c: cp.ndarray,
-    level: Level,
-    side: cp.cuda.Stream | None,
-) -> None:
-    """C (s, m, n) of the stacks ``a`` and ``b`` from their packs: the fused kernel, and the
-    bypass for the flagged lines. ``fused_wgmma``'s kernel leaves those lines' entries to the
-    bypass, so the two write disjoint entries and the bypass runs on ``side`` beside it: in a
-    captured graph a branch, not one more launch at the end of the product's chain. Triton's
-    kernel writes every entry: the bypass follows it."""
-    if fused.on_wgmma(level):
-        with forked(side):
-            _bypass_lines(a_pack, b_pack, a, b, c)
-        fused.product(a_pack, b_pack, level, c, leave_flagged=True)
-        joined(side)
-        return
-    fused.product(a_pack, b_pack, level, c)
-    _bypass_lines(a_pack, b_pack, a, b, c)
-
-
 def _bypass_lines(
     a_pack: PackedOperand, b_pack: PackedOperand, a: cp.ndarray, b: cp.ndarray, c: cp.ndarray
 ) -> None:
@@ -344,22 +320,22 @@ def int8_product(
         a_pack, b_pack = _packs(a, b, level, keep)
     c = cp.empty((a.shape[0], b.shape[1]), dtype=cp.float32)
     if fallback is not None and on_native is None and conditional.usable():
-        _emulate_into(c, a_pack, b_pack, a, b, level, side=side)
+        _emulate_into(c, a_pack, b_pack, a, b, level)
         auto_fallback.sgemm_where_the_gpu_decides(a, b, c, a_pack, b_pack, fallback)
         return c
-    if fallback is None:
-        _emulate_into(c, a_pack, b_pack, a, b, level, side=side)
-        return c
-    read_counts = flag_counts(a_pack.flagged, b_pack.flagged)
+    read_counts = flag_counts(a_pack.flagged, b_pack.flagged) if fallback is not None else None
 
     def proceed() -> bool:  # asked with the first classes' GEMMs queued
+        if read_counts is None or fallback is None:
+            return True
         return not auto_fallback.mostly_exact(a, b, a_pack, b_pack, read_counts(), fallback)
 
     try:
-        if _emulate_into(c, a_pack, b_pack, a, b, level, proceed, side):
+        if _emulate_into(c, a_pack, b_pack, a, b, level, proceed):
             return c
     finally:
-        read_counts()  # (its copy lands before the pinned buffer can be reused)
+        if read_counts is not None:  # (its copy lands before the pinned buffer can be reused)
+            read_counts()
     if on_native is not None:
         on_native()
     return auto_fallback.fallback_sgemm(a, b, c)
@@ -414,15 +390,10 @@ def _emulate_into(
     b: cp.ndarray,
     level: Level,
     proceed: Callable[[], bool] | None = None,
-    side: cp.cuda.Stream | None = None,
 ) -> bool:
     """C = a @ b at ``level`` from the packs (the fused kernel where it serves, else blocks of
-    A's rows: class sums and combine), then the bypass; False where ``proceed`` stopped it.
-    ``side``: a stream the fused kernel's bypass may run on beside it (``_fused_and_bypass``)."""
+    A's rows: class sums and combine), then the bypass; False where ``proceed`` stopped it."""
     (m, k), n = a.shape, b.shape[1]
-    if fused.serves(level, m, n, a_pack.k_pad) and proceed is None:
-        _fused_and_bypass(a_pack, b_pack, a[None], b[None], c[None], level, side)
-        return True
     if fused.serves(level, m, n, a_pack.k_pad):
         fused.product(a_pack, b_pack, level, c[None])
         if proceed is not None and not proceed():
@@ -474,7 +445,7 @@ def int8_product_deciding_on_gpu(
         side.wait_event(stream.record())
         with side:
             decide()
-        _emulate_into(c, a_pack, b_pack, a, b, level, side=side)
+        _emulate_into(c, a_pack, b_pack, a, b, level)
         stream.wait_event(side.record())
     with conditional.only_if(stream, take_sgemm):
         sgemm()
@@ -505,7 +476,8 @@ def int8_product_stack(
     joined(side)
     c = cp.empty((count, m, n), dtype=cp.float32)
     if fused.serves(level, m, n, a_pack.k_pad):
-        _fused_and_bypass(a_pack, b_pack, a, b, c, level, side)
+        fused.product(a_pack, b_pack, level, c)
+        _bypass_lines(a_pack, b_pack, a, b, c)
         return c
     pairs = sum_blocking(level, m, k, n, count)[0]
     blocks = [

@@ -36,10 +36,6 @@
 //     tile's 64 columns) before the main loop, which hides the load, and writes it to shared
 //     memory after it for the warpgroup (loaded in the epilogue, they cost a tile's time a
 //     third at k = 1024).
-//   * flagged lines (given a_flag and b_flag, the packs' per-line flags): an entry of a flagged
-//     row or column is left as it was, for the bypass to write (the thread's exponent slot
-//     holds LEFT_TO_BYPASS instead). The two then write disjoint entries, so the bypass can run
-//     beside this kernel rather than after it. Null flags: every entry is written.
 //   * stage = one BK-byte k-block of A's S slices (S x TILE_M rows) and B's S slices (S x 64
 //     rows): S x (TILE_M + 64) BK bytes, as many stages as fit in the 227 KB beside 2 KB of tile
 //     exponents (cooperative below; ping-pong: S x 16 KB, 4 stages at S = 3 (T6, IV), V's 4 x 8
@@ -198,8 +194,6 @@ constexpr double OVERFLOW_THRESHOLD = 340282346638528859811704183484516925440.0 
                                       10141204801825835211973625643008.0;  // 2^128 - 2^103
 // (FLT_MAX = 2^128 - 2^104; the sum above is exact in double.)
 constexpr u32 FLT_MAX_BITS = 0x7f7fffffu;
-// A flagged line's slot in the tile exponents: no line's scale exponent comes near it.
-constexpr int LEFT_TO_BYPASS = -0x7fffffff - 1;
 
 // 2^e as a double from its bits (device.cuh pow2, fused_kernel.py _pow2): exact for
 // -1022 <= e <= 1023. Computed on 64 bits as Triton does (e + 1023 never wraps in int32,
@@ -286,8 +280,6 @@ __device__ __forceinline__ void fused_wgmma(
     const TensorMap& tmap_b,                    // B: dims {k_pad, S, batch*n}, box {BK, 1, 64}
     const int* __restrict__ a_exp,              // batch*m line exponents
     const int* __restrict__ b_exp,              // batch*n line exponents
-    const int* __restrict__ a_flag,             // batch*m line flags, or null
-    const int* __restrict__ b_flag,             // batch*n line flags, or null
     float* __restrict__ C,                      // batch x m x n, row-major
     double k_slack, int m, int n, int k_pad, int batch, int w0, int step, int raster_group) {
   constexpr int SLICES = L::SLICES;
@@ -398,14 +390,9 @@ __device__ __forceinline__ void fused_wgmma(
       // 64-127 the tile's columns of B), loaded now so the main loop hides their latency.
       const bool row_side = t < 64;
       const int exp_line = row_side ? tm * BLOCK_M + tile_row + t : tn * BLOCK_N + t - 64;
-      const long long line_base = row_side ? static_cast<long long>(tb) * m
-                                           : static_cast<long long>(tb) * n;
-      const int* const flags = row_side ? a_flag : b_flag;
-      int my_exp = 0;
-      if (exp_line < (row_side ? m : n)) {
-        my_exp = __ldg((row_side ? a_exp : b_exp) + line_base + exp_line);
-        if (flags != nullptr && __ldg(flags + line_base + exp_line) != 0) my_exp = LEFT_TO_BYPASS;
-      }
+      const int* exp_base = row_side ? a_exp + static_cast<long long>(tb) * m
+                                     : b_exp + static_cast<long long>(tb) * n;
+      const int my_exp = exp_line < (row_side ? m : n) ? __ldg(exp_base + exp_line) : 0;
       // Where the producer put this tile's first k-block: the tiles before it in the sequence
       // took num_kb stages each.
       const unsigned long long first_load = static_cast<unsigned long long>(i) * num_kb;
@@ -484,36 +471,39 @@ __device__ __forceinline__ void fused_wgmma(
       const int row = warp * 16 + lane / 4;   // of this consumer's rows (exps[row])
       const int row0 = tm * BLOCK_M + tile_row + row;   // < m + 128
       const int col0 = tn * BLOCK_N + 2 * (lane % 4);
+      const bool lo_ok = row0 < m;
+      const bool hi_ok = row0 + 8 < m;
       const int ea_lo = exps[row];
       const int ea_hi = exps[row + 8];
-      const bool lo_ok = row0 < m && ea_lo != LEFT_TO_BYPASS;
-      const bool hi_ok = row0 + 8 < m && ea_hi != LEFT_TO_BYPASS;
       const int* const col_exps = exps + 64 + 2 * (lane % 4);   // column col0's, col0 + 1's, ...
       float* c_lo = C + static_cast<long long>(tb) * m * n + static_cast<long long>(row0) * n + col0;
       float* c_hi = c_lo + 8LL * n;
 #pragma unroll
       for (int i = 0; i < BLOCK_N / 8; ++i) {
         const int col = col0 + 8 * i;
+        const bool c0_ok = col < n;
+        const bool c1_ok = col + 1 < n;
         const int eb0 = col_exps[8 * i];
         const int eb1 = col_exps[8 * i + 1];
-        const bool c0_ok = col < n && eb0 != LEFT_TO_BYPASS;
-        const bool c1_ok = col + 1 < n && eb1 != LEFT_TO_BYPASS;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {   // h = 0: row0, h = 1: row0 + 8
           const bool row_ok = h == 0 ? lo_ok : hi_ok;
-          if (!row_ok || !(c0_ok || c1_ok)) continue;
+          if (!row_ok || !c0_ok) continue;
           const int ea = h == 0 ? ea_lo : ea_hi;
           float* p = (h == 0 ? c_lo : c_hi) + 8 * i;
           const int r = 4 * i + 2 * h;
-          // Both values computed, stored where their column is ok (one code path).
-          const float v0 = combine_one(acc, r, w, ea + (c0_ok ? eb0 : 0), k_slack);
-          const float v1 = combine_one(acc, r + 1, w, ea + (c1_ok ? eb1 : 0), k_slack);
-          // Streaming stores: C is written once, keep L2 for the packs.
-          if (c0_ok && c1_ok && pairs_aligned) {
-            __stcs(reinterpret_cast<float2*>(p), make_float2(v0, v1));
+          const float v0 = combine_one(acc, r, w, ea + eb0, k_slack);
+          if (c1_ok) {
+            const float v1 = combine_one(acc, r + 1, w, ea + eb1, k_slack);
+            // Streaming stores: C is written once, keep L2 for the packs.
+            if (pairs_aligned) {
+              __stcs(reinterpret_cast<float2*>(p), make_float2(v0, v1));
+            } else {
+              __stcs(p, v0);
+              __stcs(p + 1, v1);
+            }
           } else {
-            if (c0_ok) __stcs(p, v0);
-            if (c1_ok) __stcs(p + 1, v1);
+            __stcs(p, v0);
           }
         }
       }
@@ -530,12 +520,11 @@ __device__ __forceinline__ void fused_wgmma(
 #define FUSED_WGMMA_KERNEL(NAME, S, G, BK, TILE_M)                                              \
   extern "C" __global__ void __launch_bounds__(NUM_THREADS, 1)                                  \
   NAME(const __grid_constant__ TensorMap tmap_a, const __grid_constant__ TensorMap tmap_b,      \
-       const int* __restrict__ a_exp, const int* __restrict__ b_exp,                            \
-       const int* __restrict__ a_flag, const int* __restrict__ b_flag, float* __restrict__ C,   \
+       const int* __restrict__ a_exp, const int* __restrict__ b_exp, float* __restrict__ C,     \
        double k_slack, int m, int n, int k_pad, int batch, int w0, int step,                    \
        int raster_group) {                                                                      \
-    fused_wgmma<Level<S, G, BK, TILE_M>>(tmap_a, tmap_b, a_exp, b_exp, a_flag, b_flag, C,       \
-                                         k_slack, m, n, k_pad, batch, w0, step, raster_group);  \
+    fused_wgmma<Level<S, G, BK, TILE_M>>(tmap_a, tmap_b, a_exp, b_exp, C, k_slack, m, n, k_pad, \
+                                         batch, w0, step, raster_group);                        \
   }
 
 FUSED_WGMMA_KERNEL(fused_wgmma_I, 2, 3, 128, COOPERATIVE)
