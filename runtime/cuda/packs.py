@@ -73,20 +73,10 @@ class PackedOperand:
     the bypass skips every tile where both counts are 0.
     """
 
-    def __init__(
-        self,
-        count: int,
-        slots: int,
-        k_pad: int,
-        dtype: Any,
-        batch: int = 1,
-        flags: cp.ndarray | None = None,
-    ) -> None:
-        """``flags``: count + 1 zeroed int32 for ``nonfinite`` and ``flagged``, else made here."""
+    def __init__(self, count: int, slots: int, k_pad: int, dtype: Any, batch: int = 1) -> None:
         self.data = cp.empty((count, slots, k_pad), dtype=dtype)
         self.exponents = cp.empty(count, dtype=cp.int32)
-        if flags is None:
-            flags = cp.zeros(count + 1, dtype=cp.int32)  # one allocation, one memset
+        flags = cp.zeros(count + 1, dtype=cp.int32)  # one allocation, one memset
         self.nonfinite, self.flagged = flags[:count], flags[count:]
         self.k_pad = k_pad
         self.slots = slots
@@ -278,34 +268,20 @@ def tops_and_exponents(
     matrices, (s, k + 1) for stacks (``k_exponents``): the last block of the two tops'
     launches computes them, so they take no launch of their own. ``side``: a stream B's
     launch runs on beside A's, joined before this returns."""
-    return tops_exponents_and_zeros(a_rows, b, 0, side)[:3]
-
-
-def tops_exponents_and_zeros(
-    a_rows: cp.ndarray, b: cp.ndarray, words: int, side: cp.cuda.Stream | None = None
-) -> tuple[OperandTops, OperandTops, cp.ndarray, cp.ndarray]:
-    """``tops_and_exponents``, and ``words`` more zeroed int32 from the same memset: a pack's
-    own (``pack_b_zeros``), which then adds no memset to the chain from the exponents to the
-    pack (a node of its own on the critical path of a small product's graph)."""
     (a3, _), (b3, b_along_rows) = _a_strips(a_rows), _b_strips(b)
     count, m, k = a3.shape
     n = b3.shape[1] if b_along_rows else b3.shape[2]
     if not (m and n and k):  # a launch with no blocks would never arrive
         a_top, b_top = _strip_maxima(a3, True), _strip_maxima(b3, b_along_rows)
         f = exponents_from_tops(a_top.k, b_top.k)
-        zeros = cp.zeros(words, dtype=cp.int32)
     else:
         a_size, b_size = _tops_size(count, k, m), _tops_size(count, k, n)
-        # both tops, the exponents, each pair's arrivals and the words asked for (from a
-        # 16-byte boundary: a pack's scratch holds float64 bits): one allocation, one memset
-        size = a_size + b_size + count * (k + 2)
-        start = -(-size // 4) * 4
-        out = cp.zeros(start + words, dtype=cp.uint32)
-        zeros = out[start:].view(cp.int32)
+        # both tops, the exponents and each pair's arrivals: one allocation, one memset
+        out = cp.zeros(a_size + b_size + count * (k + 2), dtype=cp.uint32)
         a_top = _tops_in(out[:a_size], count, k, m)
         b_top = _tops_in(out[a_size : a_size + b_size], count, k, n)
         arrivals = out[a_size + b_size : a_size + b_size + count]
-        f = out[a_size + b_size + count : size].view(cp.int32).reshape(count, k + 1)
+        f = out[a_size + b_size + count :].view(cp.int32).reshape(count, k + 1)
         a_grid, b_grid = _strip_grid(a3), _strip_grid(b3)
         blocks = a_grid[0] * a_grid[1] + b_grid[0] * b_grid[1]
         exponents = (arrivals, np.uint32(blocks), a_top.k, b_top.k, f, np.int32(k))
@@ -313,7 +289,7 @@ def tops_exponents_and_zeros(
             _launch_strips(b3, b_along_rows, b_top, b_grid, exponents)
         _launch_strips(a3, True, a_top, a_grid, exponents)
         joined(side)
-    return a_top, b_top, f if a_rows.ndim == 3 else f[0], zeros
+    return a_top, b_top, f if a_rows.ndim == 3 else f[0]
 
 
 def exponents_from_tops(a_top: cp.ndarray, b_top: cp.ndarray) -> cp.ndarray:
@@ -350,16 +326,14 @@ def pack_int8(
     bypass_wide: bool = False,
     batch: int = 1,
     tops: OperandTops | None = None,
-    zeroed: cp.ndarray | None = None,
 ) -> PackedOperand:
     """``packer.slice_rows`` on the GPU: digits of each rebalanced row of ``lines`` (rows
     contiguous, k along them); ``side``: A_SIDE for A's rows, B_SIDE for B's columns. The
     ``nonfinite`` flags also mark unresolved lines when ``bypass_wide`` (``bypass``). A stack:
     ``batch`` matrices' lines one after another, ``kexp`` (batch, k + 1). ``tops``: the
-    lines' ``OperandTops`` (one pass over ``lines`` instead of two where no k-index moves).
-    ``zeroed``: lines + 1 zeroed int32 for the flags, else zeroed here."""
+    lines' ``OperandTops`` (one pass over ``lines`` instead of two where no k-index moves)."""
     count, k = lines.shape
-    packed = PackedOperand(count, slices, padded(k), cp.int8, batch, zeroed)
+    packed = PackedOperand(count, slices, padded(k), cp.int8, batch)
     _launch_pack(
         "pack_int8", lines, packed, kexp, np.int32(max(1, count // batch)), np.int32(side),
         np.int32(slices), np.int32(reversed_slots), deep_argument(slices, k, bypass_wide),
@@ -375,7 +349,6 @@ def pack_int8_columns(
     reversed_slots: bool,
     bypass_wide: bool = False,
     tops: OperandTops | None = None,
-    zeroed: cp.ndarray | None = None,
 ) -> PackedOperand:
     """``packer.slice_columns`` on the GPU, reading a row-major (k, n) B in place; a stack
     (s, k, n) of them with ``kexp`` (s, k + 1). Two launches (column maxima, then digits and,
@@ -383,22 +356,16 @@ def pack_int8_columns(
     fills the GPU; the first reads nothing where ``tops`` (B's ``OperandTops``) hold and no
     k-index moves. On an H100 (IV, ms, n = 2048 / 4096 / 8192 / 16384): 0.085 / 0.18 / 0.52 /
     1.84, against 0.17 / 0.33 / 0.72 / 1.99 for a block per strip and all of k, one launch
-    (both before ``tops``). ``zeroed``: ``column_pack_zeros(x)`` zeroed int32 from an 8-byte
-    boundary, else zeroed here."""
+    (both before ``tops``)."""
     x3 = x if x.ndim == 3 else x[None]
     count, k, n = x3.shape
-    scratch_words, flag_words = _column_pack_words(count, n)
-    if zeroed is None:  # the scratch and the flags: one allocation, one memset
-        zeroed = cp.zeros(scratch_words + flag_words, dtype=cp.int32)
-    flags = zeroed[scratch_words : scratch_words + flag_words]
-    packed = PackedOperand(count * n, slices, padded(k), cp.int8, count, flags)
+    packed = PackedOperand(count * n, slices, padded(k), cp.int8, count)
     if n == 0:
         return packed
     tiles = -(-n // 32)
     lines = count * n
-    # column maxima (float64 bits: zeroed's start is 8-byte aligned), deep counts and each
-    # strip's arrivals
-    scratch = zeroed[:scratch_words]
+    # column maxima (float64 bits), deep counts and each strip's arrivals: one memset
+    scratch = cp.zeros(3 * lines + count * tiles, dtype=cp.int32)
     column_top = scratch[: 2 * lines].view(cp.uint64)
     deep_counts, arrivals = scratch[2 * lines : 3 * lines], scratch[3 * lines :]
     item = x3.itemsize
@@ -424,26 +391,6 @@ def pack_int8_columns(
     return packed
 
 
-def _column_pack_words(count: int, n: int) -> tuple[int, int]:
-    """The zeroed int32 ``pack_int8_columns`` takes for a stack of ``count`` (k, n) matrices:
-    its scratch (each line's maximum as float64 bits and its deep count, each strip's
-    arrivals), then the pack's flags (one a line, and their count)."""
-    lines = count * n
-    return 3 * lines + count * -(-n // 32), lines + 1
-
-
-def column_pack_zeros(x: cp.ndarray) -> int:
-    """How many zeroed int32 ``pack_int8_columns`` takes for ``x``, (k, n) or (s, k, n), from
-    an 8-byte boundary."""
-    count, n = (x.shape[0] if x.ndim == 3 else 1), x.shape[-1]
-    return sum(_column_pack_words(count, n))
-
-
-def pack_b_zeros(b: cp.ndarray) -> int:
-    """How many zeroed int32 ``pack_b`` takes for B (either layout)."""
-    return column_pack_zeros(b) if rows_contiguous(b) else b.shape[1] + 1
-
-
 def column_chunk(tiles: int, k_pad: int) -> int:
     """k-indices per block of ``pack_int8_columns`` for ``tiles`` strips of 32 columns: enough
     chunks for COLUMN_BLOCKS blocks, whole shared tiles (COLUMN_TILE_K) each."""
@@ -460,20 +407,13 @@ def pack_a(
 
 
 def pack_b(
-    b: cp.ndarray,
-    kexp: cp.ndarray,
-    level: Level,
-    tops: OperandTops | None = None,
-    zeroed: cp.ndarray | None = None,
+    b: cp.ndarray, kexp: cp.ndarray, level: Level, tops: OperandTops | None = None
 ) -> PackedOperand:
-    """B's columns, reversed slots: straight from a row-major B, else from B^T's rows.
-    ``zeroed``: ``pack_b_zeros(b)`` zeroed int32 from an 8-byte boundary, else zeroed here."""
+    """B's columns, reversed slots: straight from a row-major B, else from B^T's rows."""
     slices, wide = level.b_slices, level.bypass_wide
     if rows_contiguous(b):
-        return pack_int8_columns(b, kexp, slices, True, wide, tops, zeroed)
-    return pack_int8(
-        unit_inner(b.T), kexp, B_SIDE, slices, True, wide, tops=tops, zeroed=zeroed
-    )  # fmt: skip
+        return pack_int8_columns(b, kexp, slices, True, bypass_wide=wide, tops=tops)
+    return pack_int8(unit_inner(b.T), kexp, B_SIDE, slices, True, bypass_wide=wide, tops=tops)
 
 
 def pack_fp16(

@@ -50,19 +50,16 @@ from .packs import (
     PackedOperand,
     a_tops,
     b_tops,
-    column_pack_zeros,
     exponents_from_tops,
     k_exponents,
     pack_a,
     pack_b,
-    pack_b_zeros,
     pack_fp16,
     pack_int8,
     pack_int8_columns,
     packable_b,
     padded,
     tops_and_exponents,
-    tops_exponents_and_zeros,
     unit_inner,
 )
 
@@ -370,12 +367,9 @@ def packs_on_two_streams(
     with forked(side):
         b_lines = packable_b(b)
     a_rows = unit_inner(a)
-    # B's pack zeroed with the tops, not between the exponents and the pack
-    a_top, b_top, kexp, b_zeroed = tops_exponents_and_zeros(
-        a_rows, b_lines, pack_b_zeros(b_lines), side
-    )
+    a_top, b_top, kexp = tops_and_exponents(a_rows, b_lines, side)
     with forked(side):
-        b_pack = pack_b(b_lines, kexp, level, b_top, b_zeroed)
+        b_pack = pack_b(b_lines, kexp, level, b_top)
     a_pack = pack_a(a_rows, kexp, level, a_top)
     joined(side)
     a_pack.nan_inf, b_pack.nan_inf = a_top.bad, b_top.bad
@@ -466,10 +460,10 @@ def int8_product_stack(
     a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
     count, m, k = a.shape
     n = b.shape[2]
-    a_top, b_top, kexp, b_zeroed = tops_exponents_and_zeros(a, b, column_pack_zeros(b), side)
+    a_top, b_top, kexp = tops_and_exponents(a, b, side)
     wide = level.bypass_wide
     with forked(side):
-        b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top, b_zeroed)
+        b_pack = pack_int8_columns(b, kexp, level.b_slices, True, wide, b_top)
     a_pack = pack_int8(
         a.reshape(count * m, k), kexp, A_SIDE, level.a_slices, False, wide, count, a_top
     )

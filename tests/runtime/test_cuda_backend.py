@@ -27,11 +27,9 @@ from mixpert.runtime.cuda.packs import (  # noqa: E402
     k_exponents,
     pack_a,
     pack_b,
-    pack_b_zeros,
     pack_int8,
     pack_int8_columns,
     tops_and_exponents,
-    tops_exponents_and_zeros,
 )
 from mixpert.runtime.cuda.sliced import int8_product  # noqa: E402
 from mixpert.runtime.cuda.tn_gemm import CUDA_R_32F  # noqa: E402
@@ -536,33 +534,6 @@ def test_stack_packs_take_the_tops_only_for_the_pairs_where_no_k_index_moves() -
     expected = dispatch.np_matmul_at_level(a, b, "IV", backend="cpu")
     got = cp.asnumpy(dispatch.np_matmul_at_level(a_dev, b_dev, "IV", backend="cuda"))
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
-
-
-@pytest.mark.parametrize(
-    ("m", "k", "n", "layout"), [(37, 301, 33, "C"), (5, 17, 129, "C"), (40, 300, 65, "F")]
-)
-def test_b_packed_into_words_zeroed_with_the_tops_is_packed_alike(m, k, n, layout) -> None:
-    """``pack_b`` into the zeroed words ``tops_exponents_and_zeros`` hands back (after tops
-    and exponents of odd sizes: the words' start is aligned by it, and the column pack's
-    float64 maxima need 8 bytes) gives the pack made with its own, flags and counts included;
-    the tops and exponents are ``tops_and_exponents``'."""
-    rng = np.random.default_rng(m + k + n)
-    a, b = make(rng, (m, k), "normal"), make(rng, (k, n), "normal")
-    a[:, 3] *= np.float32(2.0**30)  # a k-index moves: the column pack's scratch is used
-    a[1, 2], b[4, n - 1] = np.nan, np.inf
-    a_dev, b_dev = cp.asarray(a), cp.asarray(b)
-    if layout == "F":
-        b_dev = cp.asfortranarray(b_dev)
-    level = get_level("IV")
-    a_top, b_top, kexp, zeroed = tops_exponents_and_zeros(a_dev, b_dev, pack_b_zeros(b_dev))
-    assert zeroed.size == pack_b_zeros(b_dev) and not zeroed.any()
-    into = pack_b(b_dev, kexp, level, b_top, zeroed)
-    own = pack_b(b_dev, kexp, level, b_top)
-    for field in ("data", "exponents", "nonfinite", "flagged"):
-        assert cp.array_equal(getattr(into, field), getattr(own, field)), field
-    assert int(own.flagged[0]) >= 1
-    alone = tops_and_exponents(a_dev, b_dev)
-    assert cp.array_equal(kexp, alone[2]) and cp.array_equal(a_top.k, alone[0].k)
 
 
 @pytest.mark.parametrize("k", [300, 50_000])  # int32 class sums, and float64 over k blocks
