@@ -219,11 +219,15 @@ def shaped(*shape: int) -> np.ndarray:
     return np.broadcast_to(np.float32(0), shape)
 
 
-def test_auto_routes_large_products_to_level_iv() -> None:
+def test_auto_routes_large_products_to_level_iv(monkeypatch) -> None:
     """One product: level IV on the GPU where every dimension is at least min_dim, or at least
     large_min_dim with large_min_work multiply-adds (``auto.CROSSOVERS``); native float32 one
-    step short of either rule, and on the CPU."""
-    from mixpert.runtime import auto, dispatch
+    step short of either rule, and on the CPU. With no plan cache, so that no product replays
+    one graph: the rule for those (from replayed_min_dim a side, ``test_auto_policy``) would
+    take most of these shapes, as it did run alone where graphs take conditional nodes."""
+    from mixpert.runtime import auto, dispatch, plan_cache
+
+    monkeypatch.setenv(plan_cache.SWITCH, "0")
 
     def level(m: int, k: int, n: int, backend: str = "cuda") -> str:
         return dispatch.resolve_level("auto", shaped(m, k), shaped(k, n), backend).name
