@@ -74,7 +74,7 @@ struct BlockScale {
 
 __device__ __forceinline__ BlockScale block_scale(int e, int deep)
 {
-    const LineScale line = line_scale(e, BSL, deep);
+    const LineScale line = line_scale(e, BSL, deep, false);
     BlockScale s;
     s.shift = line.shift;
     s.quick = line.shift >= -126 && line.shift <= 125;

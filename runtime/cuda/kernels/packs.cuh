@@ -38,24 +38,6 @@ __device__ __forceinline__ double key_value(long long key)
     return (double)(0x800000LL + (key - e * 0x800000LL)) * pow2((int)e - 150);
 }
 
-// One entry (k-index exponent f) into a line's maxima: NaN/Inf into *bad; else, where its
-// k-index stays (f = 0: most of a line's, even where some move), its magnitude bits into *bits,
-// the cheap way; where it moves, its rebalanced_key into *key (which a dead k-index leaves).
-// The line's top is then fmax(key_value(*key), exact_double(*bits)): the same value as every
-// entry's rebalanced_key would give.
-__device__ __forceinline__ void take_entry(float x, int f, int sign, unsigned int* bits,
-                                           long long* key, int* bad)
-{
-    const unsigned int m = magnitude_bits(x);
-    if (m >= 0x7f800000u) {
-        *bad = 1;
-    } else if (f == 0) {
-        *bits = max(*bits, m);
-    } else {
-        *key = max(*key, rebalanced_key(x, f, sign));
-    }
-}
-
 // Largest |value| (of rebalanced values, so finite) over the block, returned to every thread;
 // *any_bad flags a NaN/Inf among the original entries.
 __device__ double block_max(double top, int bad, int* any_bad)
@@ -103,14 +85,21 @@ __device__ double line_max(const float* __restrict__ row, int k, const int* __re
                            int sign, int* any_bad)
 {
     int bad = 0;
-    unsigned int bits = 0u;  // entries whose k-index stays: magnitudes compare as bits
-    long long key = NO_KEY;  // those whose k-index moves: as rebalanced_key
-    const bool moves = kexp[k] != 0;  // else every f is 0: no loads
+    unsigned int bits = 0u;  // no k-index moves: magnitudes compare as bits
+    long long key = NO_KEY;  // else as rebalanced_key
+    const bool moves = kexp[k] != 0;
     for (int c = 4 * threadIdx.x; c < k; c += 4 * blockDim.x) {
         float v[4];
         load_row4(row, c, k, v);
-        for (int t = 0; t < 4 && c + t < k; ++t)
-            take_entry(v[t], moves ? kexp[c + t] : 0, sign, &bits, &key, &bad);
+        for (int t = 0; t < 4 && c + t < k; ++t) {
+            if (moves) {
+                bad |= !finite_bits(v[t]);
+                key = max(key, rebalanced_key(v[t], kexp[c + t], sign));
+            } else {
+                const unsigned int m = magnitude_bits(v[t]);
+                if (m < 0x7f800000u) bits = max(bits, m); else bad = 1;
+            }
+        }
     }
     const double top = fmax(key_value(key), exact_double(__uint_as_float(bits)));
     return block_max(top, bad, any_bad);
@@ -363,13 +352,13 @@ __device__ __forceinline__ int deep_entry(float x, int f, int sign, int shift, i
     return sig != 0 && t > 0 && (t >= 24 || sig < (1 << t));
 }
 
-// How a line's entries become packer integers. The quick way, for an entry whose k-index stays
-// (f = 0: every entry of a line where none moves, most where some do) when 2^shift is a normal
-// float32: x 2^shift in float32 is exact for a normal x (or below 2^-126, where rint gives 0
-// anyway), F2I rounds half to even like rint, and deep entries are those whose magnitude bits
-// lie below floor_bits, the bits of 2^(e - deep - 1). An entry whose k-index moves takes the
-// same way with 2^(sign f + shift) and the deep entries' bound of its k-index. Subnormal
-// entries (flushed by -ftz) and scales beyond float32's take the exact way above. The exact way for every entry (and float64 before it) kept the packers busy issuing
+// How a line's entries become packer integers. The quick way, when no k-index moves and 2^shift
+// is a normal float32: x 2^shift in float32 is exact for a normal x (or below 2^-126, where rint
+// gives 0 anyway), F2I rounds half to even like rint, and deep entries are those whose
+// magnitude bits lie below floor_bits, the bits of 2^(e - deep - 1). A line whose k-indices
+// move takes the same way entry by entry, with 2^(sign f + shift) and the deep entries' bound
+// per k-index. Subnormal entries (flushed by -ftz) and scales beyond float32's take the exact way
+// above. The exact way for every entry (and float64 before it) kept the packers busy issuing
 // ~100 instructions per entry (ncu on an H100: integer pipe 77% busy, DRAM 40%); the quick way
 // made pack A 1.4x faster at n = 8192.
 struct LineScale {
@@ -379,12 +368,12 @@ struct LineScale {
     unsigned int floor_bits;
 };
 
-__device__ __forceinline__ LineScale line_scale(int e, int slices, int deep)
+__device__ __forceinline__ LineScale line_scale(int e, int slices, int deep, bool moves)
 {
     LineScale s;
     s.shift = fraction_bits(slices) - e;
     s.limit = deep == NO_BYPASS ? DEEP_NEVER : fraction_bits(slices) - deep - 1;
-    s.quick = s.shift >= -126 && s.shift <= 127;
+    s.quick = !moves && s.shift >= -126 && s.shift <= 127;
     s.scale = __uint_as_float((unsigned int)(s.shift + 127) << 23);
     const int floor = deep == NO_BYPASS ? -150 : e - deep - 1;  // bits of 2^floor, clamped
     s.floor_bits = floor < -149  ? 0u
@@ -399,16 +388,16 @@ __device__ __forceinline__ int packer_integer(float x, int f, int sign, const Li
                                               int* deep_count)
 {
     const unsigned int m = magnitude_bits(x);
-    if (s.quick && f == 0) {
+    if (s.quick) {
         if (m >= 0x7f800000u) return 0;
         *deep_count += m != 0u && m < s.floor_bits;
         if (m >= 0x800000u || m == 0u) return __float2int_rn(x * s.scale);
         return scaled_integer(x, 0, sign, s.shift);  // subnormal
     }
-    // An entry whose k-index moves (or of a line whose 2^shift is not a normal float32): the
-    // quick way where x is normal and 2^up = 2^(sign f + shift) a normal float32; deep where
-    // |x| < 2^t, t = limit - up (= e - deep - 1 - sign f; far below any entry where the level
-    // bypasses no line): x's bits below 2^t's. (|f| stays below 150: float32 binades halved.)
+    // A line whose k-indices move, the quick way entry by entry where x is normal and
+    // 2^up = 2^(sign f + shift) a normal float32; deep where |x| < 2^t, t = limit - up
+    // (= e - deep - 1 - sign f; far below any entry where the level bypasses no line): x's
+    // bits below 2^t's. (|f| stays below 150: float32 binades halved.)
     if (f == DEAD || m == 0u || m >= 0x7f800000u) return 0;
     if (m >= 0x800000u) {
         const int up = s.shift + sign * f;
@@ -518,7 +507,7 @@ extern "C" __global__ void pack_int8(
 
     const int e = scale_exponent(top);
     const bool moves = kexp[k] != 0;  // else every f is 0: no loads
-    const LineScale scale = line_scale(e, slices, deep);
+    const LineScale scale = line_scale(e, slices, deep, moves);
     int count = 0;
     signed char* dst = out + line * (long long)slices * k_pad;
     // Each thread's next four entries are loaded before it slices the current ones (H100, n =
@@ -558,14 +547,22 @@ __device__ __forceinline__ void strip_max(
     const float* __restrict__ x, long long row_stride, int col, int q_begin, int q_end,
     const int* __restrict__ kexp, bool moves, double* top, int* bad)
 {
-    unsigned int bits = 0u;  // entries whose k-index stays: magnitudes compare as bits
-    long long key = NO_KEY;  // those whose k-index moves: as rebalanced_key
+    unsigned int bits = 0u;  // no k-index moves: magnitudes compare as bits
+    long long key = NO_KEY;  // else as rebalanced_key
     for (int q0 = q_begin + threadIdx.y; q0 < q_end; q0 += 8 * 16) {
 #pragma unroll
         for (int r = 0; r < 16; ++r) {
             const int q = q0 + 8 * r;
-            if (q < q_end)
-                take_entry(x[q * row_stride + col], moves ? kexp[q] : 0, 1, &bits, &key, bad);
+            if (q < q_end) {
+                const float v = x[q * row_stride + col];
+                if (moves) {
+                    *bad |= !finite_bits(v);
+                    key = max(key, rebalanced_key(v, kexp[q], 1));
+                } else {
+                    const unsigned int m = magnitude_bits(v);
+                    if (m < 0x7f800000u) bits = max(bits, m); else *bad = 1;
+                }
+            }
         }
     }
     *top = fmax(*top, fmax(key_value(key), exact_double(__uint_as_float(bits))));
@@ -705,12 +702,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) pack_int8_column_chunks(
     tops += z * n;
     deep_counts += z * n;
     const int col0 = blockIdx.x * 32, col = col0 + threadIdx.x;
+    const bool moves = kexp[k] != 0;
     if (col < n && blockIdx.y == 0 && threadIdx.y == 0)
         exps[col] = scale_exponent(__longlong_as_double((long long)tops[col]));
     __shared__ LineScale scale[32];  // of the strip's columns
     if (threadIdx.y == 0) {
         const double top = col < n ? __longlong_as_double((long long)tops[col]) : 0.0;
-        scale[threadIdx.x] = line_scale(scale_exponent(top), slices, deep);
+        scale[threadIdx.x] = line_scale(scale_exponent(top), slices, deep, moves);
     }
     __syncthreads();
     int count[4] = {0, 0, 0, 0};
