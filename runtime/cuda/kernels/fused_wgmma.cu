@@ -224,36 +224,18 @@ __device__ __forceinline__ float saturate(double v, int scale, double k_slack) {
 // induction variable w0 + step, + step, ..., unrolled late) level IV's SASS differed from that
 // of its four terms written out; the recursion compiles to the same SASS as those.
 
-// A class weight 2^e, e = -(w0 + step g), as the two constants of `weighted`: the high word of
-// 2^(52 + e) and the double 2^(52 + e) + 2^(31 + e).
-struct ClassWeight {
-  int high;
-  double offset;
-};
-
-// w[0..g]: the class weights, exact powers of two.
+// w[0..g] = 2^-(w0 + step g): the class weights, exact powers of two.
 template <int g, int G>
-__device__ __forceinline__ void set_weights(ClassWeight (&w)[G], int w0, int step) {
+__device__ __forceinline__ void set_weights(double (&w)[G], int w0, int step) {
   if constexpr (g > 0) set_weights<g - 1>(w, w0, step);
-  const int e = -(w0 + step * g);
-  w[g].high = (1023 + 52 + e) << 20;
-  w[g].offset = pow2(52 + e) + pow2(31 + e);
-}
-
-// The class sum s (an INT32) times its weight 2^e, exactly, without an int-to-double
-// conversion (16 a clock on an SM, where a DADD is 64; they were most of the epilogue's time):
-// the double whose high word is 2^(52 + e)'s and whose low word is s + 2^31 is
-// 2^(52 + e) + (s + 2^31) 2^e, and less w.offset it is s 2^e (both multiples of 2^e, their
-// difference below 2^(52 + e): exact). s = 0 gives +0.0, as the conversion did.
-__device__ __forceinline__ double weighted(u32 s, const ClassWeight& w) {
-  return __hiloint2double(w.high, static_cast<int>(s ^ 0x80000000u)) - w.offset;
+  w[g] = pow2(-(w0 + step * g));
 }
 
 // v + acc[g][r] w[g] + ... + acc[0][r] w[0], in that order (each product exact).
 template <int g, int G>
 __device__ __forceinline__ double add_classes(double v, const u32 (&acc)[G][ACC_REGS], int r,
-                                              const ClassWeight (&w)[G]) {
-  v = v + weighted(acc[g][r], w[g]);
+                                              const double (&w)[G]) {
+  v = v + static_cast<double>(static_cast<int>(acc[g][r])) * w[g];
   if constexpr (g > 0) return add_classes<g - 1>(v, acc, r, w);
   return v;
 }
@@ -262,8 +244,7 @@ __device__ __forceinline__ double add_classes(double v, const u32 (&acc)[G][ACC_
 // fused_kernel.py adds them (G = 3: from class 2; G = 4: from class 3), then scaled and saturated.
 template <int G>
 __device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int r,
-                                             const ClassWeight (&w)[G], int scale,
-                                             double k_slack) {
+                                             const double (&w)[G], int scale, double k_slack) {
   double v = add_classes<G - 1>(0.0, acc, r, w);
   v = v * pow2(scale);
   return saturate(v, scale, k_slack);
@@ -385,7 +366,7 @@ __device__ __forceinline__ void fused_wgmma(
     const int lane = t % 32;
     // float2 stores need 8-byte aligned pairs: C 8-aligned and n even (then m*n is even too).
     const bool pairs_aligned = ((reinterpret_cast<u64>(C) & 7) == 0) && ((n & 1) == 0);
-    ClassWeight w[CLASSES];   // class weights 2^-(w0 + step g)
+    double w[CLASSES];   // class weights 2^-(w0 + step g)
     set_weights<CLASSES - 1>(w, w0, step);
 
     u32 acc[CLASSES][ACC_REGS];
