@@ -15,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
+from . import switches
+
 DEFAULT_ENTRIES = 64
 DEFAULT_MIB = 2048
 SWITCH = "MIXPERT_PLAN_CACHE"
@@ -43,18 +45,9 @@ def limits() -> tuple[int, int]:
 
 
 def enabled() -> bool:
-    """Whether plans are kept (``$MIXPERT_PLAN_CACHE`` is not "0"; read at each lookup)."""
-    # (read several times a product: ``os.environ.get`` of an unset variable raises and catches
-    # a KeyError inside, microseconds on a busy host, where os.environ's own mapping of encoded
-    # names, kept in step with every change made through it, answers in tens of nanoseconds)
-    data = getattr(os.environ, "_data", None) if _POSIX else None
-    if type(data) is dict:
-        return data.get(_SWITCH_BYTES) != _OFF_BYTES
-    return os.environ.get(SWITCH) != "0"
-
-
-_POSIX = os.name == "posix"
-_SWITCH_BYTES, _OFF_BYTES = os.fsencode(SWITCH), os.fsencode("0")
+    """Whether plans are kept (``$MIXPERT_PLAN_CACHE`` is not "0"; read at each lookup, several
+    times a product: ``switches``)."""
+    return switches.read(SWITCH, "") != "0"
 
 
 class PlanCache:

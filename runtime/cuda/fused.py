@@ -23,6 +23,7 @@ from typing import Any
 import cupy as cp
 import numpy as np
 
+from .. import switches
 from ..combine import int32_k_block, overflow_slack
 from ..levels import LEVELS, Level, triangle
 from ..packer import pair_exponent
@@ -62,8 +63,9 @@ TILE = Tile(128, 64, 128, 8, 3)
 
 
 def mode() -> str:
-    """``SWITCH``'s value: "0", "always", or anything else for the default."""
-    return os.environ.get(SWITCH, "1")
+    """``SWITCH``'s value: "0", "always", or anything else for the default (read at each
+    product: ``switches``)."""
+    return switches.read(SWITCH, "1")
 
 
 @contextlib.contextmanager

@@ -157,22 +157,29 @@ class Binding:
         self._graph = graph  # (keeps the executable graph alive as long as the binding)
         self._executable = _P(graph.graphExec)
         self._kernels, self._memsets, self._context = kernels, memsets, context
+        self._held: tuple[int, ...] | None = None  # the bases every node holds, where known
 
     def point(self, bases: Sequence[int], force: bool = False) -> None:
         """The graph's next launches use ``bases[i]`` where it used buffer i's address: the
         nodes whose addresses change are rewritten (all of them with ``force``; a loop whose
-        operands and output stay where they were costs no driver call)."""
+        operands and output stay where they were costs no driver call, and no node is even
+        asked: the bases of the last call are compared whole)."""
+        bases = tuple(bases)
+        if bases == self._held and not force:
+            return
         kernels = [k for k in self._kernels if force or k.moved(bases)]
         memsets = [m for m in self._memsets if force or m.moved(bases)]
-        if not (kernels or memsets):  # (the executable graph holds these addresses already)
-            return
-        cuda = _driver()
-        # (a thread that made no runtime call yet has no current context: the driver needs it)
-        _check(cuda.cuCtxSetCurrent(self._context))
-        for kernel in kernels:
-            kernel.point(cuda, self._executable, bases)
-        for memset in memsets:
-            memset.point(cuda, self._executable, bases, self._context)
+        if kernels or memsets:  # (else the executable graph holds these addresses already)
+            self._held = None  # (unknown while nodes are rewritten: a refusal leaves it so)
+            cuda = _driver()
+            # (a thread that made no runtime call yet has no current context: the driver
+            # needs it)
+            _check(cuda.cuCtxSetCurrent(self._context))
+            for kernel in kernels:
+                kernel.point(cuda, self._executable, bases)
+            for memset in memsets:
+                memset.point(cuda, self._executable, bases, self._context)
+        self._held = bases
 
 
 def find(

@@ -180,6 +180,28 @@ def test_only_nodes_whose_addresses_moved_are_rewritten(monkeypatch) -> None:
     assert driver.sets == [1] and driver.kernels_set[1] == [pointer(A), pointer(b2)]
 
 
+def test_a_call_at_the_last_calls_addresses_asks_no_node(monkeypatch) -> None:
+    """The bases of the call before, given again, are compared whole: no node's words are read
+    (the host's cost of a loop over one product), until a call moves one."""
+    nodes = [kernel(pointer(A), pointer(B)), kernel(pointer(C))]
+    driver, binding = bound(monkeypatch, nodes)
+    asked = []
+    moved = graph_operands._KernelNode.moved
+    monkeypatch.setattr(
+        graph_operands._KernelNode,
+        "moved",
+        lambda node, bases: asked.append(1) or moved(node, bases),
+    )
+    driver.sets.clear()
+    for _ in range(3):
+        binding.point([A, B, C])  # (find left the graph at the captured addresses)
+    assert asked == [] and driver.sets == []
+    binding.point([A, B, C + 64])
+    assert len(asked) == 2 and driver.sets == [2]
+    binding.point([A, B, C + 64])
+    assert len(asked) == 2 and driver.sets == [2]
+
+
 @pytest.mark.parametrize(
     "nodes, why",
     [
