@@ -1,9 +1,10 @@
 """The exact CPU backend: the oracle every other backend is checked against.
 
-INT8 slice products are computed exactly with float64 BLAS on integer-valued blocks: every digit
-product is an integer of at most 2^14, and k is cut into blocks short enough (``float64_k_block``)
-that every partial sum stays below 2^53, so no operation in any summation order rounds. The exact
-class sums then go through ``combine.combine``.
+INT8 slice products are computed exactly with float32 BLAS on integer-valued blocks: every digit
+product is an integer of at most 2^14, and k is cut into blocks of at most FLOAT32_K_BLOCK, so
+every partial sum of a block stays within 2^24 and no operation in any summation order rounds;
+the blocks' products are summed into float64 class sums, which stay below 2^53
+(``float64_k_block``). The exact class sums then go through ``combine.combine``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from .combine import combine, float64_k_block, overflow_slack
 from .levels import Kind, Level, get_level
 
 TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
+# k-steps whose digit products (|d| <= 128: at most 2^14 each) sum exactly in float32 (to at
+# most 2^24) in any order: each pair's block product runs as SGEMM, twice DGEMM's rate on a CPU
+FLOAT32_K_BLOCK = 2**24 // 128**2
 STACK_BLOCK_BYTES = 64 << 20  # temporaries of one group of stacked pairs (int8_product_stack)
 
 
@@ -33,18 +37,20 @@ def exact_class_sums(
     a_digits: np.ndarray, b_digits: np.ndarray, level: Level, k_block: int | None = None
 ) -> dict[int, np.ndarray]:
     """S_g for each weight class g: exact integer sums (as float64) of a_i @ b_j^T, i + j = g,
-    k cut into blocks of at most ``k_block`` (exact in any blocking). Digits of stacks,
-    (slices, ..., m, k) and (slices, ..., n, k), give stacked sums (..., m, n)."""
+    k cut into blocks of at most ``k_block`` and FLOAT32_K_BLOCK (exact in any blocking): each
+    pair's block product in float32, its integers exact, summed into the classes in float64.
+    Digits of stacks, (slices, ..., m, k) and (slices, ..., n, k), give stacked sums
+    (..., m, n)."""
     k = a_digits.shape[-1]
     shape = (*a_digits.shape[1:-1], b_digits.shape[-2])
-    block = min(float64_k_block(level), k_block or k or 1)
+    block = min(float64_k_block(level), FLOAT32_K_BLOCK, k_block or k or 1)
     sums = {g: np.zeros(shape, dtype=np.float64) for g in level.groups}
     for start in range(0, k, block):
         stop = min(start + block, k)
-        a_f64 = a_digits[..., start:stop].astype(np.float64)
-        b_f64 = b_digits[..., start:stop].astype(np.float64)
-        for i, j in level.pairs:  # exact: integers below 2^53 throughout
-            sums[i + j] += a_f64[i] @ np.swapaxes(b_f64[j], -1, -2)
+        a_f32 = a_digits[..., start:stop].astype(np.float32)
+        b_f32 = b_digits[..., start:stop].astype(np.float32)
+        for i, j in level.pairs:  # exact: integers to 2^24 a block, below 2^53 in all
+            sums[i + j] += a_f32[i] @ np.swapaxes(b_f32[j], -1, -2)
     return sums
 
 
@@ -75,7 +81,8 @@ def int8_product(
         level.name, f, lambda: _sliced_row_blocks(a, f, level, rows)
     )  # fmt: skip
     k_slack = k * overflow_slack(level)
-    k_block = max(16, budget // (8 * max(level.a_slices, level.b_slices) * (rows + n)))
+    # (a k-block's float32 copies of the row block's and B's digits fit the budget)
+    k_block = max(16, budget // (4 * max(level.a_slices, level.b_slices) * (rows + n)))
     out = np.empty((m, n), dtype=np.float32)
     wide_rows = np.zeros(m, dtype=bool)
     for r0 in range(0, m, rows):

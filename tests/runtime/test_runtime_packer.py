@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mixpert.runtime import LADDER, LEVELS, combine, packer
+from mixpert.runtime import LADDER, LEVELS, combine, cpu, packer
 from mixpert.runtime.levels import get_level
 
 INT8_LEVELS = [lv for lv in LADDER if lv.kind == "int8"]
@@ -123,6 +123,33 @@ def test_int32_blocks_never_overflow(level) -> None:
             if i + j == g
         )
         assert combine.group_bound(level, g) == want
+
+
+@pytest.mark.parametrize("k", [cpu.FLOAT32_K_BLOCK, cpu.FLOAT32_K_BLOCK + 1, 3000])
+def test_the_cpu_class_sums_are_exact_at_the_largest_digits(k: int) -> None:
+    """The CPU's class sums (each pair's k-block product in float32) equal integer arithmetic
+    where every digit is at its bound (a whole block's sums near 2^24 in magnitude, odd ones
+    included; k a whole block, one step past it, several) and on random digits, whatever
+    k-block the caller asks."""
+    level = get_level("V")
+    rng = np.random.default_rng(k)
+    for fill in ("bounds", "random"):
+        shape_a, shape_b = (level.a_slices, 3, k), (level.b_slices, 2, k)
+        if fill == "bounds":
+            a = np.full(shape_a, -128, dtype=np.int8)
+            b = np.full(shape_b, -128, dtype=np.int8)
+            a[0], b[0] = 127, -127  # slice 0's digits reach 127
+        else:
+            a = rng.integers(-128, 128, shape_a).astype(np.int8)
+            b = rng.integers(-128, 128, shape_b).astype(np.int8)
+        want = {g: np.zeros((3, 2), dtype=np.int64) for g in level.groups}
+        for i, j in level.pairs:
+            want[i + j] += a[i].astype(np.int64) @ b[j].astype(np.int64).T
+        for k_block in (None, 700):
+            got = cpu.exact_class_sums(a, b, level, k_block)
+            for g in level.groups:
+                assert got[g].dtype == np.float64
+                np.testing.assert_array_equal(got[g], want[g].astype(np.float64))
 
 
 @pytest.mark.parametrize(
