@@ -6,10 +6,11 @@ change made through ``os.environ``, answers in tens of nanoseconds."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 _POSIX = os.name == "posix"
-_encoded: dict[str, bytes] = {}  # names as os.environ's own mapping keys them
+_encoded = functools.cache(os.fsencode)  # names as os.environ's own mapping keys them
 
 
 def read(name: str, default: str) -> str:
@@ -17,8 +18,5 @@ def read(name: str, default: str) -> str:
     data = getattr(os.environ, "_data", None) if _POSIX else None
     if type(data) is not dict:
         return os.environ.get(name, default)
-    key = _encoded.get(name)
-    if key is None:
-        key = _encoded.setdefault(name, os.fsencode(name))
-    value = data.get(key)
+    value = data.get(_encoded(name))
     return default if value is None else os.fsdecode(value)
