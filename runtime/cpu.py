@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import blocks, bypass, equilibrate, fp16split, ordered, pack_reuse, packer, workspace
-from .combine import combine, float64_k_block, overflow_slack
+from .combine import combine, overflow_slack
 from .levels import Kind, Level, get_level
 
 TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
@@ -43,7 +43,7 @@ def exact_class_sums(
     (..., m, n)."""
     k = a_digits.shape[-1]
     shape = (*a_digits.shape[1:-1], b_digits.shape[-2])
-    block = min(float64_k_block(level), FLOAT32_K_BLOCK, k_block or k or 1)
+    block = min(FLOAT32_K_BLOCK, k_block or k or 1)
     sums = {g: np.zeros(shape, dtype=np.float64) for g in level.groups}
     for start in range(0, k, block):
         stop = min(start + block, k)
