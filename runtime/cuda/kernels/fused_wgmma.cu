@@ -241,16 +241,90 @@ __device__ __forceinline__ double add_classes(double v, const u32 (&acc)[G][ACC_
 }
 
 // One output: its class sums acc[g][r] from the smallest weight (g = G - 1) to the largest, as
-// fused_kernel.py adds them (G = 3: from class 2; G = 4: from class 3), then scaled and saturated.
+// fused_kernel.py adds them (G = 3: from class 2; G = 4: from class 3), then scaled.
+template <int G>
+__device__ __forceinline__ double combined(const u32 (&acc)[G][ACC_REGS], int r,
+                                           const double (&w)[G], int scale) {
+  return add_classes<G - 1>(0.0, acc, r, w) * pow2(scale);
+}
+
+// ... saturated: combine's value.
 template <int G>
 __device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int r,
                                              const double (&w)[G], int scale, double k_slack) {
-  double v = add_classes<G - 1>(0.0, acc, r, w);
-  v = v * pow2(scale);
-  return saturate(v, scale, k_slack);
+  return saturate(combined(acc, r, w, scale), scale, k_slack);
+}
+
+// ... converted alone, straight-line: combine_one's value wherever it is finite, since
+// round_to_float is the plain conversion (no ftz) and saturate changes only values that
+// convert to +-Inf (|v| >= OVERFLOW_THRESHOLD), where the caller calls combine_one instead.
+// (The epilogue issues every output's instructions from 8 warps a tile: combine_one's branches
+// per output cost more of it than the arithmetic.)
+template <int G>
+__device__ __forceinline__ float combine_finite(const u32 (&acc)[G][ACC_REGS], int r,
+                                                const double (&w)[G], int scale) {
+  return static_cast<float>(combined(acc, r, w, scale));
 }
 
 // ---------------------------------------------------------------- the kernel
+// One consumer thread's outputs in C (m64nNk32 s32 fragment, PTX ISA; CUTLASS CLayout_64xN, per
+// class accumulator: acc[g][4i + 0/1] -> row 16 warp + lane/4, cols 8i + 2 (lane % 4) + 0/1;
+// acc[g][4i + 2/3] -> row 8 below, same cols): rows row0 (lo) and row0 + 8 (hi) from c_lo and
+// c_hi, columns col0 + 8i, + 1; their rows' exponents row_exps[0] and [8], their columns'
+// col_exps[8i], [8i + 1].
+struct Outputs {
+  float* c_lo;
+  float* c_hi;
+  const int* row_exps;
+  const int* col_exps;
+  int col0, n;
+  bool lo_ok, hi_ok, pairs_aligned;
+};
+
+// Stores the thread's outputs: each as combine_finite gives it, or (SATURATING) as combine_one
+// does; returns whether one came out +-Inf. CHECKED: rows and columns compared with C's edges
+// and pairs stored one by one where unaligned; unchecked, every output is inside C and each pair
+// one 8-byte store.
+template <bool SATURATING, bool CHECKED, int G>
+__device__ __forceinline__ bool store_outputs(const Outputs& o, const u32 (&acc)[G][ACC_REGS],
+                                              const double (&w)[G], double k_slack) {
+  bool overflowed = false;
+#pragma unroll
+  for (int i = 0; i < BLOCK_N / 8; ++i) {
+    const int col = o.col0 + 8 * i;
+    const bool c0_ok = !CHECKED || col < o.n;
+    const bool c1_ok = !CHECKED || col + 1 < o.n;
+    const int eb0 = o.col_exps[8 * i];
+    const int eb1 = o.col_exps[8 * i + 1];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {   // h = 0: row0, h = 1: row0 + 8
+      const bool row_ok = !CHECKED || (h == 0 ? o.lo_ok : o.hi_ok);
+      if (!row_ok || !c0_ok) continue;
+      const int ea = o.row_exps[8 * h];
+      float* p = (h == 0 ? o.c_lo : o.c_hi) + 8 * i;
+      const int r = 4 * i + 2 * h;
+      const float v0 = SATURATING ? combine_one(acc, r, w, ea + eb0, k_slack)
+                                  : combine_finite(acc, r, w, ea + eb0);
+      overflowed |= isinf(v0);
+      if (c1_ok) {
+        const float v1 = SATURATING ? combine_one(acc, r + 1, w, ea + eb1, k_slack)
+                                    : combine_finite(acc, r + 1, w, ea + eb1);
+        overflowed |= isinf(v1);
+        // Streaming stores: C is written once, keep L2 for the packs.
+        if (!CHECKED || o.pairs_aligned) {
+          __stcs(reinterpret_cast<float2*>(p), make_float2(v0, v1));
+        } else {
+          __stcs(p, v0);
+          __stcs(p + 1, v1);
+        }
+      } else {
+        __stcs(p, v0);
+      }
+    }
+  }
+  return overflowed;
+}
+
 
 // Waits until `threads` threads (whole warps) have reached barrier `id` (1-15: 0 is
 // __syncthreads'), their shared-memory writes before it visible to each other after it.
@@ -465,48 +539,23 @@ __device__ __forceinline__ void fused_wgmma(
       named_barrier_sync(1 + cw, 128);
 
       // ---------------------------------------------------------- epilogue
-      // m64nNk32 s32 fragment (PTX ISA; CUTLASS CLayout_64xN), per class accumulator:
-      //   acc[g][4i + 0/1] -> row 16*warp + lane/4,     cols 8i + 2*(lane%4) + 0/1
-      //   acc[g][4i + 2/3] -> row 16*warp + lane/4 + 8, same cols
+      // (the accumulators' fragment: Outputs)
       const int row = warp * 16 + lane / 4;   // of this consumer's rows (exps[row])
       const int row0 = tm * BLOCK_M + tile_row + row;   // < m + 128
       const int col0 = tn * BLOCK_N + 2 * (lane % 4);
       const bool lo_ok = row0 < m;
       const bool hi_ok = row0 + 8 < m;
-      const int ea_lo = exps[row];
-      const int ea_hi = exps[row + 8];
       const int* const col_exps = exps + 64 + 2 * (lane % 4);   // column col0's, col0 + 1's, ...
       float* c_lo = C + static_cast<long long>(tb) * m * n + static_cast<long long>(row0) * n + col0;
       float* c_hi = c_lo + 8LL * n;
-#pragma unroll
-      for (int i = 0; i < BLOCK_N / 8; ++i) {
-        const int col = col0 + 8 * i;
-        const bool c0_ok = col < n;
-        const bool c1_ok = col + 1 < n;
-        const int eb0 = col_exps[8 * i];
-        const int eb1 = col_exps[8 * i + 1];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {   // h = 0: row0, h = 1: row0 + 8
-          const bool row_ok = h == 0 ? lo_ok : hi_ok;
-          if (!row_ok || !c0_ok) continue;
-          const int ea = h == 0 ? ea_lo : ea_hi;
-          float* p = (h == 0 ? c_lo : c_hi) + 8 * i;
-          const int r = 4 * i + 2 * h;
-          const float v0 = combine_one(acc, r, w, ea + eb0, k_slack);
-          if (c1_ok) {
-            const float v1 = combine_one(acc, r + 1, w, ea + eb1, k_slack);
-            // Streaming stores: C is written once, keep L2 for the packs.
-            if (pairs_aligned) {
-              __stcs(reinterpret_cast<float2*>(p), make_float2(v0, v1));
-            } else {
-              __stcs(p, v0);
-              __stcs(p + 1, v1);
-            }
-          } else {
-            __stcs(p, v0);
-          }
-        }
-      }
+      // Every output as combine_finite gives it, by the unchecked way where the thread's
+      // outputs lie inside C; where one came out +-Inf, all of them again as combine_one gives
+      // them (saturate's case: rare, so not worth a branch per output).
+      const Outputs out{c_lo, c_hi, exps + row, col_exps, col0, n, lo_ok, hi_ok, pairs_aligned};
+      const bool inside = hi_ok && tn * BLOCK_N + BLOCK_N <= n && pairs_aligned;
+      const bool overflowed = inside ? store_outputs<false, false>(out, acc, w, k_slack)
+                                     : store_outputs<false, true>(out, acc, w, k_slack);
+      if (overflowed) store_outputs<true, true>(out, acc, w, k_slack);
     }
   }
 }
