@@ -220,39 +220,52 @@ __device__ __forceinline__ float saturate(double v, int scale, double k_slack) {
   return round_to_float(v);
 }
 
-// The per-class steps below recurse over g at compile time rather than loop: as a loop (an
-// induction variable w0 + step, + step, ..., unrolled late) level IV's SASS differed from that
-// of its four terms written out; the recursion compiles to the same SASS as those.
-
-// w[0..g] = 2^-(w0 + step g): the class weights, exact powers of two.
-template <int g, int G>
-__device__ __forceinline__ void set_weights(double (&w)[G], int w0, int step) {
-  if constexpr (g > 0) set_weights<g - 1>(w, w0, step);
-  w[g] = pow2(-(w0 + step * g));
+// a b + c for int32 a and b (a's bits) and int64 c: one IMAD.WIDE (written as int64 products,
+// the compiler split each into three multiplies).
+__device__ __forceinline__ long long mad_wide(u32 a, int b, long long c) {
+  long long d;
+  asm("mad.wide.s32 %0, %1, %2, %3;" : "=l"(d) : "r"(a), "r"(b), "l"(c));
+  return d;
 }
 
-// v + acc[g][r] w[g] + ... + acc[0][r] w[0], in that order (each product exact).
-template <int g, int G>
-__device__ __forceinline__ double add_classes(double v, const u32 (&acc)[G][ACC_REGS], int r,
-                                              const double (&w)[G]) {
-  v = v + static_cast<double>(static_cast<int>(acc[g][r])) * w[g];
-  if constexpr (g > 0) return add_classes<g - 1>(v, acc, r, w);
-  return v;
+// The level's class weights as one integer each: class g's sum counts 2^(step (G - 1 - g)) units
+// of the smallest weight 2^-(w0 + step (G - 1)), and unit_exponent is that weight's exponent.
+template <int G>
+struct ClassUnits {
+  int mult[G];
+  int unit_exponent;
+};
+
+template <int G>
+__device__ __forceinline__ ClassUnits<G> class_units(int w0, int step) {
+  ClassUnits<G> u;
+#pragma unroll
+  for (int g = 0; g < G; ++g) u.mult[g] = 1 << (step * (G - 1 - g));
+  u.unit_exponent = -(w0 + step * (G - 1));
+  return u;
 }
 
-// One output: its class sums acc[g][r] from the smallest weight (g = G - 1) to the largest, as
-// fused_kernel.py adds them (G = 3: from class 2; G = 4: from class 3), then scaled.
+// One output: its class sums added from the smallest weight (g = G - 1) to the largest in
+// float64, as fused_kernel.py adds them, then scaled. Every partial sum but the last is exact
+// there (|S_g| < 2^31 and step * (G - 2) <= 21, checked at launch: below 2^53), so that value is
+// the exact total rounded once: the total in units, an int64 (below 2^56), converted (rounded
+// to nearest even) and scaled by powers of two (exact: the exponents stay in float64's normal
+// range). One conversion an output, not one a class.
 template <int G>
 __device__ __forceinline__ double combined(const u32 (&acc)[G][ACC_REGS], int r,
-                                           const double (&w)[G], int scale) {
-  return add_classes<G - 1>(0.0, acc, r, w) * pow2(scale);
+                                           const ClassUnits<G>& units, int scale) {
+  long long total = static_cast<int>(acc[G - 1][r]);
+#pragma unroll
+  for (int g = G - 2; g >= 0; --g) total = mad_wide(acc[g][r], units.mult[g], total);
+  return static_cast<double>(total) * pow2(units.unit_exponent + scale);
 }
 
 // ... saturated: combine's value.
 template <int G>
 __device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int r,
-                                             const double (&w)[G], int scale, double k_slack) {
-  return saturate(combined(acc, r, w, scale), scale, k_slack);
+                                             const ClassUnits<G>& units, int scale,
+                                             double k_slack) {
+  return saturate(combined(acc, r, units, scale), scale, k_slack);
 }
 
 // ... converted alone, straight-line: combine_one's value wherever it is finite, since
@@ -262,8 +275,8 @@ __device__ __forceinline__ float combine_one(const u32 (&acc)[G][ACC_REGS], int 
 // per output cost more of it than the arithmetic.)
 template <int G>
 __device__ __forceinline__ float combine_finite(const u32 (&acc)[G][ACC_REGS], int r,
-                                                const double (&w)[G], int scale) {
-  return static_cast<float>(combined(acc, r, w, scale));
+                                                const ClassUnits<G>& units, int scale) {
+  return static_cast<float>(combined(acc, r, units, scale));
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -287,7 +300,7 @@ struct Outputs {
 // one 8-byte store.
 template <bool SATURATING, bool CHECKED, int G>
 __device__ __forceinline__ bool store_outputs(const Outputs& o, const u32 (&acc)[G][ACC_REGS],
-                                              const double (&w)[G], double k_slack) {
+                                              const ClassUnits<G>& units, double k_slack) {
   bool overflowed = false;
 #pragma unroll
   for (int i = 0; i < BLOCK_N / 8; ++i) {
@@ -303,12 +316,12 @@ __device__ __forceinline__ bool store_outputs(const Outputs& o, const u32 (&acc)
       const int ea = o.row_exps[8 * h];
       float* p = (h == 0 ? o.c_lo : o.c_hi) + 8 * i;
       const int r = 4 * i + 2 * h;
-      const float v0 = SATURATING ? combine_one(acc, r, w, ea + eb0, k_slack)
-                                  : combine_finite(acc, r, w, ea + eb0);
+      const float v0 = SATURATING ? combine_one(acc, r, units, ea + eb0, k_slack)
+                                  : combine_finite(acc, r, units, ea + eb0);
       overflowed |= isinf(v0);
       if (c1_ok) {
-        const float v1 = SATURATING ? combine_one(acc, r + 1, w, ea + eb1, k_slack)
-                                    : combine_finite(acc, r + 1, w, ea + eb1);
+        const float v1 = SATURATING ? combine_one(acc, r + 1, units, ea + eb1, k_slack)
+                                    : combine_finite(acc, r + 1, units, ea + eb1);
         overflowed |= isinf(v1);
         // Streaming stores: C is written once, keep L2 for the packs.
         if (!CHECKED || o.pairs_aligned) {
@@ -366,6 +379,8 @@ __device__ __forceinline__ void fused_wgmma(
 
   // A launch the kernel was not built for would hang or corrupt memory: fail loudly.
   if (blockDim.x != NUM_THREADS || dynamic_smem_size() < static_cast<u32>(L::SMEM_BYTES)) __trap();
+  // combined's premise: the class sums' partial sums but the last are exact in float64.
+  if (step < 0 || step * (L::CLASSES - 2) > 53 - 32) __trap();
   if (m <= 0 || n <= 0 || k_pad <= 0 || batch <= 0 || raster_group <= 0) return;
 
   extern __shared__ unsigned char smem_raw[];
@@ -440,8 +455,7 @@ __device__ __forceinline__ void fused_wgmma(
     const int lane = t % 32;
     // float2 stores need 8-byte aligned pairs: C 8-aligned and n even (then m*n is even too).
     const bool pairs_aligned = ((reinterpret_cast<u64>(C) & 7) == 0) && ((n & 1) == 0);
-    double w[CLASSES];   // class weights 2^-(w0 + step g)
-    set_weights<CLASSES - 1>(w, w0, step);
+    const ClassUnits<CLASSES> units = class_units<CLASSES>(w0, step);
 
     u32 acc[CLASSES][ACC_REGS];
 #pragma unroll
@@ -553,9 +567,9 @@ __device__ __forceinline__ void fused_wgmma(
       // them (saturate's case: rare, so not worth a branch per output).
       const Outputs out{c_lo, c_hi, exps + row, col_exps, col0, n, lo_ok, hi_ok, pairs_aligned};
       const bool inside = hi_ok && tn * BLOCK_N + BLOCK_N <= n && pairs_aligned;
-      const bool overflowed = inside ? store_outputs<false, false>(out, acc, w, k_slack)
-                                     : store_outputs<false, true>(out, acc, w, k_slack);
-      if (overflowed) store_outputs<true, true>(out, acc, w, k_slack);
+      const bool overflowed = inside ? store_outputs<false, false>(out, acc, units, k_slack)
+                                     : store_outputs<false, true>(out, acc, units, k_slack);
+      if (overflowed) store_outputs<true, true>(out, acc, units, k_slack);
     }
   }
 }
