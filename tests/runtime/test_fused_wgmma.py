@@ -207,6 +207,24 @@ def test_special_values_and_the_ends_of_the_float32_range(level):
     np.testing.assert_array_equal(bits(by_kernel(a, b, level)), bits(want))
 
 
+@pytest.mark.parametrize("level", KERNELS)
+def test_products_just_past_float32s_top_saturate_as_the_oracle(level):
+    """Rows of 2^120 against columns of 256 ones and zeros: products of exactly 2^128, past
+    float32's top by less than the error bound of I, T6 and IV (saturated to +-FLT_MAX) and by
+    more than V's (+-Inf), beside finite products in the same tiles: the kernel's second pass,
+    taken only where an output converts to +-Inf, gives the oracle's bits."""
+    rng = np.random.default_rng(21)
+    a, b = gemmul8(np, rng, (130, 300), 0.5), gemmul8(np, rng, (300, 70), 0.5)
+    a[4], a[77] = 2.0**120, -(2.0**120)
+    b[:, [0, 5, 69]] = 0.0
+    b[:256, [0, 5, 69]] = 1.0
+    want = dispatch.np_matmul_at_level(a, b, level, backend="cpu")
+    past_the_top = want[np.ix_([4, 77], [0, 5, 69])]
+    saturated = np.abs(past_the_top) == np.finfo(np.float32).max
+    assert saturated.all() if level != "V" else np.isinf(past_the_top).all()
+    np.testing.assert_array_equal(bits(by_kernel(a, b, level)), bits(want))
+
+
 def test_large_outputs_stay_fused_and_match_the_pipeline(monkeypatch):
     """Level IV is fused at every size on Hopper (where Triton's kernel hands large outputs to
     the class-sum pipeline); at 2048 x 1040 x 2048 both give the same bits."""
