@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from mixpert.runtime import LADDER, get_level
 from mixpert.runtime.cuda import fused_wgmma, hopper
+from mixpert.runtime.packer import pair_exponent
 
 SMEM_LIMIT = 227 * 1024  # Hopper's dynamic shared memory a block
 ENTRY = re.compile(r"^FUSED_WGMMA_KERNEL\((\w+), (\d+), (\d+), (\d+), (\w+)\)", re.MULTILINE)
@@ -150,3 +152,26 @@ def test_a_ping_pong_variant_is_its_levels_kernel_on_64_row_tiles_two_to_a_block
         assert (own.tile_m, pp.tile_m) == (128, 64)
         assert own.tiles(3, 129, 65) == 3 * 2 * 2 and pp.tiles(3, 129, 65) == 3 * 3 * 2
         assert own.blocks_wanted(12) == 12 and pp.blocks_wanted(18) == pp.blocks_wanted(17) == 9
+
+
+@pytest.mark.parametrize("name", sorted(fused_wgmma.FORMS))
+def test_one_int64_total_of_the_class_sums_is_combines_float64_sum(name) -> None:
+    """The kernels' epilogue (``combined``) converts sum_g S_g 2^(step (G - 1 - g)), an int64,
+    once, where combine adds S_g 2^-(w0 + step g) in float64 from the smallest weight up: the
+    same value where every partial sum but the last is exact, which the packer's class step
+    gives (the kernel traps otherwise). Checked on class sums at INT32's ends and at random."""
+    w0 = pair_exponent(0)
+    step = pair_exponent(1) - w0
+    classes = max(i + j for i, j in fused_wgmma.FORMS[name].pairs) + 1
+    assert step * (classes - 2) <= 21 and step * (classes - 1) <= 30  # the kernel's checks
+    rng = np.random.default_rng(classes)
+    ends = [-(2**31), 2**31 - 1, 0, 1, -1]
+    cases = [list(rng.choice(ends, classes)) for _ in range(200)]
+    cases += [list(rng.integers(-(2**31), 2**31, classes)) for _ in range(2000)]
+    for sums in cases:
+        combine_sum = 0.0
+        for g in reversed(range(classes)):
+            combine_sum = combine_sum + float(sums[g]) * 2.0 ** -(w0 + step * g)
+        total = sum(int(sums[g]) << (step * (classes - 1 - g)) for g in range(classes))
+        assert -(2**62) < total < 2**62
+        assert float(total) * 2.0 ** -(w0 + step * (classes - 1)) == combine_sum, sums

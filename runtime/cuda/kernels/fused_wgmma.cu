@@ -247,10 +247,11 @@ __device__ __forceinline__ ClassUnits<G> class_units(int w0, int step) {
 
 // One output: its class sums added from the smallest weight (g = G - 1) to the largest in
 // float64, as fused_kernel.py adds them, then scaled. Every partial sum but the last is exact
-// there (|S_g| < 2^31 and step * (G - 2) <= 21, checked at launch: below 2^53), so that value is
-// the exact total rounded once: the total in units, an int64 (below 2^56), converted (rounded
-// to nearest even) and scaled by powers of two (exact: the exponents stay in float64's normal
-// range). One conversion an output, not one a class.
+// there (|S_g| < 2^31 and step (G - 2) <= 21: below 2^53), so that value is the exact total
+// rounded once: the total in units, an int64 (step (G - 1) <= 30: below 2^62), converted
+// (rounded to nearest even) and scaled by powers of two (exact: the exponents stay in
+// float64's normal range). One conversion an output, not one a class. (Both bounds on step
+// are checked at launch.)
 template <int G>
 __device__ __forceinline__ double combined(const u32 (&acc)[G][ACC_REGS], int r,
                                            const ClassUnits<G>& units, int scale) {
@@ -379,8 +380,9 @@ __device__ __forceinline__ void fused_wgmma(
 
   // A launch the kernel was not built for would hang or corrupt memory: fail loudly.
   if (blockDim.x != NUM_THREADS || dynamic_smem_size() < static_cast<u32>(L::SMEM_BYTES)) __trap();
-  // combined's premise: the class sums' partial sums but the last are exact in float64.
-  if (step < 0 || step * (L::CLASSES - 2) > 53 - 32) __trap();
+  // combined's premises: the class sums' partial sums but the last exact in float64, and
+  // their total in int64.
+  if (step < 0 || step * (L::CLASSES - 2) > 21 || step * (L::CLASSES - 1) > 30) __trap();
   if (m <= 0 || n <= 0 || k_pad <= 0 || batch <= 0 || raster_group <= 0) return;
 
   extern __shared__ unsigned char smem_raw[];
