@@ -45,18 +45,32 @@ SETTLE = 0.5  # seconds of a run left unsampled: the clock falls from its boost 
 
 
 def sampler() -> Callable[[], tuple[float, float]] | None:
-    """(SM clock in MHz, board power in W) now, from nvidia-smi; None where it is missing."""
+    """(SM clock in MHz, board power in W) of the current device now, from nvidia-smi; None
+    where it is missing."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
-    query = [smi, "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-             f"--id={cp.cuda.runtime.getDevice()}"]  # fmt: skip
+    query = [smi, "--query-gpu=pci.bus_id,clocks.sm,power.draw", "--format=csv,noheader,nounits"]
+    bus = cp.cuda.runtime.deviceGetPCIBusId(cp.cuda.runtime.getDevice())
 
     def sample() -> tuple[float, float]:
-        clock, power = subprocess.run(query, capture_output=True, text=True).stdout.split(",")
-        return float(clock), float(power)
+        return reading(subprocess.run(query, capture_output=True, text=True).stdout, bus)
 
     return sample
+
+
+def reading(text: str, bus: str) -> tuple[float, float]:
+    """(clock, power) from nvidia-smi's lines of "bus id, clock, power": the line of PCI bus
+    ``bus`` (nvidia-smi's numbering need not be CUDA's: CUDA_VISIBLE_DEVICES reorders the
+    latter; its bus ids carry a longer domain), or the only line."""
+    lines = [[field.strip() for field in line.split(",")] for line in text.strip().splitlines()]
+    place = bus.lower().split(":", 1)[-1]  # bus:device.function, without the domain
+    mine = [line for line in lines if line[0].lower().endswith(place)]
+    if len(mine) != 1:
+        mine = lines if len(lines) == 1 else []
+    if not mine:
+        raise RuntimeError(f"nvidia-smi lists no GPU at PCI bus {bus}: {text!r}")
+    return float(mine[0][1]), float(mine[0][2])
 
 
 def sustained(

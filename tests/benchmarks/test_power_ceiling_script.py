@@ -52,3 +52,11 @@ def test_plot_is_written(script, tmp_path: Path) -> None:
     rows = script.with_ratios(measured(4096, 4.0)) + script.with_ratios(measured(8192, 5.0))
     script.plot(rows, tmp_path / "power-ceiling.png")
     assert (tmp_path / "power-ceiling.png").stat().st_size > 10_000
+
+
+def test_the_current_devices_reading_is_found_by_its_pci_bus(script) -> None:
+    text = "00000000:18:00.0, 1980, 126.30\n00000000:3B:00.0, 1515, 693.73\n"
+    assert script.reading(text, "0000:3b:00.0") == (1515.0, 693.73)
+    assert script.reading("00000000:18:00.0, 1455, 690.1\n", "0000:3b:00.0") == (1455.0, 690.1)
+    with pytest.raises(RuntimeError, match="no GPU at PCI bus 0000:5e:00.0"):
+        script.reading(text, "0000:5e:00.0")

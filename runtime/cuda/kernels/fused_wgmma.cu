@@ -339,7 +339,6 @@ __device__ __forceinline__ bool store_outputs(const Outputs& o, const u32 (&acc)
   return overflowed;
 }
 
-
 // Waits until `threads` threads (whole warps) have reached barrier `id` (1-15: 0 is
 // __syncthreads'), their shared-memory writes before it visible to each other after it.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
