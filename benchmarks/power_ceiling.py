@@ -32,7 +32,7 @@ from mixpert.runtime.device import device_name, exit_without_gpu
 exit_without_gpu("benchmarks/power_ceiling.py")
 
 import cupy as cp  # noqa: E402
-import numpy as np  # noqa: E402
+from call_overhead import checked  # noqa: E402
 
 from mixpert.bench.gemm import method_fn, random_inputs, results_folder  # noqa: E402
 from mixpert.runtime.levels import get_level  # noqa: E402
@@ -97,8 +97,8 @@ def sustained(
             samples.append(sample())
             done.wait(SAMPLE_EVERY)
 
-    sampler_thread = threading.Thread(target=sampling, daemon=True)
-    if sample is not None:
+    sampler_thread = threading.Thread(target=sampling, daemon=True) if sample else None
+    if sampler_thread is not None:
         sampler_thread.start()
     start.record()
     for _ in range(calls):
@@ -106,19 +106,12 @@ def sustained(
     end.record()
     end.synchronize()
     done.set()
-    if sample is not None:
+    if sampler_thread is not None:
         sampler_thread.join()
     ms = cp.cuda.get_elapsed_time(start, end) / calls
     if not samples:
         return ms, None, None
     return ms, median(c for c, _ in samples), median(p for _, p in samples)
-
-
-def error(call: Callable[[], Any], a: cp.ndarray, b: cp.ndarray, exact: cp.ndarray) -> float:
-    """||C - C64||_F / ||C64||_F of one call, its result copied into a NaN-poisoned output."""
-    out = cp.full(exact.shape, np.nan, dtype=cp.float32)
-    out[...] = call()
-    return float(cp.linalg.norm(out.astype(cp.float64) - exact) / cp.linalg.norm(exact))
 
 
 def int8_gemm(n: int, seed: int) -> Callable[[], cp.ndarray]:
@@ -145,14 +138,13 @@ def int8_gemm(n: int, seed: int) -> Callable[[], cp.ndarray]:
 def case(n: int, seconds: float, sample: Callable[[], tuple[float, float]] | None) -> list[dict]:
     """Every method at n x n x n, sustained, one after another."""
     a, b = random_inputs(cp, n, n, n, "phi0.5", n)
-    exact = a.astype(cp.float64) @ b.astype(cp.float64)
     rows = []
     for name in ("sgemm", "tf32", INT8, *LEVELS):
         if name == INT8:
             call, ran, err, products = int8_gemm(n, n + 1), INT8, None, 1
         else:
             call, ran = method_fn(cp, name, a, b)
-            err = error(call, a, b, exact)
+            err = checked(call, a, b)
             products = len(get_level(name).pairs) if name in LEVELS else None
         ms, clock, power = sustained(call, seconds, sample)
         rows.append({"n": n, "method": name, "ran": ran, "ms": ms, "products": products,
