@@ -4,9 +4,12 @@ native float32 (CuPy, cuBLAS SGEMM) and with every op at TF32, data resident on 
 Each sample is tuned for its own tol (on inputs from seed 0 at the full size), then measured on
 held-out inputs (seed 1): error against the
 float64 run of the same code (MixPert Eq. 10), the sample's checks, and best-of-3 times after a
-warm-up. One JSON per sample lands in ``<out>/samples/`` as soon as it is measured (so a run cut
-short keeps what it finished); ``--report`` merges them into ``samples.json``, ``samples.md`` and
-``samples.png``.
+warm-up. Then each product is timed inside a call, natively and at the plan's levels
+(``bench.sample_products``), for what bounds the sample: its speedup with products at no cost,
+and with every product at the board's INT8 rate (one INT8 GEMM's against SGEMM at
+INT8_RATIO_SIDE, measured in the same run). One JSON per sample lands in ``<out>/samples/`` as
+soon as it is measured (so a run cut short keeps what it finished); ``--report`` merges them
+into ``samples.json``, ``samples.md`` and ``samples.png``.
 
     python benchmarks/samples_e2e.py [NAME ...] [--out DIR] [--size-key gpu] [--backend cuda]
     python benchmarks/samples_e2e.py --report [--out DIR]
@@ -24,11 +27,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mixpert.bench.gemm import results_folder
+from mixpert.bench.gemm import random_inputs, results_folder
+from mixpert.bench.sample_products import (
+    OpSeconds,
+    bounds,
+    mixpert_op_seconds,
+    native_op_seconds,
+)
 from mixpert.runtime.device import device_name, exit_without_gpu
-from mixpert.samples import SampleRun, load_sample, run_sample, sample_paths
+from mixpert.samples import Sample, SampleRun, array_module, load_sample, run_sample, sample_paths
+from mixpert.timing import gpu_median_seconds
 
 console = Console(width=160)
+INT8_RATIO_SIDE = 8192  # a GEMM large enough to run the INT8 tensor cores at their rate
 
 
 def record(run: SampleRun, size_key: str) -> dict[str, Any]:
@@ -61,9 +72,50 @@ def record(run: SampleRun, size_key: str) -> dict[str, Any]:
     }
 
 
+def int8_ratio(n: int = INT8_RATIO_SIDE) -> float:
+    """SGEMM's time over cuBLAS's INT8 GEMM's at n x n x n, in this run."""
+    import cupy as cp
+    from power_ceiling import int8_gemm  # (a GPU benchmark: imported only on a GPU run)
+
+    a, b = random_inputs(cp, n, n, n, "phi0.5", n)
+    sgemm = gpu_median_seconds(lambda: a @ b, 2 * n**3)
+    int8 = gpu_median_seconds(int8_gemm(n, n + 1), 2 * n**3)
+    return sgemm / int8
+
+
+def product_times(
+    sample: Sample, run: SampleRun, backend: str, ratio: float | None
+) -> dict[str, Any]:
+    """Each op's products timed inside a call, natively and at the plan's levels, on the held-out
+    inputs again (``run_sample``'s seed 1), and the bounds they give."""
+    xp = array_module(backend)
+    args = sample.make_inputs(xp, xp.random.default_rng(1), run.size)
+    native, native_wall = native_op_seconds(sample.func, args, xp)
+    ran, mixpert_wall = mixpert_op_seconds(sample.func.with_plan(run.plan), args, xp)
+    empty = OpSeconds(0, 0.0)
+    return {
+        "int8_ratio": ratio,
+        "timed_native_seconds": native_wall,  # the calls whose products were timed
+        "timed_mixpert_seconds": mixpert_wall,
+        "ops": {
+            op: {
+                "level": run.plan.levels.get(op, "auto"),
+                "calls": native.get(op, empty).calls,
+                "native_seconds": native.get(op, empty).seconds,
+                "mixpert_seconds": ran.get(op, empty).seconds,
+            }
+            for op in sorted({*native, *ran})
+        },
+        "bounds": bounds(run.native_seconds, native, ran, run.plan.levels, ratio).as_dict(),
+    }
+
+
 def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
     folder = out / "samples"
     folder.mkdir(parents=True, exist_ok=True)
+    ratio = int8_ratio() if backend == "cuda" else None
+    if ratio is not None:
+        console.print(f"SGEMM / INT8 GEMM at {INT8_RATIO_SIDE}: {ratio:.1f}")
     for name in names:
         sample = load_sample(name)
         size = sample.sizes[size_key]
@@ -75,7 +127,7 @@ def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
             backend=backend,
             compare={"TF32": "tf32"},
         )
-        row = record(run, size_key)
+        row = record(run, size_key) | product_times(sample, run, backend, ratio)
         row["wall_seconds"] = time.perf_counter() - start
         (folder / f"{name}.json").write_text(json.dumps(row, indent=2) + "\n")
         console.print(
@@ -83,6 +135,12 @@ def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
             f"{row['error']:.2e} (tol {row['tol']:g}, fp32 {row['native_error']:.2e}, TF32 "
             f"{row['tf32_error']:.2e}), levels {sorted(set(row['levels'].values()))}, "
             f"ok={row['ok']}, {row['wall_seconds']:.0f} s"
+        )
+        b = row["bounds"]
+        console.print(
+            f"  products {b['product_share']:.0%} of fp32's time, {_x(b['product_speedup'])} "
+            f"faster at the plan's levels; bound with products free {_x(b['free_bound'])}, at "
+            f"the board's INT8 rate {_x(b['board_bound'])}"
         )
         del run
         if backend == "cuda":
@@ -117,7 +175,57 @@ def markdown(rows: list[dict[str, Any]], mean: float) -> str:
         )
     geomean = math.exp(sum(math.log(r["speedup"]) for r in rows) / len(rows))
     lines += ["", f"Mean speedup (arithmetic): **{mean:.2f}x**; geometric mean {geomean:.2f}x."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + bounds_markdown(rows)) + "\n"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def bounds_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The table of what bounds each sample (rows measured with their products timed)."""
+    timed = [r for r in rows if "bounds" in r]
+    if not timed:
+        return []
+    ratio = timed[0]["int8_ratio"]
+    rate = "no INT8 rate on this device" if ratio is None else (
+        f"SGEMM / INT8 GEMM = {ratio:.1f} at {INT8_RATIO_SIDE} in this run"
+    )  # fmt: skip
+    lines = [
+        "",
+        "## What bounds each sample",
+        "",
+        "Each product timed inside a call (marks on its stream before and after it); the rest is",
+        "the fp32 time outside the products, the same work either way. Bounds on the speedup: with",
+        "products at no cost (fp32 / rest), and with each product at the board's INT8 rate",
+        f"({rate}; an INT8 level's products floor at their INT8 GEMMs at that rate, a native",
+        "level's at the time they took).",
+        "",
+        "| sample | levels | fp32 ms | products in it, ms (share) | rest ms | products at the "
+        "plan's levels, ms | products' speedup | speedup | bound: products free | bound: board's "
+        "INT8 rate | speedup / that bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in timed:
+        b = r["bounds"]
+        levels = ", ".join(sorted(set(r["levels"].values())))
+        of_bound = "-" if b["board_bound"] is None else f"{r['speedup'] / b['board_bound']:.2f}"
+        lines.append(
+            f"| {r['sample']} | {levels} | {r['native_seconds'] * 1e3:.1f} "
+            f"| {b['native_product_seconds'] * 1e3:.1f} ({b['product_share']:.0%}) "
+            f"| {b['rest_seconds'] * 1e3:.1f} | {b['mixpert_product_seconds'] * 1e3:.1f} "
+            f"| {_x(b['product_speedup'])} | {r['speedup']:.2f}x | {_x(b['free_bound'])} "
+            f"| {_x(b['board_bound'])} | {of_bound} |"
+        )
+    boards = [r["bounds"]["board_bound"] for r in timed if r["bounds"]["board_bound"] is not None]
+    if boards:
+        lines += [
+            "",
+            f"Mean of the bounds at the board's INT8 rate: **{sum(boards) / len(boards):.2f}x** "
+            f"over {len(boards)} samples (their speedups' mean: "
+            f"{sum(r['speedup'] for r in timed) / len(timed):.2f}x over {len(timed)}).",
+        ]
+    return lines
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -36,4 +36,11 @@ def test_script_writes_results(tmp_path: Path, monkeypatch) -> None:
     assert row["error"] <= row["tol"] < row["tf32_error"]  # TF32 misses a float32-grade tol
     assert merged["mean_speedup"] == pytest.approx(row["native_seconds"] / row["mixpert_seconds"])
     assert "| gemm | 96 |" in (tmp_path / "samples.md").read_text()
+    ops, bound = row["ops"], row["bounds"]  # each product timed inside a call, and the bounds
+    assert set(ops) == set(row["levels"]) and all(o["calls"] >= 1 for o in ops.values())
+    products = sum(o["native_seconds"] for o in ops.values())
+    assert bound["native_product_seconds"] == pytest.approx(products) and products > 0
+    assert bound["rest_seconds"] == pytest.approx(row["native_seconds"] - products)
+    assert row["int8_ratio"] is None and bound["board_bound"] is None  # a CPU: no INT8 rate
+    assert "## What bounds each sample" in (tmp_path / "samples.md").read_text()
     assert (tmp_path / "samples.png").stat().st_size > 0
