@@ -127,7 +127,11 @@ def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
             backend=backend,
             compare={"TF32": "tf32"},
         )
-        row = record(run, size_key) | product_times(sample, run, backend, ratio)
+        row = record(run, size_key)
+        try:
+            row |= product_times(sample, run, backend, ratio)
+        except Exception as error:  # (kept in the row: the run goes on to the next sample)
+            row["product_times_error"] = f"{type(error).__name__}: {error}"
         row["wall_seconds"] = time.perf_counter() - start
         (folder / f"{name}.json").write_text(json.dumps(row, indent=2) + "\n")
         console.print(
@@ -136,12 +140,13 @@ def measure(names: list[str], out: Path, size_key: str, backend: str) -> None:
             f"{row['tf32_error']:.2e}), levels {sorted(set(row['levels'].values()))}, "
             f"ok={row['ok']}, {row['wall_seconds']:.0f} s"
         )
-        b = row["bounds"]
+        b = row.get("bounds")
         console.print(
+            f"  products not timed: {row['product_times_error']}" if b is None else
             f"  products {b['product_share']:.0%} of fp32's time, {_x(b['product_speedup'])} "
             f"faster at the plan's levels; bound with products free {_x(b['free_bound'])}, at "
             f"the board's INT8 rate {_x(b['board_bound'])}"
-        )
+        )  # fmt: skip
         del run
         if backend == "cuda":
             import cupy
@@ -184,7 +189,7 @@ def _x(value: float | None) -> str:
 
 def bounds_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The table of what bounds each sample (rows measured with their products timed)."""
-    timed = [r for r in rows if "bounds" in r]
+    timed = [r for r in rows if "bounds" in r]  # (rows of runs before the products were timed)
     if not timed:
         return []
     ratio = timed[0]["int8_ratio"]
