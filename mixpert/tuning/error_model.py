@@ -9,11 +9,11 @@ that happened not to flip) or behind later code that discards the product.
 **Model** ``model_error(samples, level)``: the level's Eq. 10 error on *generic* operands of the
 op's size and magnitudes: the sampled rows of A and columns of B with their signs, zeros and
 magnitudes kept and their low-order bits made random (each entry times 2^u, u uniform in
-[-1/2, 1/2], rounded to float32), multiplied at ``level`` on the exact CPU backend (whose bits
-the GPU reproduces for the INT8 levels) and measured against float64. It depends on k, on the
-operands' magnitudes (how their entries spread below each line's top, which sets what the INT8
-slices keep) and on the level's bits, and not on whether the tuning data happen to be exact in
-a lower level (integers, constants, small dyadic values).
+[-1/2, 1/2], rounded to float32), multiplied at ``level`` on the exact CPU backend (an INT8
+level's on the GPU where there is one: its bits are the same) and measured against float64. It
+depends on k, on the operands' magnitudes (how their entries spread below each line's top, which
+sets what the INT8 slices keep) and on the level's bits, and not on whether the tuning data
+happen to be exact in a lower level (integers, constants, small dyadic values).
 
 **Margin** ``margin_for(outputs, reference)``: the function's error on another input of the
 same size spreads around the error measured on this one. The outputs are cut into blocks of
@@ -78,7 +78,19 @@ def model_error(samples: Sequence[ProductSample], level: str | Level) -> float:
     level = get_level(level)
     if level.kind == "policy":
         return max(model_error(samples, name) for name in AUTO_STANDS_FOR)
-    return _modelled(samples, lambda a, b: cpu.product_at_level(a, b, level))
+    return _modelled(samples, level_product(level, device.gpu_available()))
+
+
+def level_product(level: Level, gpu: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``level``'s product of two host matrices for the model: on the GPU where ``gpu`` and the
+    level is INT8-sliced (the CUDA backend's bits are the exact CPU backend's; a twin of a
+    long-k product costs the CPU seconds a level, the GPU milliseconds), else the exact CPU
+    backend."""
+    if gpu and level.kind == "int8":
+        from ..runtime.cuda import backend
+
+        return lambda a, b: backend.product_at_level(a, b, level)
+    return lambda a, b: cpu.product_at_level(a, b, level)
 
 
 def _in_order_float32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
